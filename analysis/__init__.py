@@ -1,0 +1,1 @@
+"""Offline analysis of gicbench runs: load traces, aggregate ranks, fit, report."""

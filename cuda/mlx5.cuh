@@ -1,0 +1,425 @@
+// mlx5 send-WQE and CQE wire format: the one contract every gicbench submitter and engine speaks.
+//
+// __host__ __device__ so the same code runs in CUDA kernels (GPU submitter, CUDA engine) and in the
+// C++ of proxy/ (CPU engine, host submitter, proxy workers). Layouts follow rdma-core's
+// <infiniband/mlx5dv.h>; tests compare them byte for byte against that header.
+// All multi-byte fields are big-endian, except ctrl.imm which is stored as passed.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__CUDACC__)
+#define GB_HD __host__ __device__ __forceinline__
+#else
+#define GB_HD inline
+#endif
+
+namespace gicbench {
+namespace mlx5 {
+
+// ---- sizes --------------------------------------------------------------------------------------
+constexpr uint32_t kSegBytes = 16;    // one WQE segment, the ds unit
+constexpr uint32_t kWqebbBytes = 64;  // one send-queue basic block
+constexpr uint32_t kCqeBytes = 64;
+constexpr uint32_t kAvFullBytes = 48;
+constexpr uint32_t kAvCompactBytes = 16;
+constexpr uint32_t kDsMask = 0x3f;  // ds is 6 bits: a WQE is at most 63 segments
+constexpr uint32_t kInlineFlag = 0x80000000u;
+
+// ---- send opcodes (ctrl.opmod_idx_opcode low byte) ----------------------------------------------
+enum Opcode : uint8_t {
+  kOpNop = 0x00,
+  kOpRdmaWrite = 0x08,
+  kOpRdmaWriteImm = 0x09,
+  kOpSend = 0x0a,
+  kOpSendImm = 0x0b,
+  kOpRdmaRead = 0x10,
+  kOpAtomicCs = 0x11,
+  kOpAtomicFa = 0x12,
+};
+
+// ctrl.fm_ce_se bits
+enum CtrlFlags : uint8_t {
+  kSolicited = 0x02,
+  kCqUpdate = 0x08,  // signaled: the NIC writes a CQE for this WQE
+  kInitiatorSmallFence = 0x20,
+  kFence = 0x80,
+};
+
+// ---- CQE opcodes (op_own >> 4) and error syndromes -----------------------------------------------
+enum CqeOpcode : uint8_t {
+  kCqeReq = 0,
+  kCqeRespWrImm = 1,
+  kCqeRespSend = 2,
+  kCqeRespSendImm = 3,
+  kCqeReqErr = 13,
+  kCqeRespErr = 14,
+  kCqeInvalid = 15,
+};
+
+enum Syndrome : uint8_t {
+  kSyndLocalLength = 0x01,
+  kSyndLocalQpOp = 0x02,
+  kSyndLocalProt = 0x04,
+  kSyndWrFlush = 0x05,
+  kSyndBadResp = 0x10,
+  kSyndLocalAccess = 0x11,
+  kSyndRemoteInvalReq = 0x12,
+  kSyndRemoteAccess = 0x13,
+  kSyndRemoteOp = 0x14,
+  kSyndTransportRetryExc = 0x15,
+  kSyndRnrRetryExc = 0x16,
+  kSyndRemoteAborted = 0x22,
+};
+
+// Doorbell-record slots (32-bit words): send producer index at [1], receive at [0];
+// CQ consumer index at [0] (SET_CI).
+constexpr uint32_t kRcvDbr = 0;
+constexpr uint32_t kSndDbr = 1;
+constexpr uint32_t kCqSetCi = 0;
+
+// ---- byte order ----------------------------------------------------------------------------------
+GB_HD uint16_t bswap16(uint16_t v) { return static_cast<uint16_t>((v >> 8) | (v << 8)); }
+GB_HD uint32_t bswap32(uint32_t v) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(v, 0, 0x0123);
+#else
+  return __builtin_bswap32(v);
+#endif
+}
+GB_HD uint64_t bswap64(uint64_t v) {
+  return (static_cast<uint64_t>(bswap32(static_cast<uint32_t>(v))) << 32) |
+         bswap32(static_cast<uint32_t>(v >> 32));
+}
+
+// Unaligned-safe big-endian stores/loads through bytes: segments are 4-byte aligned at least, but
+// the AV's rlid and the CQE's wqe_counter are 2-byte fields, so everything goes byte-wise here and
+// the hot paths use the aligned 32/64-bit helpers below.
+GB_HD void put_be16(void* p, uint16_t v) {
+  uint8_t* b = static_cast<uint8_t*>(p);
+  b[0] = static_cast<uint8_t>(v >> 8);
+  b[1] = static_cast<uint8_t>(v);
+}
+GB_HD void put_be32(void* p, uint32_t v) { *static_cast<uint32_t*>(p) = bswap32(v); }
+GB_HD void put_be64(void* p, uint64_t v) {
+  // Two 32-bit stores: a segment is only guaranteed 4-byte aligned (inline data after a header).
+  uint32_t* w = static_cast<uint32_t*>(p);
+  w[0] = bswap32(static_cast<uint32_t>(v >> 32));
+  w[1] = bswap32(static_cast<uint32_t>(v));
+}
+GB_HD uint16_t get_be16(const void* p) {
+  const uint8_t* b = static_cast<const uint8_t*>(p);
+  return static_cast<uint16_t>((b[0] << 8) | b[1]);
+}
+GB_HD uint32_t get_be32(const void* p) { return bswap32(*static_cast<const uint32_t*>(p)); }
+GB_HD uint64_t get_be64(const void* p) {
+  const uint32_t* w = static_cast<const uint32_t*>(p);
+  return (static_cast<uint64_t>(bswap32(w[0])) << 32) | bswap32(w[1]);
+}
+
+// ---- ds and WQEBB arithmetic -------------------------------------------------------------------
+GB_HD uint32_t inline_seg_ds(uint32_t len) { return (len + 4 + kSegBytes - 1) / kSegBytes; }
+GB_HD uint32_t ds_to_wqebbs(uint32_t ds) { return (ds * kSegBytes + kWqebbBytes - 1) / kWqebbBytes; }
+
+// Segment counts of the layouts gicbench posts.
+constexpr uint32_t kDsCtrl = 1, kDsRaddr = 1, kDsData = 1, kDsAtomic = 1;
+constexpr uint32_t kDsAvFull = kAvFullBytes / kSegBytes;
+constexpr uint32_t kDsAvCompact = kAvCompactBytes / kSegBytes;
+GB_HD uint32_t ds_rc_write(bool inl, uint32_t len) {
+  return kDsCtrl + kDsRaddr + (inl ? inline_seg_ds(len) : kDsData);
+}
+GB_HD uint32_t ds_dc_write(bool inl, uint32_t len, bool compact_av) {
+  return ds_rc_write(inl, len) + (compact_av ? kDsAvCompact : kDsAvFull);
+}
+GB_HD uint32_t ds_fetch_add(bool dc, bool compact_av) {
+  return kDsCtrl + kDsRaddr + kDsAtomic + kDsData +
+         (dc ? (compact_av ? kDsAvCompact : kDsAvFull) : 0);
+}
+
+// An SQ of `wqebb_cnt` (power of two) basic blocks; segments are addressed by a running 16-byte
+// index so a WQE that crosses the end of the ring wraps to its start, as on the NIC.
+struct SqRing {
+  uint8_t* buf;
+  uint32_t wqebb_cnt;
+  GB_HD uint32_t bytes() const { return wqebb_cnt * kWqebbBytes; }
+  GB_HD uint8_t* wqe(uint32_t wqe_index) const {
+    return buf + (wqe_index & (wqebb_cnt - 1)) * kWqebbBytes;
+  }
+  // The `seg`-th 16-byte segment of the WQE that starts at `wqe_index`, wrapping at the SQ end.
+  GB_HD uint8_t* seg(uint32_t wqe_index, uint32_t seg) const {
+    uint32_t off = ((wqe_index & (wqebb_cnt - 1)) * kWqebbBytes + seg * kSegBytes) & (bytes() - 1);
+    return buf + off;
+  }
+};
+
+// ---- encoders (mirror rdma-core's mlx5dv_set_*_seg) -----------------------------------------------
+GB_HD void set_ctrl_seg(void* seg, uint16_t pi, uint8_t opcode, uint8_t opmod, uint32_t qpn,
+                        uint8_t fm_ce_se, uint8_t ds, uint8_t signature, uint32_t imm) {
+  uint8_t* b = static_cast<uint8_t*>(seg);
+  put_be32(b + 0, (static_cast<uint32_t>(opmod) << 24) | (static_cast<uint32_t>(pi) << 8) | opcode);
+  put_be32(b + 4, (qpn << 8) | (ds & kDsMask));
+  b[8] = signature;
+  b[9] = 0;  // dci_stream_channel_id (not used by gicbench)
+  b[10] = 0;
+  b[11] = fm_ce_se;
+  *reinterpret_cast<uint32_t*>(b + 12) = imm;  // as passed (already in wire order for WRITE_IMM)
+}
+
+GB_HD void set_raddr_seg(void* seg, uint64_t raddr, uint32_t rkey) {
+  uint8_t* b = static_cast<uint8_t*>(seg);
+  put_be64(b + 0, raddr);
+  put_be32(b + 8, rkey);
+  *reinterpret_cast<uint32_t*>(b + 12) = 0;
+}
+
+GB_HD void set_data_seg(void* seg, uint32_t length, uint32_t lkey, uint64_t addr) {
+  uint8_t* b = static_cast<uint8_t*>(seg);
+  put_be32(b + 0, length);
+  put_be32(b + 4, lkey);
+  put_be64(b + 8, addr);
+}
+
+GB_HD void set_atomic_seg(void* seg, uint64_t swap_add, uint64_t compare) {
+  uint8_t* b = static_cast<uint8_t*>(seg);
+  put_be64(b + 0, swap_add);
+  put_be64(b + 8, compare);
+}
+
+// Inline data segment starting at segment `first_seg` of the WQE at `wqe_index`: byte_count header
+// then the payload, wrapping at the SQ end; the tail of the last 16-byte segment is zeroed.
+// Returns the segments used (inline_seg_ds(len)).
+GB_HD uint32_t set_inline_seg(const SqRing& sq, uint32_t wqe_index, uint32_t first_seg,
+                              const void* data, uint32_t len) {
+  const uint32_t nseg = inline_seg_ds(len);
+  const uint8_t* src = static_cast<const uint8_t*>(data);
+  put_be32(sq.seg(wqe_index, first_seg), len | kInlineFlag);
+  // byte k of the segment run (k >= 4 is payload byte k-4)
+  for (uint32_t k = 4; k < nseg * kSegBytes; ++k) {
+    uint8_t* dst = sq.seg(wqe_index, first_seg + k / kSegBytes) + (k % kSegBytes);
+    *dst = (k - 4 < len) ? src[k - 4] : 0;
+  }
+  return nseg;
+}
+
+struct AvFields {
+  uint64_t dc_key;
+  uint32_t dqp_dct;  // remote DCT number (24 bits); ext bit set for the full 48-byte form
+  uint8_t stat_rate_sl;
+  uint8_t fl_mlid;
+  uint16_t rlid;
+  uint8_t rmac[6];
+  uint8_t tclass;
+  uint8_t hop_limit;
+  uint32_t grh_gid_fl;
+  uint8_t rgid[16];
+};
+
+constexpr uint32_t kAvExt = 0x80000000u;  // dqp_dct bit 31: extended (GRH/MAC) address vector
+
+// Full 48-byte AV (struct mlx5_wqe_av). `av` may span two segments of a wrapped WQE: callers pass
+// the SQ and position; it occupies segments first_seg..first_seg+2.
+GB_HD void set_av_full(const SqRing& sq, uint32_t wqe_index, uint32_t first_seg, const AvFields& f) {
+  uint8_t* s0 = sq.seg(wqe_index, first_seg);
+  uint8_t* s1 = sq.seg(wqe_index, first_seg + 1);
+  uint8_t* s2 = sq.seg(wqe_index, first_seg + 2);
+  put_be64(s0 + 0, f.dc_key);
+  put_be32(s0 + 8, f.dqp_dct | kAvExt);
+  s0[12] = f.stat_rate_sl;
+  s0[13] = f.fl_mlid;
+  put_be16(s0 + 14, f.rlid);
+  for (int i = 0; i < 4; ++i) s1[i] = 0;
+  for (int i = 0; i < 6; ++i) s1[4 + i] = f.rmac[i];
+  s1[10] = f.tclass;
+  s1[11] = f.hop_limit;
+  put_be32(s1 + 12, f.grh_gid_fl);
+  for (int i = 0; i < 16; ++i) s2[i] = f.rgid[i];
+}
+
+// Compact 16-byte AV (struct mlx5_base_av) for HCAs reporting compact_address_vector.
+GB_HD void set_av_compact(void* seg, uint64_t dc_key, uint32_t dqp_dct, uint8_t stat_rate_sl,
+                          uint8_t fl_mlid, uint16_t rlid) {
+  uint8_t* b = static_cast<uint8_t*>(seg);
+  put_be64(b + 0, dc_key);
+  put_be32(b + 8, dqp_dct & ~kAvExt);
+  b[12] = stat_rate_sl;
+  b[13] = fl_mlid;
+  put_be16(b + 14, rlid);
+}
+
+// ---- WQE decoders (what a NIC reads) --------------------------------------------------------------
+struct CtrlView {
+  uint8_t opcode;
+  uint8_t opmod;
+  uint16_t wqe_index;
+  uint32_t qpn;
+  uint8_t ds;
+  uint8_t signature;
+  uint8_t fm_ce_se;
+  uint32_t imm;  // raw, as stored
+};
+
+GB_HD CtrlView get_ctrl_seg(const void* seg) {
+  const uint8_t* b = static_cast<const uint8_t*>(seg);
+  const uint32_t w0 = get_be32(b + 0), w1 = get_be32(b + 4);
+  CtrlView c;
+  c.opcode = static_cast<uint8_t>(w0 & 0xff);
+  c.wqe_index = static_cast<uint16_t>((w0 >> 8) & 0xffff);
+  c.opmod = static_cast<uint8_t>(w0 >> 24);
+  c.qpn = w1 >> 8;
+  c.ds = static_cast<uint8_t>(w1 & kDsMask);
+  c.signature = b[8];
+  c.fm_ce_se = b[11];
+  c.imm = *reinterpret_cast<const uint32_t*>(b + 12);
+  return c;
+}
+
+struct RaddrView {
+  uint64_t raddr;
+  uint32_t rkey;
+};
+GB_HD RaddrView get_raddr_seg(const void* seg) {
+  const uint8_t* b = static_cast<const uint8_t*>(seg);
+  return RaddrView{get_be64(b), get_be32(b + 8)};
+}
+
+struct DataView {
+  uint32_t byte_count;  // with kInlineFlag set this is an inline header
+  uint32_t lkey;
+  uint64_t addr;
+};
+GB_HD DataView get_data_seg(const void* seg) {
+  const uint8_t* b = static_cast<const uint8_t*>(seg);
+  return DataView{get_be32(b), get_be32(b + 4), get_be64(b + 8)};
+}
+
+GB_HD bool is_inline(const void* seg) { return (get_be32(seg) & kInlineFlag) != 0; }
+
+// Copy `len` inline payload bytes that start 4 bytes into segment `first_seg`, wrapping.
+GB_HD void get_inline_payload(const SqRing& sq, uint32_t wqe_index, uint32_t first_seg, void* out,
+                              uint32_t len) {
+  uint8_t* dst = static_cast<uint8_t*>(out);
+  for (uint32_t i = 0; i < len; ++i) {
+    const uint32_t k = i + 4;
+    dst[i] = *(sq.seg(wqe_index, first_seg + k / kSegBytes) + (k % kSegBytes));
+  }
+}
+
+struct AtomicView {
+  uint64_t swap_add;
+  uint64_t compare;
+};
+GB_HD AtomicView get_atomic_seg(const void* seg) {
+  const uint8_t* b = static_cast<const uint8_t*>(seg);
+  return AtomicView{get_be64(b), get_be64(b + 8)};
+}
+
+struct AvView {
+  uint64_t dc_key;
+  uint32_t dqp_dct;  // without the ext bit
+  bool ext;          // full 48-byte form
+};
+GB_HD AvView get_av(const void* first_seg) {
+  const uint8_t* b = static_cast<const uint8_t*>(first_seg);
+  const uint32_t d = get_be32(b + 8);
+  return AvView{get_be64(b), d & ~kAvExt, (d & kAvExt) != 0};
+}
+
+// ---- CQEs -----------------------------------------------------------------------------------------
+constexpr uint32_t kCqeImm = 36, kCqeByteCnt = 44, kCqeTimestamp = 48, kCqeSopQpn = 56,
+                   kCqeWqeCounter = 60, kCqeSignature = 62, kCqeOpOwn = 63;
+constexpr uint32_t kErrCqeVendorSynd = 54, kErrCqeSyndrome = 55;
+
+struct CqeView {
+  uint8_t opcode;  // CqeOpcode
+  uint8_t owner;
+  uint16_t wqe_counter;
+  uint32_t byte_cnt;
+  uint32_t qpn;
+  uint8_t wqe_opcode;  // requester: the send opcode of the completed WQE (sop_drop_qpn bits 31..24)
+  uint32_t imm;        // raw imm_inval_pkey (responder WRITE_IMM)
+  uint8_t syndrome;    // error CQEs only
+  uint8_t vendor_syndrome;
+  uint64_t timestamp;
+};
+
+GB_HD CqeView get_cqe(const void* cqe) {
+  const uint8_t* b = static_cast<const uint8_t*>(cqe);
+  CqeView v;
+  const uint8_t op_own = b[kCqeOpOwn];
+  v.opcode = op_own >> 4;
+  v.owner = op_own & 1;
+  v.wqe_counter = get_be16(b + kCqeWqeCounter);
+  v.byte_cnt = get_be32(b + kCqeByteCnt);
+  const uint32_t sop = get_be32(b + kCqeSopQpn);
+  v.qpn = sop & 0xffffff;
+  v.wqe_opcode = static_cast<uint8_t>(sop >> 24);
+  v.imm = *reinterpret_cast<const uint32_t*>(b + kCqeImm);
+  v.timestamp = get_be64(b + kCqeTimestamp);
+  const bool err = v.opcode == kCqeReqErr || v.opcode == kCqeRespErr;
+  v.syndrome = err ? b[kErrCqeSyndrome] : 0;
+  v.vendor_syndrome = err ? b[kErrCqeVendorSynd] : 0;
+  return v;
+}
+
+// Owner bit a valid CQE carries at consumer index ci on a CQ of ncqe (power of two) entries.
+GB_HD uint8_t cqe_owner_for(uint32_t ci, uint32_t ncqe) { return (ci & ncqe) ? 1 : 0; }
+
+// True when the CQE at consumer index ci has been written by the NIC for this pass of the ring.
+GB_HD bool cqe_ready(const void* cqe, uint32_t ci, uint32_t ncqe) {
+  const uint8_t op_own = static_cast<const uint8_t*>(cqe)[kCqeOpOwn];
+  return (op_own >> 4) != kCqeInvalid && (op_own & 1) == cqe_owner_for(ci, ncqe);
+}
+
+// A fresh CQ entry: op_own = INVALID<<4, as the driver initialises the buffer; the NIC's first pass
+// over the ring writes owner 0.
+GB_HD void cqe_init(void* cqe) {
+  uint8_t* b = static_cast<uint8_t*>(cqe);
+  for (uint32_t i = 0; i < kCqeBytes; ++i) b[i] = 0;
+  b[kCqeOpOwn] = static_cast<uint8_t>(kCqeInvalid << 4);
+}
+
+// Writers used by NIC engines. The op_own byte is written last by the caller's ordering (the engine
+// publishes it with a release store after the body); these helpers fill the body and return op_own.
+GB_HD uint8_t fill_req_cqe(void* cqe, uint32_t qpn, uint8_t wqe_opcode, uint16_t wqe_counter,
+                           uint32_t byte_cnt, uint64_t timestamp, uint8_t owner) {
+  uint8_t* b = static_cast<uint8_t*>(cqe);
+  for (uint32_t i = 0; i < kCqeOpOwn; ++i) b[i] = 0;
+  put_be32(b + kCqeByteCnt, byte_cnt);
+  put_be64(b + kCqeTimestamp, timestamp);
+  put_be32(b + kCqeSopQpn, (static_cast<uint32_t>(wqe_opcode) << 24) | (qpn & 0xffffff));
+  put_be16(b + kCqeWqeCounter, wqe_counter);
+  return static_cast<uint8_t>((kCqeReq << 4) | (owner & 1));
+}
+
+GB_HD uint8_t fill_resp_cqe(void* cqe, uint8_t cqe_opcode, uint32_t qpn, uint16_t wqe_counter,
+                            uint32_t byte_cnt, uint32_t raw_imm, uint64_t timestamp,
+                            uint8_t owner) {
+  uint8_t* b = static_cast<uint8_t*>(cqe);
+  for (uint32_t i = 0; i < kCqeOpOwn; ++i) b[i] = 0;
+  *reinterpret_cast<uint32_t*>(b + kCqeImm) = raw_imm;
+  put_be32(b + kCqeByteCnt, byte_cnt);
+  put_be64(b + kCqeTimestamp, timestamp);
+  put_be32(b + kCqeSopQpn, qpn & 0xffffff);
+  put_be16(b + kCqeWqeCounter, wqe_counter);
+  return static_cast<uint8_t>((cqe_opcode << 4) | (owner & 1));
+}
+
+GB_HD uint8_t fill_err_cqe(void* cqe, uint8_t cqe_opcode, uint8_t syndrome, uint8_t vendor_synd,
+                           uint32_t qpn, uint8_t wqe_opcode, uint16_t wqe_counter, uint8_t owner) {
+  uint8_t* b = static_cast<uint8_t*>(cqe);
+  for (uint32_t i = 0; i < kCqeOpOwn; ++i) b[i] = 0;
+  b[kErrCqeVendorSynd] = vendor_synd;
+  b[kErrCqeSyndrome] = syndrome;
+  put_be32(b + kCqeSopQpn, (static_cast<uint32_t>(wqe_opcode) << 24) | (qpn & 0xffffff));
+  put_be16(b + kCqeWqeCounter, wqe_counter);
+  return static_cast<uint8_t>((cqe_opcode << 4) | (owner & 1));
+}
+
+// The 8 bytes a doorbell carries: the first 8 bytes of the last WQE's control segment.
+GB_HD uint64_t doorbell_value(const void* ctrl_seg) {
+  return *static_cast<const uint64_t*>(ctrl_seg);
+}
+
+}  // namespace mlx5
+}  // namespace gicbench

@@ -1,0 +1,9 @@
+// gicbench._native: the one native module. Each area registers its own bindings.
+#include <nanobind/nanobind.h>
+
+#include "bindings.hpp"
+
+NB_MODULE(_native, m) {
+  m.doc() = "gicbench native core: mlx5 wire helpers, emulated-NIC CPU engine, host submitter";
+  gicbench::bind_wire(m.def_submodule("wire", "mlx5 WQE/CQE encoders from cuda/mlx5.cuh"));
+}
