@@ -46,7 +46,7 @@ $(VENV)/.deps: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.installed: $(VENV)/.system $(VENV)/.deps $(SOURCES)
-	$(PIP) install -q --no-build-isolation ".[test]"
+	flock $(VENV)/.install.lock $(PIP) install -q --no-build-isolation ".[test]"
 	touch $@
 
 install: setup

@@ -3,5 +3,7 @@
 #include <nanobind/nanobind.h>
 
 namespace gicbench {
-void bind_wire(nanobind::module_ m);
+void bind_wire(nanobind::module_ m);  // wire.cpp: cuda/mlx5.cuh encoders/decoders
+void bind_emu(nanobind::module_ m);   // emu_bindings.cpp: the emulated NIC's CPU engine
+void bind_host(nanobind::module_ m);  // host_bindings.cpp: the host submitter's timing loops
 }  // namespace gicbench

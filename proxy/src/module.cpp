@@ -6,4 +6,6 @@
 NB_MODULE(_native, m) {
   m.doc() = "gicbench native core: mlx5 wire helpers, emulated-NIC CPU engine, host submitter";
   gicbench::bind_wire(m.def_submodule("wire", "mlx5 WQE/CQE encoders from cuda/mlx5.cuh"));
+  gicbench::bind_emu(m.def_submodule("emu", "emulated NIC: shared-memory objects and CPU engine"));
+  gicbench::bind_host(m.def_submodule("host", "host submitter: native posting and polling loops"));
 }
