@@ -1,0 +1,214 @@
+// Host-side producer and consumer of mlx5 queues in memory: the CPU's half of the one contract.
+//
+// SqProducer builds WQEs with cuda/mlx5.cuh, publishes the producer index to the doorbell record
+// and stores the first 8 bytes of the last control segment to the doorbell word, in that order
+// (rdma-core's post_send_db without BlueFlame). CqConsumer polls 64-byte CQEs by owner bit and
+// returns the consumer index through the CQ doorbell record. Both are provider-agnostic: the emu
+// engine and a real ConnectX read the same memory.
+#pragma once
+
+#include <time.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "mlx5.cuh"
+
+namespace gicbench {
+
+namespace m5 = mlx5;
+
+// Monotonic nanoseconds (CLOCK_MONOTONIC through the vDSO, ~20 ns per read).
+inline int64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+// Something that makes a NIC progress while a native loop waits: the emu engine's inline mode
+// hands one in; hardware needs none (fn == nullptr).
+struct Progress {
+  void (*fn)(void*) = nullptr;
+  void* ctx = nullptr;
+  void operator()() const {
+    if (fn) fn(ctx);
+  }
+};
+
+struct SqDesc {
+  uint8_t* buf;
+  uint32_t wqebb_cnt;  // power of two
+  uint32_t* dbrec;     // the QP's doorbell record (2 words: [RCV_DBR], [SND_DBR])
+  uint64_t* doorbell;  // the 8-byte doorbell word
+  uint32_t qpn;
+};
+
+struct CqDesc {
+  uint8_t* buf;
+  uint32_t ncqe;     // power of two
+  uint32_t* dbrec;   // consumer index record ([SET_CI])
+};
+
+// One RDMA write (or WRITE_WITH_IMM / fetch-add) as the submitter asks for it.
+struct WriteOp {
+  uint64_t raddr = 0;
+  uint32_t rkey = 0;
+  uint32_t length = 0;
+  const void* inline_data = nullptr;  // non-null: payload copied into the WQE
+  uint64_t laddr = 0;                 // pointer payload: local address + lkey
+  uint32_t lkey = 0;
+  bool signaled = false;
+  bool fence = false;
+  bool with_imm = false;
+  uint32_t imm = 0;  // wire-order immediate
+  // DC: the DCI's address vector for this WQE (nullptr on RC)
+  const m5::AvFields* av = nullptr;
+  bool compact_av = false;
+};
+
+class SqProducer {
+ public:
+  SqProducer() = default;
+  explicit SqProducer(const SqDesc& d)
+      : d_(d), ring_{d.buf, d.wqebb_cnt}, wqe_bbs_(d.wqebb_cnt, 0) {}
+
+  const SqDesc& desc() const { return d_; }
+  uint32_t pi() const { return pi_; }                 // running producer index (WQEBBs)
+  uint32_t retired() const { return ci_; }            // first WQEBB not yet retired by a CQE
+  uint32_t outstanding() const { return pi_ - ci_; }  // WQEBBs posted and not retired
+  uint32_t free_wqebbs() const { return d_.wqebb_cnt - outstanding(); }
+  uint32_t posted_since_ring() const { return pi_ - rung_; }
+
+  // Build one write WQE at the producer index; returns its index, or UINT32_MAX when the SQ is
+  // full (the caller must reclaim first). Nothing is visible to the NIC until ring().
+  uint32_t post_write(const WriteOp& op) {
+    const bool dc = op.av != nullptr;
+    uint32_t ds = m5::ds_rc_write(op.inline_data != nullptr, op.length);
+    if (dc) ds += op.compact_av ? m5::kDsAvCompact : m5::kDsAvFull;
+    const uint32_t bbs = m5::ds_to_wqebbs(ds);
+    if (bbs > free_wqebbs()) return UINT32_MAX;
+    const uint32_t idx = pi_;
+    uint32_t seg = 1;
+    if (dc) {
+      if (op.compact_av) {
+        m5::set_av_compact(ring_.seg(idx, seg), op.av->dc_key, op.av->dqp_dct, op.av->stat_rate_sl,
+                           op.av->fl_mlid, op.av->rlid);
+        seg += m5::kDsAvCompact;
+      } else {
+        m5::set_av_full(ring_, idx, seg, *op.av);
+        seg += m5::kDsAvFull;
+      }
+    }
+    m5::set_raddr_seg(ring_.seg(idx, seg++), op.raddr, op.rkey);
+    if (op.inline_data)
+      m5::set_inline_seg(ring_, idx, seg, op.inline_data, op.length);
+    else
+      m5::set_data_seg(ring_.seg(idx, seg), op.length, op.lkey, op.laddr);
+    uint8_t flags = op.signaled ? m5::kCqUpdate : 0;
+    if (op.fence) flags |= m5::kFence;
+    m5::set_ctrl_seg(ring_.wqe(idx), static_cast<uint16_t>(idx),
+                     op.with_imm ? m5::kOpRdmaWriteImm : m5::kOpRdmaWrite, 0, d_.qpn, flags,
+                     static_cast<uint8_t>(ds), 0, op.with_imm ? op.imm : 0);
+    finish(idx, bbs);
+    return idx;
+  }
+
+  // Fetch-add of `add` on the 8-byte word at raddr; the old value lands at laddr (lkey).
+  uint32_t post_fetch_add(uint64_t raddr, uint32_t rkey, uint64_t add, uint64_t laddr,
+                          uint32_t lkey, bool signaled, const m5::AvFields* av = nullptr,
+                          bool compact_av = false) {
+    const uint32_t ds = m5::ds_fetch_add(av != nullptr, compact_av);
+    const uint32_t bbs = m5::ds_to_wqebbs(ds);
+    if (bbs > free_wqebbs()) return UINT32_MAX;
+    const uint32_t idx = pi_;
+    uint32_t seg = 1;
+    if (av) {
+      if (compact_av) {
+        m5::set_av_compact(ring_.seg(idx, seg), av->dc_key, av->dqp_dct, av->stat_rate_sl,
+                           av->fl_mlid, av->rlid);
+        seg += m5::kDsAvCompact;
+      } else {
+        m5::set_av_full(ring_, idx, seg, *av);
+        seg += m5::kDsAvFull;
+      }
+    }
+    m5::set_raddr_seg(ring_.seg(idx, seg++), raddr, rkey);
+    m5::set_atomic_seg(ring_.seg(idx, seg++), add, 0);
+    m5::set_data_seg(ring_.seg(idx, seg), 8, lkey, laddr);
+    m5::set_ctrl_seg(ring_.wqe(idx), static_cast<uint16_t>(idx), m5::kOpAtomicFa, 0, d_.qpn,
+                     signaled ? m5::kCqUpdate : 0, static_cast<uint8_t>(ds), 0, 0);
+    finish(idx, bbs);
+    return idx;
+  }
+
+  // Announce every WQE built since the last ring: WQE stores, then the doorbell record, then the
+  // 8-byte doorbell store (release ordering on each step, as post_send_db's barriers do).
+  void ring() {
+    if (pi_ == rung_) return;
+    std::atomic_thread_fence(std::memory_order_release);
+    __atomic_store_n(&d_.dbrec[m5::kSndDbr], m5::bswap32(pi_ & 0xffff), __ATOMIC_RELEASE);
+    __atomic_store_n(d_.doorbell, m5::doorbell_value(ring_.wqe(last_)), __ATOMIC_RELEASE);
+    rung_ = pi_;
+  }
+
+  // A CQE reported `wqe_counter`: that WQE and every earlier one are retired.
+  void retire(uint16_t wqe_counter) {
+    // Rebuild the full index from 16 bits: it lies in [ci_, pi_).
+    const uint32_t full = pi_ - static_cast<uint16_t>(static_cast<uint16_t>(pi_) - wqe_counter);
+    ci_ = full + wqe_bbs_[full & (d_.wqebb_cnt - 1)];
+  }
+
+ private:
+  void finish(uint32_t idx, uint32_t bbs) {
+    wqe_bbs_[idx & (d_.wqebb_cnt - 1)] = static_cast<uint8_t>(bbs);
+    last_ = idx;
+    pi_ += bbs;
+  }
+
+  SqDesc d_{};
+  m5::SqRing ring_{nullptr, 0};
+  std::vector<uint8_t> wqe_bbs_;  // WQEBBs of the WQE starting at each slot (for retire)
+  uint32_t pi_ = 0, ci_ = 0, rung_ = 0, last_ = 0;
+};
+
+class CqConsumer {
+ public:
+  CqConsumer() = default;
+  explicit CqConsumer(const CqDesc& d) : d_(d) {}
+
+  const CqDesc& desc() const { return d_; }
+  uint32_t ci() const { return ci_; }
+
+  // Take the next CQE if the NIC has written it: owner-bit check, then an acquire so the body is
+  // read after op_own, then the consumer index goes back through the doorbell record.
+  bool poll(m5::CqeView& out) {
+    uint8_t* cqe = d_.buf + (ci_ & (d_.ncqe - 1)) * m5::kCqeBytes;
+    const uint8_t op_own = __atomic_load_n(cqe + m5::kCqeOpOwn, __ATOMIC_ACQUIRE);
+    if ((op_own >> 4) == m5::kCqeInvalid || (op_own & 1) != m5::cqe_owner_for(ci_, d_.ncqe))
+      return false;
+    out = m5::get_cqe(cqe);
+    ++ci_;
+    __atomic_store_n(&d_.dbrec[m5::kCqSetCi], m5::bswap32(ci_ & 0xffffff), __ATOMIC_RELEASE);
+    return true;
+  }
+
+ private:
+  CqDesc d_{};
+  uint32_t ci_ = 0;
+};
+
+inline bool cqe_is_error(const m5::CqeView& c) {
+  return c.opcode == m5::kCqeReqErr || c.opcode == m5::kCqeRespErr;
+}
+
+}  // namespace gicbench
