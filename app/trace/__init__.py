@@ -1,0 +1,24 @@
+"""Per-rank HDF5 traces and the run manifest: writer, reader and schema (see schema.py)."""
+
+from .manifest import MANIFEST_FIELDS, manifest_path, read_manifest, write_manifest
+from .provenance import git_revision, utc_now
+from .reader import Point, RankTrace, Run, open_run
+from .schema import KNOWN_SCHEMAS, SCHEMA_VERSION
+from .writer import PointWriter, TraceWriter
+
+__all__ = [
+    "KNOWN_SCHEMAS",
+    "MANIFEST_FIELDS",
+    "SCHEMA_VERSION",
+    "Point",
+    "PointWriter",
+    "RankTrace",
+    "Run",
+    "TraceWriter",
+    "git_revision",
+    "manifest_path",
+    "open_run",
+    "read_manifest",
+    "utc_now",
+    "write_manifest",
+]

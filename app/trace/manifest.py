@@ -1,0 +1,80 @@
+"""The run manifest `RUN/run.json`, written by rank 0 atomically (temporary file + os.replace)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from gicbench.errors import TraceError
+
+from . import schema
+from .provenance import git_revision, tool_version
+
+MANIFEST_FIELDS = (
+    "schema", "tool_version", "git_rev", "experiments", "config", "world_size", "provider",
+    "submitter", "argv", "start_utc", "end_utc", "status", "hosts",
+)
+OPTIONAL_FIELDS = ("failed_ranks", "reason")
+
+
+def manifest_path(run_dir: Path) -> Path:
+    return Path(run_dir) / schema.MANIFEST_NAME
+
+
+def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> Path:
+    """Write run.json atomically. schema, tool_version and git_rev are filled in when absent.
+
+    Required: world_size (positive int) and status (running, complete or incomplete). Fields of
+    MANIFEST_FIELDS that are missing are written as null so every manifest has the same keys.
+    """
+    data = dict(manifest)
+    data.setdefault("schema", schema.SCHEMA_VERSION)
+    data.setdefault("tool_version", tool_version())
+    data.setdefault("git_rev", git_revision())
+    status = data.get("status")
+    if status not in schema.MANIFEST_STATUSES:
+        raise TraceError(
+            f"invalid manifest status={status!r}: allowed {list(schema.MANIFEST_STATUSES)}"
+        )
+    world_size = data.get("world_size")
+    if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
+        raise TraceError(f"invalid manifest world_size={world_size!r}: a positive int")
+    for key in MANIFEST_FIELDS:
+        data.setdefault(key, None)
+    text = schema.to_json(data)
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".run.json.", dir=run_dir)
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, manifest_path(run_dir))
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return manifest_path(run_dir)
+
+
+def read_manifest(run_dir: Path) -> dict[str, Any]:
+    """Load run.json; raises TraceError if it is missing or not a JSON object."""
+    path = manifest_path(run_dir)
+    if not Path(run_dir).is_dir():
+        raise TraceError(f"{run_dir} is not a directory: expected a gicbench run directory")
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise TraceError(
+            f"{path} is missing: not a gicbench run directory, or rank 0 died before starting"
+        ) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise TraceError(f"{path} must hold a JSON object, got {type(data).__name__}")
+    return data
