@@ -6,8 +6,20 @@
 // All multi-byte fields are big-endian, except ctrl.imm which is stored as passed.
 #pragma once
 
-#include <stddef.h>
+#if defined(__CUDACC_RTC__)
+// NVRTC (CuPy RawModule) ships no C library headers. These are the typedefs libcu++'s
+// <cuda/std/cstdint> makes under NVRTC, so a kernel may include both.
+typedef signed char int8_t;
+typedef unsigned char uint8_t;
+typedef signed short int16_t;
+typedef unsigned short uint16_t;
+typedef signed int int32_t;
+typedef unsigned int uint32_t;
+typedef signed long long int64_t;
+typedef unsigned long long uint64_t;
+#else
 #include <stdint.h>
+#endif
 
 #if defined(__CUDACC__)
 #define GB_HD __host__ __device__ __forceinline__
@@ -93,29 +105,37 @@ GB_HD uint64_t bswap64(uint64_t v) {
          bswap32(static_cast<uint32_t>(v >> 32));
 }
 
-// Unaligned-safe big-endian stores/loads through bytes: segments are 4-byte aligned at least, but
-// the AV's rlid and the CQE's wqe_counter are 2-byte fields, so everything goes byte-wise here and
-// the hot paths use the aligned 32/64-bit helpers below.
+// Native 32/64-bit accesses to queue memory. Rings are byte buffers written through several widths
+// (ctrl as 32-bit words, then read back as the 64-bit doorbell), so the accesses go through
+// may_alias types: without them GCC's type-based alias analysis may reorder or forward them.
+// `p` must be 4-byte aligned (8 for the 64-bit ones): true of every field gicbench touches.
+typedef uint32_t __attribute__((__may_alias__)) u32_alias;
+typedef uint64_t __attribute__((__may_alias__)) u64_alias;
+GB_HD uint32_t load32(const void* p) { return *static_cast<const u32_alias*>(p); }
+GB_HD void store32(void* p, uint32_t v) { *static_cast<u32_alias*>(p) = v; }
+GB_HD uint64_t load64(const void* p) { return *static_cast<const u64_alias*>(p); }
+
+// Big-endian stores/loads. 16-bit fields (AV rlid, CQE wqe_counter) go byte-wise; 64-bit fields as
+// two 32-bit words: a segment is only guaranteed 4-byte aligned by the ring arithmetic.
 GB_HD void put_be16(void* p, uint16_t v) {
   uint8_t* b = static_cast<uint8_t*>(p);
   b[0] = static_cast<uint8_t>(v >> 8);
   b[1] = static_cast<uint8_t>(v);
 }
-GB_HD void put_be32(void* p, uint32_t v) { *static_cast<uint32_t*>(p) = bswap32(v); }
+GB_HD void put_be32(void* p, uint32_t v) { store32(p, bswap32(v)); }
 GB_HD void put_be64(void* p, uint64_t v) {
-  // Two 32-bit stores: a segment is only guaranteed 4-byte aligned (inline data after a header).
-  uint32_t* w = static_cast<uint32_t*>(p);
-  w[0] = bswap32(static_cast<uint32_t>(v >> 32));
-  w[1] = bswap32(static_cast<uint32_t>(v));
+  uint8_t* b = static_cast<uint8_t*>(p);
+  store32(b, bswap32(static_cast<uint32_t>(v >> 32)));
+  store32(b + 4, bswap32(static_cast<uint32_t>(v)));
 }
 GB_HD uint16_t get_be16(const void* p) {
   const uint8_t* b = static_cast<const uint8_t*>(p);
   return static_cast<uint16_t>((b[0] << 8) | b[1]);
 }
-GB_HD uint32_t get_be32(const void* p) { return bswap32(*static_cast<const uint32_t*>(p)); }
+GB_HD uint32_t get_be32(const void* p) { return bswap32(load32(p)); }
 GB_HD uint64_t get_be64(const void* p) {
-  const uint32_t* w = static_cast<const uint32_t*>(p);
-  return (static_cast<uint64_t>(bswap32(w[0])) << 32) | bswap32(w[1]);
+  const uint8_t* b = static_cast<const uint8_t*>(p);
+  return (static_cast<uint64_t>(bswap32(load32(b))) << 32) | bswap32(load32(b + 4));
 }
 
 // ---- ds and WQEBB arithmetic -------------------------------------------------------------------
@@ -154,6 +174,8 @@ struct SqRing {
 };
 
 // ---- encoders (mirror rdma-core's mlx5dv_set_*_seg) -----------------------------------------------
+// Byte for byte what mlx5dv_set_ctrl_seg writes into a zeroed segment for ds <= 63; ds is masked
+// to its 6 bits (rdma-core would let a larger value spill into the reserved bits 7..6).
 GB_HD void set_ctrl_seg(void* seg, uint16_t pi, uint8_t opcode, uint8_t opmod, uint32_t qpn,
                         uint8_t fm_ce_se, uint8_t ds, uint8_t signature, uint32_t imm) {
   uint8_t* b = static_cast<uint8_t*>(seg);
@@ -163,14 +185,14 @@ GB_HD void set_ctrl_seg(void* seg, uint16_t pi, uint8_t opcode, uint8_t opmod, u
   b[9] = 0;  // dci_stream_channel_id (not used by gicbench)
   b[10] = 0;
   b[11] = fm_ce_se;
-  *reinterpret_cast<uint32_t*>(b + 12) = imm;  // as passed (already in wire order for WRITE_IMM)
+  store32(b + 12, imm);  // as passed (already in wire order for WRITE_IMM), like rdma-core
 }
 
 GB_HD void set_raddr_seg(void* seg, uint64_t raddr, uint32_t rkey) {
   uint8_t* b = static_cast<uint8_t*>(seg);
   put_be64(b + 0, raddr);
   put_be32(b + 8, rkey);
-  *reinterpret_cast<uint32_t*>(b + 12) = 0;
+  store32(b + 12, 0);  // reserved
 }
 
 GB_HD void set_data_seg(void* seg, uint32_t length, uint32_t lkey, uint64_t addr) {
@@ -193,11 +215,15 @@ GB_HD uint32_t set_inline_seg(const SqRing& sq, uint32_t wqe_index, uint32_t fir
                               const void* data, uint32_t len) {
   const uint32_t nseg = inline_seg_ds(len);
   const uint8_t* src = static_cast<const uint8_t*>(data);
-  put_be32(sq.seg(wqe_index, first_seg), len | kInlineFlag);
-  // byte k of the segment run (k >= 4 is payload byte k-4)
-  for (uint32_t k = 4; k < nseg * kSegBytes; ++k) {
-    uint8_t* dst = sq.seg(wqe_index, first_seg + k / kSegBytes) + (k % kSegBytes);
-    *dst = (k - 4 < len) ? src[k - 4] : 0;
+  uint8_t* hdr = sq.seg(wqe_index, first_seg);
+  put_be32(hdr, len | kInlineFlag);
+  // Payload and padding run from 4 bytes into the header segment; they wrap at most once.
+  const uint32_t bytes = sq.bytes();
+  uint32_t off = static_cast<uint32_t>(hdr - sq.buf) + 4;
+  const uint32_t total = nseg * kSegBytes - 4;
+  for (uint32_t i = 0; i < total; ++i, ++off) {
+    if (off == bytes) off = 0;
+    sq.buf[off] = (i < len) ? src[i] : 0;
   }
   return nseg;
 }
@@ -270,7 +296,7 @@ GB_HD CtrlView get_ctrl_seg(const void* seg) {
   c.ds = static_cast<uint8_t>(w1 & kDsMask);
   c.signature = b[8];
   c.fm_ce_se = b[11];
-  c.imm = *reinterpret_cast<const uint32_t*>(b + 12);
+  c.imm = load32(b + 12);
   return c;
 }
 
@@ -299,9 +325,11 @@ GB_HD bool is_inline(const void* seg) { return (get_be32(seg) & kInlineFlag) != 
 GB_HD void get_inline_payload(const SqRing& sq, uint32_t wqe_index, uint32_t first_seg, void* out,
                               uint32_t len) {
   uint8_t* dst = static_cast<uint8_t*>(out);
-  for (uint32_t i = 0; i < len; ++i) {
-    const uint32_t k = i + 4;
-    dst[i] = *(sq.seg(wqe_index, first_seg + k / kSegBytes) + (k % kSegBytes));
+  const uint32_t bytes = sq.bytes();
+  uint32_t off = static_cast<uint32_t>(sq.seg(wqe_index, first_seg) - sq.buf) + 4;
+  for (uint32_t i = 0; i < len; ++i, ++off) {
+    if (off == bytes) off = 0;
+    dst[i] = sq.buf[off];
   }
 }
 
@@ -343,6 +371,8 @@ struct CqeView {
   uint64_t timestamp;
 };
 
+// Error CQEs (struct mlx5_err_cqe) have no byte_cnt, imm or timestamp: bytes 36..53 are reserved
+// and the syndromes sit in the timestamp's last two bytes, so those fields decode as 0 there.
 GB_HD CqeView get_cqe(const void* cqe) {
   const uint8_t* b = static_cast<const uint8_t*>(cqe);
   CqeView v;
@@ -350,13 +380,13 @@ GB_HD CqeView get_cqe(const void* cqe) {
   v.opcode = op_own >> 4;
   v.owner = op_own & 1;
   v.wqe_counter = get_be16(b + kCqeWqeCounter);
-  v.byte_cnt = get_be32(b + kCqeByteCnt);
   const uint32_t sop = get_be32(b + kCqeSopQpn);
   v.qpn = sop & 0xffffff;
   v.wqe_opcode = static_cast<uint8_t>(sop >> 24);
-  v.imm = *reinterpret_cast<const uint32_t*>(b + kCqeImm);
-  v.timestamp = get_be64(b + kCqeTimestamp);
   const bool err = v.opcode == kCqeReqErr || v.opcode == kCqeRespErr;
+  v.byte_cnt = err ? 0 : get_be32(b + kCqeByteCnt);
+  v.imm = err ? 0 : load32(b + kCqeImm);
+  v.timestamp = err ? 0 : get_be64(b + kCqeTimestamp);
   v.syndrome = err ? b[kErrCqeSyndrome] : 0;
   v.vendor_syndrome = err ? b[kErrCqeVendorSynd] : 0;
   return v;
@@ -397,7 +427,7 @@ GB_HD uint8_t fill_resp_cqe(void* cqe, uint8_t cqe_opcode, uint32_t qpn, uint16_
                             uint8_t owner) {
   uint8_t* b = static_cast<uint8_t*>(cqe);
   for (uint32_t i = 0; i < kCqeOpOwn; ++i) b[i] = 0;
-  *reinterpret_cast<uint32_t*>(b + kCqeImm) = raw_imm;
+  store32(b + kCqeImm, raw_imm);
   put_be32(b + kCqeByteCnt, byte_cnt);
   put_be64(b + kCqeTimestamp, timestamp);
   put_be32(b + kCqeSopQpn, qpn & 0xffffff);
@@ -416,10 +446,68 @@ GB_HD uint8_t fill_err_cqe(void* cqe, uint8_t cqe_opcode, uint8_t syndrome, uint
   return static_cast<uint8_t>((cqe_opcode << 4) | (owner & 1));
 }
 
-// The 8 bytes a doorbell carries: the first 8 bytes of the last WQE's control segment.
-GB_HD uint64_t doorbell_value(const void* ctrl_seg) {
-  return *static_cast<const uint64_t*>(ctrl_seg);
+// ---- whole WQEs (the layouts of reference/mlx5.md), twins of gicbench.mlx5.SqRing.post_* --------
+// Each writes the WQE at producer index `pi` (body first, ctrl last) and returns its WQEBBs. An AV
+// (DC) goes right after ctrl: the 48-byte form, or the 16-byte one with `compact_av`.
+GB_HD uint32_t set_av_at(const SqRing& sq, uint32_t pi, uint32_t seg, const AvFields* av,
+                         bool compact_av) {
+  if (!av) return 0;
+  if (compact_av) {
+    set_av_compact(sq.seg(pi, seg), av->dc_key, av->dqp_dct, av->stat_rate_sl, av->fl_mlid,
+                   av->rlid);
+    return kDsAvCompact;
+  }
+  set_av_full(sq, pi, seg, *av);
+  return kDsAvFull;
 }
+
+// RDMA WRITE (with_imm: WRITE_WITH_IMM, `imm` in wire order). inline_data non-null: `length` bytes
+// go inline; else a pointer data segment (length, lkey, laddr).
+GB_HD uint32_t build_rdma_write(const SqRing& sq, uint32_t pi, uint32_t qpn, uint64_t raddr,
+                                uint32_t rkey, const void* inline_data, uint32_t length,
+                                uint32_t lkey, uint64_t laddr, uint8_t fm_ce_se, bool with_imm,
+                                uint32_t imm, const AvFields* av = nullptr,
+                                bool compact_av = false) {
+  uint32_t seg = 1 + set_av_at(sq, pi, 1, av, compact_av);
+  set_raddr_seg(sq.seg(pi, seg++), raddr, rkey);
+  if (inline_data) {
+    seg += set_inline_seg(sq, pi, seg, inline_data, length);
+  } else {
+    set_data_seg(sq.seg(pi, seg++), length, lkey, laddr);
+  }
+  set_ctrl_seg(sq.wqe(pi), static_cast<uint16_t>(pi), with_imm ? kOpRdmaWriteImm : kOpRdmaWrite,
+               0, qpn, fm_ce_se, static_cast<uint8_t>(seg), 0, with_imm ? imm : 0);
+  return ds_to_wqebbs(seg);
+}
+
+// ATOMIC fetch-add of `add` on the 8-byte word at raddr; the old value lands at laddr (lkey).
+GB_HD uint32_t build_fetch_add(const SqRing& sq, uint32_t pi, uint32_t qpn, uint64_t raddr,
+                               uint32_t rkey, uint64_t add, uint32_t lkey, uint64_t laddr,
+                               uint8_t fm_ce_se, const AvFields* av = nullptr,
+                               bool compact_av = false) {
+  uint32_t seg = 1 + set_av_at(sq, pi, 1, av, compact_av);
+  set_raddr_seg(sq.seg(pi, seg++), raddr, rkey);
+  set_atomic_seg(sq.seg(pi, seg++), add, 0);
+  set_data_seg(sq.seg(pi, seg++), 8, lkey, laddr);
+  set_ctrl_seg(sq.wqe(pi), static_cast<uint16_t>(pi), kOpAtomicFa, 0, qpn, fm_ce_se,
+               static_cast<uint8_t>(seg), 0, 0);
+  return ds_to_wqebbs(seg);
+}
+
+// NOP: a control segment alone.
+GB_HD uint32_t build_nop(const SqRing& sq, uint32_t pi, uint32_t qpn, uint8_t fm_ce_se) {
+  set_ctrl_seg(sq.wqe(pi), static_cast<uint16_t>(pi), kOpNop, 0, qpn, fm_ce_se, 1, 0, 0);
+  return 1;
+}
+
+// ---- doorbells -----------------------------------------------------------------------------------
+// The native 32-bit words to store into doorbell records: memory then holds BE32 of the index.
+GB_HD uint32_t dbrec_value(uint32_t pi) { return bswap32(pi & 0xffffu); }       // dbrec[kSndDbr]
+GB_HD uint32_t cq_ci_value(uint32_t ci) { return bswap32(ci & 0xffffffu); }     // dbrec[kCqSetCi]
+
+// The 8 bytes a doorbell carries: the first 8 bytes of the last WQE's control segment.
+// Stored as a native 64-bit word, it writes those 8 bytes unchanged. ctrl_seg: 8-byte aligned.
+GB_HD uint64_t doorbell_value(const void* ctrl_seg) { return load64(ctrl_seg); }
 
 }  // namespace mlx5
 }  // namespace gicbench

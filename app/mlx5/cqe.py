@@ -47,6 +47,8 @@ class Cqe:
 
 
 def decode_cqe(b64: BytesLike) -> Cqe:
+    """Decode a CQE. Error CQEs (mlx5_err_cqe) have no byte_cnt, imm or timestamp (bytes 36..53
+    are reserved, the syndromes sit in the timestamp's last bytes): those decode as 0 there."""
     raw = as_bytes(b64, CQE_BYTES, "CQE")
     op_own = raw[OFF_OP_OWN]
     opcode = op_own >> 4
@@ -56,13 +58,13 @@ def decode_cqe(b64: BytesLike) -> Cqe:
         opcode=opcode,
         owner=op_own & 1,
         wqe_counter=struct.unpack_from(">H", raw, OFF_WQE_COUNTER)[0],
-        byte_cnt=struct.unpack_from(">I", raw, OFF_BYTE_CNT)[0],
+        byte_cnt=0 if err else struct.unpack_from(">I", raw, OFF_BYTE_CNT)[0],
         qpn=sop & 0xFFFFFF,
         wqe_opcode=sop >> 24,
-        imm=int.from_bytes(raw[OFF_IMM : OFF_IMM + 4], "little"),
+        imm=0 if err else int.from_bytes(raw[OFF_IMM : OFF_IMM + 4], "little"),
         syndrome=raw[OFF_SYNDROME] if err else 0,
         vendor_syndrome=raw[OFF_VENDOR_SYND] if err else 0,
-        timestamp=struct.unpack_from(">Q", raw, OFF_TIMESTAMP)[0],
+        timestamp=0 if err else struct.unpack_from(">Q", raw, OFF_TIMESTAMP)[0],
     )
 
 
