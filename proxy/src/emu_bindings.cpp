@@ -1,6 +1,164 @@
-// Bindings of the emu area (being written).
+// Bindings of the emu area: the emulated NIC of one rank (gicbench._native.emu.Nic) and the
+// native benchmark loops. Python (gicbench.fabric.emu) wraps these and maps errors.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
 #include "bindings.hpp"
+#include "emu_bench.hpp"
+#include "emu_nic.hpp"
+
+namespace nb = nanobind;
+using gicbench::emu::Nic;
 
 namespace gicbench {
-void bind_emu(nanobind::module_) {}
+
+namespace {
+
+const char* const kCounterNames[emu::kNumCounters] = {
+    "wqes",          "doorbells",  "bytes",   "messages",          "errors",
+    "stale_wqes",    "flushed",    "cq_overruns", "cqes",          "cqe_dropped",
+    "not_rts",       "bad_doorbells", "recv_consumed", "dc_key_violations", "rnr",
+};
+
+nb::dict rq_dict(const emu::RqInfo& r) {
+  nb::dict d;
+  d["buf"] = r.buf;
+  d["dbrec"] = r.dbrec;
+  d["wqe_cnt"] = r.wqe_cnt;
+  return d;
+}
+
+}  // namespace
+
+void bind_emu(nb::module_ m) {
+  m.attr("COUNTERS") = [] {
+    nb::list l;
+    for (const char* n : kCounterNames) l.append(n);
+    return l;
+  }();
+  m.attr("MAX_QPS") = emu::kMaxQps;
+  m.attr("ERR_STALE_WQE") = static_cast<uint32_t>(emu::kErrStaleWqe);
+  m.attr("ERR_NOT_RTS") = static_cast<uint32_t>(emu::kErrNotRts);
+  m.attr("ERR_CQ_OVERRUN") = static_cast<uint32_t>(emu::kErrCqOverrun);
+  m.attr("ERR_BAD_DOORBELL") = static_cast<uint32_t>(emu::kErrBadDoorbell);
+  m.attr("ERR_COMPLETION") = static_cast<uint32_t>(emu::kErrCompletion);
+
+  nb::class_<Nic>(m, "Nic", "The emulated NIC of one rank: segment, objects, CPU engine.")
+      .def(
+          "__init__",
+          [](Nic* self, const std::string& name, int rank, int world, uint64_t bytes,
+             uint32_t max_mrs, uint32_t max_qps, uint32_t max_cqs, uint32_t max_dcts) {
+            emu::Limits lim{max_mrs, max_qps, max_cqs, max_dcts};
+            new (self) Nic(name, rank, world, bytes, lim);
+          },
+          nb::arg("name"), nb::arg("rank"), nb::arg("world"), nb::arg("bytes"),
+          nb::arg("max_mrs"), nb::arg("max_qps"), nb::arg("max_cqs"), nb::arg("max_dcts"))
+      .def_prop_ro("name", [](const Nic& n) { return n.seg().name(); })
+      .def_prop_ro("base", [](const Nic& n) { return reinterpret_cast<uint64_t>(n.seg().base()); })
+      .def_prop_ro("bytes", [](const Nic& n) { return n.seg().bytes(); })
+      .def_prop_ro("arena_used", [](const Nic& n) { return n.seg().hdr()->arena_used; })
+      .def("reg_mr",
+           [](Nic& n, uint64_t length, uint32_t access) {
+             const emu::MrInfo r = n.reg_mr(length, access);
+             return std::make_tuple(r.addr, r.length, r.key);
+           })
+      .def("create_cq",
+           [](Nic& n, uint32_t ncqe) {
+             const emu::CqInfo c = n.create_cq(ncqe);
+             return std::make_tuple(c.cqn, c.buf, c.dbrec, c.ncqe);
+           })
+      .def("create_qp",
+           [](Nic& n, uint32_t send_cqn, uint32_t sq_wqebbs, uint32_t recv_cqn, uint32_t rq_wqes,
+              bool dci) {
+             const emu::QpInfo q = n.create_qp(send_cqn, sq_wqebbs, recv_cqn, rq_wqes, dci);
+             nb::dict d;
+             d["qpn"] = q.qpn;
+             d["buf"] = q.sq_buf;
+             d["dbrec"] = q.dbrec;
+             d["doorbell"] = q.doorbell;
+             d["wqebb_cnt"] = q.wqebb_cnt;
+             d["rq"] = rq_dict(q.rq);
+             return d;
+           })
+      .def("create_dct",
+           [](Nic& n, uint32_t cqn, uint64_t dc_key, uint32_t rq_wqes) {
+             const emu::DctInfo t = n.create_dct(cqn, dc_key, rq_wqes);
+             nb::dict d;
+             d["dctn"] = t.dctn;
+             d["rq"] = rq_dict(t.rq);
+             return d;
+           })
+      .def("modify_qp", &Nic::modify_qp, nb::arg("qpn"), nb::arg("state"),
+           nb::arg("remote_rank") = -1, nb::arg("remote_qpn") = 0)
+      .def("qp_state", &Nic::qp_state)
+      .def("qp_info",
+           [](const Nic& n, uint32_t qpn) {
+             const emu::QpEntry& q = n.qp_entry(qpn);
+             nb::dict d;
+             d["state"] = emu::ld_acq(&q.state);
+             d["sq_ci"] = emu::ld_rlx(&q.sq_ci);
+             d["wqes"] = emu::ld_rlx(&q.wqes);
+             d["doorbells"] = emu::ld_rlx(&q.doorbells);
+             d["errors"] = emu::ld_rlx(&q.errors);
+             d["stale_wqes"] = emu::ld_rlx(&q.stale);
+             d["remote_rank"] = q.remote_rank;
+             d["remote_qpn"] = q.remote_qpn;
+             d["rq_ci"] = emu::ld_rlx(&q.rq.ci);
+             return d;
+           })
+      .def("dct_info",
+           [](const Nic& n, uint32_t dctn) {
+             const emu::DctEntry& t = n.dct_entry(dctn);
+             nb::dict d;
+             d["key_violations"] = emu::ld_rlx(&t.key_violations);
+             d["rq_ci"] = emu::ld_rlx(&t.rq.ci);
+             return d;
+           })
+      .def("cq_info",
+           [](const Nic& n, uint32_t cqn) {
+             const emu::CqEntry& c = n.cq_entry(cqn);
+             nb::dict d;
+             d["status"] = emu::ld_acq(&c.status);
+             d["pi"] = emu::ld_rlx(&c.pi);
+             d["dropped"] = emu::ld_rlx(&c.dropped);
+             return d;
+           })
+      .def("attach_peer", &Nic::attach_peer)
+      .def("seal", &Nic::seal)
+      .def("close", &Nic::close, nb::call_guard<nb::gil_scoped_release>())
+      .def("progress", &Nic::progress, nb::call_guard<nb::gil_scoped_release>())
+      .def("start_thread", &Nic::start_thread)
+      .def("stop_thread", &Nic::stop_thread, nb::call_guard<nb::gil_scoped_release>())
+      .def_prop_ro("thread_running", &Nic::thread_running)
+      .def("quiesce", &Nic::quiesce, nb::call_guard<nb::gil_scoped_release>())
+      .def("counters",
+           [](const Nic& n) {
+             nb::dict d;
+             const uint64_t* c = n.seg().hdr()->counters;
+             for (uint32_t i = 0; i < emu::kNumCounters; ++i)
+               d[kCounterNames[i]] = emu::ld_rlx(&c[i]);
+             return d;
+           })
+      .def("drain_errors",
+           [](Nic& n) {
+             uint64_t lost = 0;
+             std::vector<std::tuple<uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, int32_t>> v;
+             for (const emu::ErrRecord& r : n.drain_errors(&lost))
+               v.emplace_back(r.kind, r.qpn, r.expected, r.found, r.cqn, r.rank);
+             return std::make_tuple(v, lost);
+           })
+      .def_prop_ro("progress_hook",
+                   [](const Nic&) { return reinterpret_cast<uint64_t>(&gicbench_emu_progress); })
+      .def_prop_ro("progress_ctx", [](Nic& n) { return reinterpret_cast<uint64_t>(&n); });
+
+  bind_emu_bench(m);
+}
+
 }  // namespace gicbench

@@ -1,0 +1,194 @@
+// Layout of one rank's emulated-NIC shared-memory segment (POSIX shm, mapped by every rank of the
+// node). Everything a peer's engine may touch lives here: MR table (rkey lookup), QP/DCT tables
+// (responder state, receive queues), CQ table (responder CQEs, overrun state), the rings, the
+// doorbell page and the registered buffers. Plain structs, accessed with __atomic builtins: the
+// segment is shared between processes, so no constructors run on it.
+#pragma once
+
+#include <cstdint>
+
+namespace gicbench {
+namespace emu {
+
+constexpr uint64_t kMagic = 0x3175'6d65'6263'6967ull;  // "gicbemu1" little-endian
+constexpr uint32_t kLayoutVersion = 1;
+constexpr uint32_t kHeaderBytes = 4096;
+constexpr uint32_t kErrRing = 256;  // error records kept (older ones are overwritten)
+constexpr uint32_t kMaxRanks = 256;  // numbers carry (rank & 0xff) << 16
+constexpr uint32_t kMaxQps = 0x7fff;  // bit 15 of a number's index marks a DCT
+constexpr uint32_t kDctBit = 0x8000;
+
+// Object numbers (QPN, DCT number, CQN): one 24-bit namespace per node.
+inline uint32_t make_num(uint32_t rank, uint32_t index) { return ((rank & 0xff) << 16) | index; }
+inline uint32_t num_rank(uint32_t num) { return (num >> 16) & 0xff; }
+inline uint32_t num_index(uint32_t num) { return num & 0xffff; }
+
+// Keys: (mr_index << 8) | key_byte, like mlx5 mkeys (index 0 is never used, so no key is 0).
+inline uint32_t key_index(uint32_t key) { return key >> 8; }
+
+enum QpState : uint32_t { kReset = 0, kInit = 1, kRtr = 2, kRts = 3, kErr = 6 };
+enum QpType : uint32_t { kNone = 0, kRc = 1, kDci = 2 };
+enum Access : uint32_t { kLocalWrite = 1, kRemoteWrite = 2, kRemoteRead = 4, kRemoteAtomic = 8 };
+// mlx5_ifc.h cqc status values
+enum CqStatus : uint32_t { kCqOk = 0, kCqOverflow = 9 };
+
+// Rank-wide counters (index into Header::counters).
+enum Counter : uint32_t {
+  kCntWqes,            // WQEs executed (not counting flushed or stale ones)
+  kCntDoorbells,       // doorbell-word changes seen
+  kCntBytes,           // payload bytes moved (writes, 8 per atomic)
+  kCntMessages,        // RDMA operations issued (write, write_imm, atomic)
+  kCntErrors,          // error CQEs written (excluding flushes)
+  kCntStaleWqes,       // WQEs whose ctrl index was not the expected one (not executed)
+  kCntFlushed,         // WQEs completed with WR_FLUSH
+  kCntCqOverruns,      // CQs of this rank that overflowed
+  kCntCqes,            // CQEs written into this rank's CQs
+  kCntCqeDropped,      // CQEs lost because the CQ was in error
+  kCntNotRts,          // doorbells on a QP not in RTS (ignored, as hardware does)
+  kCntBadDoorbells,    // doorbells naming a QPN or index outside the posted window
+  kCntRecvConsumed,    // receives consumed by WRITE_IMM arriving at this rank
+  kCntDcKeyViolations, // packets dropped at this rank's DCTs for a wrong DC key
+  kCntRnr,             // WRITE_IMM that found no receive posted (requester side)
+  kNumCounters,
+};
+
+// What an error record reports (Python raises FabricError from these).
+enum ErrKind : uint32_t {
+  kErrStaleWqe = 1,     // expected = consumer index, found = index in ctrl
+  kErrNotRts = 2,       // expected = QP state, found = WQE index the doorbell named
+  kErrCqOverrun = 3,    // cqn set; expected = consumer index, found = producer index
+  kErrBadDoorbell = 4,  // expected = consumer index, found = doorbell's index (or QPN)
+  kErrCompletion = 5,   // an error CQE was written: expected = syndrome, found = wqe index
+};
+
+struct ErrRecord {
+  uint64_t seq;  // ticket + 1 once the record is complete (release store)
+  uint32_t kind;
+  uint32_t qpn;
+  uint32_t expected;
+  uint32_t found;
+  uint32_t cqn;
+  int32_t rank;  // the engine that detected it
+};
+static_assert(sizeof(ErrRecord) == 32, "ErrRecord layout");
+
+struct MrEntry {
+  uint32_t key;  // 0 = free; published last with a release store
+  uint32_t access;
+  uint64_t offset;  // in the owner's segment
+  uint64_t length;
+  uint64_t addr;  // the address the owner reported (its mapping base + offset)
+};
+static_assert(sizeof(MrEntry) == 32, "MrEntry layout");
+
+struct CqEntry {
+  uint32_t lock;  // spinlock: responder CQEs come from other ranks' engines
+  uint32_t status;
+  uint32_t ncqe;
+  uint32_t cqn;
+  uint64_t buf_off;
+  uint64_t dbrec_off;
+  uint32_t pi;  // producer index (under lock)
+  uint32_t dropped;
+  uint64_t reserved[3];
+};
+static_assert(sizeof(CqEntry) == 64, "CqEntry layout");
+
+// A receive queue of 16-byte entries (consumed by WRITE_IMM; the entries' contents are not used:
+// the payload goes to raddr). Producer index: BE32 at dbrec_off (RCV_DBR word).
+struct RqState {
+  uint64_t buf_off;
+  uint64_t dbrec_off;  // address of the receive producer word
+  uint32_t wqe_cnt;    // 0 = no RQ
+  uint32_t ci;         // consumer index, under the receive CQ's lock
+  uint32_t cqn;
+  uint32_t pad;
+};
+
+struct QpEntry {
+  uint32_t state;  // QpState; written by control and by the engine (-> ERR)
+  uint32_t type;
+  uint32_t qpn;
+  uint32_t wqebb_cnt;
+  uint64_t sq_off;
+  uint64_t dbrec_off;  // the QP's doorbell record (2 words: [RCV], [SND])
+  uint32_t send_cqn;
+  int32_t remote_rank;
+  uint32_t remote_qpn;
+  uint32_t sq_ci;  // engine's consumer index (mirror for inspection)
+  RqState rq;
+  uint64_t wqes, doorbells, errors, stale;  // per-QP counters (owner engine only)
+  uint64_t reserved[2];
+};
+static_assert(sizeof(QpEntry) == 128, "QpEntry layout");
+
+struct DctEntry {
+  uint32_t state;  // kRtr when usable
+  uint32_t dctn;
+  uint64_t dc_key;
+  RqState rq;  // rq.cqn is the DCT's CQ
+  uint32_t key_violations;
+  uint32_t pad;
+  uint64_t reserved;
+};
+static_assert(sizeof(DctEntry) == 64, "DctEntry layout");
+
+struct Header {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t header_bytes;
+  uint64_t total_bytes;
+  int32_t rank;
+  int32_t world;
+  int32_t pid;
+  uint32_t max_mrs, max_qps, max_cqs, max_dcts;
+  uint32_t pad0;
+  uint64_t mr_off, qp_off, cq_off, dct_off, db_off, err_off, arena_off, arena_bytes;
+  uint32_t n_mrs, n_qps, n_cqs, n_dcts;  // high-water marks (slot 0 unused), release-published
+  uint64_t arena_used;                    // bump allocator, control side only
+  uint64_t err_head;                      // error-record tickets
+  uint64_t reserved[8];
+  alignas(64) uint64_t counters[kNumCounters];
+};
+static_assert(sizeof(Header) <= kHeaderBytes, "header fits its page");
+
+// ---- __atomic helpers over the shared mapping --------------------------------------------------
+template <class T>
+inline T ld_acq(const T* p) {
+  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+template <class T>
+inline T ld_rlx(const T* p) {
+  return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+template <class T>
+inline void st_rel(T* p, T v) {
+  __atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+template <class T>
+inline void st_rlx(T* p, T v) {
+  __atomic_store_n(p, v, __ATOMIC_RELAXED);
+}
+template <class T>
+inline T add_rlx(T* p, T v) {
+  return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+}
+
+inline void cpu_pause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+// Test-and-test-and-set spinlock word in shared memory.
+inline void spin_lock(uint32_t* l) {
+  while (__atomic_exchange_n(l, 1u, __ATOMIC_ACQUIRE)) {
+    while (ld_rlx(l)) cpu_pause();
+  }
+}
+inline void spin_unlock(uint32_t* l) { st_rel(l, 0u); }
+
+}  // namespace emu
+}  // namespace gicbench

@@ -1,0 +1,120 @@
+// The emulated NIC of one rank: its segment, the mapped segments of its peers, the control verbs
+// (register, create CQ/QP/DCT, modify QP) and the CPU engine that executes mlx5 WQEs.
+//
+// The engine of rank r only reads r's send queues; it writes into peers' memory, peers' CQs and
+// consumes peers' receives directly through their mapped segments (the requester does the
+// responder's work, as there is no wire). Ordering: WQE memory is read after an acquire load of
+// the doorbell word; payload lands before the CQE body, and op_own is published last (release).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "emu_segment.hpp"
+#include "mlx5.cuh"
+
+namespace gicbench {
+namespace emu {
+
+struct MrInfo {
+  uint64_t addr, length;
+  uint32_t key;
+};
+struct CqInfo {
+  uint32_t cqn;
+  uint64_t buf, dbrec;
+  uint32_t ncqe;
+};
+struct RqInfo {
+  uint64_t buf, dbrec;
+  uint32_t wqe_cnt;
+};
+struct QpInfo {
+  uint32_t qpn;
+  uint64_t sq_buf, dbrec, doorbell;
+  uint32_t wqebb_cnt;
+  RqInfo rq;
+};
+struct DctInfo {
+  uint32_t dctn;
+  RqInfo rq;
+};
+
+class Nic {
+ public:
+  Nic(const std::string& name, int rank, int world, uint64_t bytes, const Limits& lim);
+  ~Nic();
+  Nic(const Nic&) = delete;
+  Nic& operator=(const Nic&) = delete;
+
+  // ---- control (one Python thread; each takes the control mutex) -----------------------------
+  MrInfo reg_mr(uint64_t length, uint32_t access);
+  CqInfo create_cq(uint32_t ncqe);
+  QpInfo create_qp(uint32_t send_cqn, uint32_t sq_wqebbs, uint32_t recv_cqn, uint32_t rq_wqes,
+                   bool dci);
+  DctInfo create_dct(uint32_t cqn, uint64_t dc_key, uint32_t rq_wqes);
+  // RESET->INIT->RTR->RTS, any->ERR, any->RESET; RTR of an RC QP needs the remote.
+  void modify_qp(uint32_t qpn, uint32_t state, int remote_rank, uint32_t remote_qpn);
+  uint32_t qp_state(uint32_t qpn) const;
+  void attach_peer(int rank, const std::string& name, uint64_t bytes);
+  bool seal();  // unlink our name: every peer has mapped us
+  void close();
+
+  // ---- engine ----------------------------------------------------------------------------------
+  size_t progress();  // one pass over the doorbells; returns WQEs handled (0 = idle)
+  void start_thread();
+  void stop_thread();
+  bool thread_running() const { return thread_.joinable(); }
+  void quiesce();  // returns once every doorbell rung before the call has been handled
+
+  // ---- inspection ------------------------------------------------------------------------------
+  const Segment& seg() const { return self_; }
+  int rank() const { return rank_; }
+  std::vector<ErrRecord> drain_errors(uint64_t* lost);
+  const QpEntry& qp_entry(uint32_t qpn) const;
+  const DctEntry& dct_entry(uint32_t dctn) const;
+  const CqEntry& cq_entry(uint32_t cqn) const;
+
+ private:
+  struct Exec {
+    uint8_t synd = 0;  // 0 = success
+    uint32_t bytes = 0;
+  };
+  struct Target;
+
+  QpEntry& qp_at(uint32_t qpn) const;
+  size_t process_doorbell(uint32_t idx, uint64_t db);
+  Exec execute(QpEntry& qp, const mlx5::SqRing& sq, uint32_t ci, const mlx5::CtrlView& c);
+  void complete_error(QpEntry& qp, uint8_t synd, uint8_t wqe_opcode, uint16_t idx, bool flush);
+  void engine_loop();
+  void lock_engine();
+  void unlock_engine() { st_rel(&busy_, 0u); }
+
+  int rank_, world_;
+  Segment self_;
+  std::vector<Segment> peers_;       // by rank; our own entry stays unmapped
+  std::vector<const Segment*> seg_;  // by rank: the mapping to use (self or peer), or null
+  std::mutex ctl_;
+  uint8_t key_byte_;
+
+  // Engine-private state per QP slot (only the engine, or control under the engine lock).
+  std::vector<uint64_t> last_db_;
+  std::vector<uint32_t> ci_;
+  uint64_t local_[kNumCounters] = {};
+  uint32_t busy_ = 0;  // engine lock: one progress() at a time (thread or inline callers)
+  std::atomic<uint64_t> passes_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  uint64_t err_cursor_ = 0;
+  bool closed_ = false;
+};
+
+}  // namespace emu
+}  // namespace gicbench
+
+// The inline-progress entry point native polling loops call: ctx is a Nic*.
+extern "C" void gicbench_emu_progress(void* ctx);
