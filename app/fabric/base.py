@@ -8,10 +8,13 @@ dicts are plain data, exchanged between ranks over MPI by app/bootstrap.
 
 from __future__ import annotations
 
+import ctypes
 import enum
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 
 class Access(enum.IntFlag):
@@ -21,7 +24,6 @@ class Access(enum.IntFlag):
     REMOTE_WRITE = 2
     REMOTE_READ = 4
     REMOTE_ATOMIC = 8
-
 
 
 class QpState(enum.IntEnum):
@@ -193,3 +195,10 @@ class Fabric(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def host_view(addr: int, length: int) -> np.ndarray:
+    """A writable uint8 numpy view of `length` bytes of host memory at `addr` (no copy)."""
+    if addr == 0 or length < 0:
+        raise ValueError(f"host_view: bad address 0x{addr:x} or length {length}")
+    return np.ctypeslib.as_array((ctypes.c_uint8 * length).from_address(addr))

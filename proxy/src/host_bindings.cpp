@@ -1,6 +1,193 @@
-// Bindings of the host area (being written).
+// Bindings of the host submitter's loops. Python hands queue descriptions as one uint64 table
+// (a row per lane, columns LANE_COLUMNS) and gets samples back as numpy arrays.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+
+#include <stdexcept>
+#include <vector>
+
 #include "bindings.hpp"
+#include "host_loops.hpp"
+
+namespace nb = nanobind;
 
 namespace gicbench {
-void bind_host(nanobind::module_) {}
+namespace {
+
+using LaneTable = nb::ndarray<const uint64_t, nb::shape<-1, 12>, nb::c_contig, nb::device::cpu>;
+constexpr const char* kLaneColumns[12] = {"sq_buf", "wqebb_cnt", "sq_dbrec", "doorbell", "qpn",
+                                          "cq_buf", "ncqe", "cq_dbrec", "dc", "dc_key",
+                                          "dct_num", "rlid_compact"};
+
+template <class T>
+T* ptr(uint64_t v) {
+  return reinterpret_cast<T*>(static_cast<uintptr_t>(v));
+}
+
+std::vector<host::Lane> lanes_from(const LaneTable& t) {
+  std::vector<host::Lane> lanes(t.shape(0));
+  for (size_t i = 0; i < lanes.size(); ++i) {
+    auto& l = lanes[i];
+    l.sq = SqDesc{ptr<uint8_t>(t(i, 0)), static_cast<uint32_t>(t(i, 1)), ptr<uint32_t>(t(i, 2)),
+                  ptr<uint64_t>(t(i, 3)), static_cast<uint32_t>(t(i, 4))};
+    l.cq = CqDesc{ptr<uint8_t>(t(i, 5)), static_cast<uint32_t>(t(i, 6)), ptr<uint32_t>(t(i, 7))};
+    if (l.sq.wqebb_cnt == 0 || (l.sq.wqebb_cnt & (l.sq.wqebb_cnt - 1)) || l.cq.ncqe == 0 ||
+        (l.cq.ncqe & (l.cq.ncqe - 1)))
+      throw std::invalid_argument("lane table: wqebb_cnt and ncqe must be powers of two");
+    l.dc = t(i, 8) != 0;
+    l.av.dc_key = t(i, 9);
+    l.av.dqp_dct = static_cast<uint32_t>(t(i, 10));
+    l.av.rlid = static_cast<uint16_t>(t(i, 11) & 0xffff);
+    l.compact_av = (t(i, 11) >> 32) != 0;
+  }
+  return lanes;
+}
+
+host::Buffer buf(const std::tuple<uint64_t, uint32_t, uint64_t>& b) {
+  return host::Buffer{std::get<0>(b), std::get<1>(b), std::get<2>(b)};
+}
+
+nb::dict error_dict(const host::LoopError& e) {
+  nb::dict d;
+  d["kind"] = e.kind;
+  d["qpn"] = e.qpn;
+  d["pi"] = e.pi;
+  d["retired"] = e.retired;
+  d["cq_ci"] = e.cq_ci;
+  d["syndrome"] = e.syndrome;
+  d["vendor_syndrome"] = e.vendor_syndrome;
+  d["wqe_counter"] = e.wqe_counter;
+  d["word_seen"] = e.word_seen;
+  d["word_expected"] = e.word_expected;
+  return d;
+}
+
+template <class T>
+nb::ndarray<nb::numpy, T, nb::ndim<1>> to_numpy(std::vector<T>&& v) {
+  auto* heap = new std::vector<T>(std::move(v));
+  nb::capsule owner(heap, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  return nb::ndarray<nb::numpy, T, nb::ndim<1>>(heap->data(), {heap->size()}, owner);
+}
+
+Progress progress_from(uint64_t fn, uint64_t ctx) {
+  return Progress{reinterpret_cast<void (*)(void*)>(static_cast<uintptr_t>(fn)), ptr<void>(ctx)};
+}
+
+}  // namespace
+
+void bind_host(nb::module_ m) {
+  nb::list cols;
+  for (auto c : kLaneColumns) cols.append(c);
+  m.attr("LANE_COLUMNS") = nb::tuple(cols);
+  m.def("install_interrupt_handler", &host::install_interrupt_handler,
+        "Make SIGTERM/SIGINT stop native loops (call after Python's own handlers are set).");
+  m.def("clear_interrupt", [] { host::g_interrupt.store(0); });
+
+  m.def(
+      "single_op",
+      [](const LaneTable& table, int mode, uint32_t size, bool inline_payload, bool scope_all,
+         uint32_t selected, std::tuple<uint64_t, uint32_t, uint64_t> src,
+         std::tuple<uint64_t, uint32_t, uint64_t> dst,
+         std::tuple<uint64_t, uint32_t, uint64_t> reply, uint32_t iters, uint32_t warmup,
+         int64_t timeout_ns, uint64_t progress_fn, uint64_t progress_ctx) {
+        auto lanes = lanes_from(table);
+        if (selected >= lanes.size()) throw std::invalid_argument("selected lane out of range");
+        if (mode < 0 || mode > 2) throw std::invalid_argument("mode must be 0, 1 or 2");
+        if (size < 8) throw std::invalid_argument("single_op needs size >= 8");
+        host::SingleOpArgs a;
+        a.mode = static_cast<host::SingleOpMode>(mode);
+        a.size = size;
+        a.inline_payload = inline_payload;
+        a.scope_all = scope_all;
+        a.selected = selected;
+        a.src = buf(src);
+        a.dst = buf(dst);
+        a.reply = buf(reply);
+        a.iters = iters;
+        a.warmup = warmup;
+        a.timeout_ns = timeout_ns;
+        std::vector<int64_t> out(iters, 0);
+        host::LoopError err;
+        bool ok;
+        {
+          nb::gil_scoped_release nogil;
+          ok = host::single_op(lanes, a, progress_from(progress_fn, progress_ctx), out.data(),
+                               err);
+        }
+        return std::make_tuple(ok, to_numpy(std::move(out)), error_dict(err));
+      },
+      nb::arg("lanes"), nb::arg("mode"), nb::arg("size"), nb::arg("inline_payload"),
+      nb::arg("scope_all"), nb::arg("selected"), nb::arg("src"), nb::arg("dst"), nb::arg("reply"),
+      nb::arg("iters"), nb::arg("warmup"), nb::arg("timeout_ns"), nb::arg("progress_fn") = 0,
+      nb::arg("progress_ctx") = 0,
+      "Requester side of single-op (mode 0 issue, 1 put+completion, 2 round trip). Buffers are "
+      "(addr, key, length). Returns (ok, samples_ns, error).");
+
+  m.def(
+      "rtt_respond",
+      [](const LaneTable& table, uint32_t lane, uint32_t size, bool inline_payload,
+         std::tuple<uint64_t, uint32_t, uint64_t> watch,
+         std::tuple<uint64_t, uint32_t, uint64_t> src,
+         std::tuple<uint64_t, uint32_t, uint64_t> dst, uint32_t count, int64_t timeout_ns,
+         uint64_t progress_fn, uint64_t progress_ctx) {
+        auto lanes = lanes_from(table);
+        if (lane >= lanes.size()) throw std::invalid_argument("lane out of range");
+        if (size < 8) throw std::invalid_argument("rtt_respond needs size >= 8");
+        host::LoopError err;
+        bool ok;
+        {
+          nb::gil_scoped_release nogil;
+          ok = host::rtt_respond(lanes[lane], size, inline_payload, buf(watch), buf(src),
+                                 buf(dst), count, timeout_ns,
+                                 progress_from(progress_fn, progress_ctx), err);
+        }
+        return std::make_tuple(ok, error_dict(err));
+      },
+      nb::arg("lanes"), nb::arg("lane"), nb::arg("size"), nb::arg("inline_payload"),
+      nb::arg("watch"), nb::arg("src"), nb::arg("dst"), nb::arg("count"), nb::arg("timeout_ns"),
+      nb::arg("progress_fn") = 0, nb::arg("progress_ctx") = 0,
+      "Responder side of the round trip: answer `count` requests. Returns (ok, error).");
+
+  m.def(
+      "msg_rate",
+      [](const LaneTable& table, uint32_t threads, uint32_t batch, uint32_t size,
+         bool inline_payload, std::tuple<uint64_t, uint32_t, uint64_t> src,
+         std::tuple<uint64_t, uint32_t, uint64_t> dst, uint64_t messages_per_thread,
+         uint64_t warmup_per_thread, uint64_t window, int64_t timeout_ns, uint64_t progress_fn,
+         uint64_t progress_ctx) {
+        auto lanes = lanes_from(table);
+        host::MsgRateArgs a;
+        a.threads = threads;
+        a.batch = batch;
+        a.size = size;
+        a.inline_payload = inline_payload;
+        a.src = buf(src);
+        a.dst = buf(dst);
+        a.messages_per_thread = messages_per_thread;
+        a.warmup_per_thread = warmup_per_thread;
+        a.window = window == 0 ? messages_per_thread : window;
+        a.timeout_ns = timeout_ns;
+        host::MsgRateResult res;
+        host::LoopError err;
+        bool ok;
+        {
+          nb::gil_scoped_release nogil;
+          ok = host::msg_rate(lanes, a, progress_from(progress_fn, progress_ctx), res, err);
+        }
+        nb::dict r;
+        r["elapsed_ns"] = res.elapsed_ns;
+        r["messages"] = res.messages;
+        r["doorbells"] = res.doorbells;
+        r["cqes"] = res.cqes;
+        return std::make_tuple(ok, to_numpy(std::move(res.windows_ns)), r, error_dict(err));
+      },
+      nb::arg("lanes"), nb::arg("threads"), nb::arg("batch"), nb::arg("size"),
+      nb::arg("inline_payload"), nb::arg("src"), nb::arg("dst"), nb::arg("messages_per_thread"),
+      nb::arg("warmup_per_thread"), nb::arg("window"), nb::arg("timeout_ns"),
+      nb::arg("progress_fn") = 0, nb::arg("progress_ctx") = 0,
+      "Message rate with many writes outstanding. Returns (ok, windows_ns, stats, error).");
+}
+
 }  // namespace gicbench

@@ -1,0 +1,46 @@
+"""Failure handling across ranks: every failure reaches every rank, none is left in a collective.
+
+Phases end with `check_all`: each rank contributes its exception (or None) to an allgather; if any
+rank failed, every rank raises JobFailure naming the failing ranks and their reasons. A rank stuck
+waiting on a dead peer is bounded by the completion timeout, so it reaches the check too.
+"""
+
+from __future__ import annotations
+
+from ..errors import GicbenchError
+
+
+class JobFailure(GicbenchError):
+    """One or more ranks failed in `phase`; `failures` lists (rank, reason)."""
+
+    def __init__(self, phase: str, failures: list[tuple[int, str]]) -> None:
+        self.phase, self.failures = phase, failures
+        lines = "; ".join(f"rank {r}: {why}" for r, why in failures)
+        super().__init__(f"{phase} failed on {len(failures)} rank(s): {lines}")
+
+
+def describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def check_all(comm, phase: str, exc: BaseException | None) -> None:
+    reasons = comm.allgather(None if exc is None else describe(exc))
+    failures = [(r, why) for r, why in enumerate(reasons) if why is not None]
+    if failures:
+        raise JobFailure(phase, failures) from exc
+
+
+class Phase:
+    """`with Phase(comm, "bring-up"):` runs the body and then check_all, on every rank."""
+
+    def __init__(self, comm, name: str) -> None:
+        self.comm, self.name = comm, name
+
+    def __enter__(self) -> Phase:
+        return self
+
+    def __exit__(self, et, exc, tb) -> bool:
+        if exc is not None and not isinstance(exc, Exception):
+            return False  # KeyboardInterrupt/SystemExit: let it through, the signal path aborts
+        check_all(self.comm, self.name, exc)
+        return False

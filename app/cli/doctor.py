@@ -1,0 +1,75 @@
+"""`gicbench doctor`: what this machine has and which providers/submitters can run here."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+
+from ..fabric.catalog import provider_caps, submitter_caps
+from ..platform import as_dict, gpu_nic_affinity, probe_all
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("doctor", help="show Python/MPI/CUDA/CuPy/pyverbs, GPUs, NICs, providers")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    probes = probe_all()
+    providers = provider_caps(probes)
+    submitters = submitter_caps(probes)
+    gpus = probes["gpus"].data.get("gpus", [])
+    nics = probes["rdma"].data.get("devices", [])
+    affinity = gpu_nic_affinity(gpus, nics)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "probes": as_dict(probes),
+                    "providers": [asdict(p) for p in providers],
+                    "submitters": [asdict(s) for s in submitters],
+                    "gpu_nic_affinity": affinity,
+                },
+                indent=2,
+                default=str,
+            )
+        )
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    t = Table(title="gicbench doctor: this machine")
+    t.add_column("component")
+    t.add_column("status")
+    t.add_column("detail")
+    for p in probes.values():
+        t.add_row(p.name, "[green]ok[/green]" if p.ok else "[yellow]absent[/yellow]", p.detail)
+    con.print(t)
+    for g in gpus:
+        con.print(
+            f"GPU {g['index']}: {g['name']} pci={g['pci']} numa={g['numa_node']} "
+            f"SM clock {g['sm_clock_mhz']}/{g['max_sm_clock_mhz']} MHz driver {g['driver']}"
+        )
+    for row in affinity:
+        con.print(
+            f"GPU {row['gpu']} (NUMA {row['numa_node']}) near NICs: "
+            f"{', '.join(row['nics']) or 'none'}"
+        )
+    t = Table(title="what can run here")
+    t.add_column("kind")
+    t.add_column("name")
+    t.add_column("runs here")
+    t.add_column("notes")
+    for kind, caps in (("provider", providers), ("submitter", submitters)):
+        for c in caps:
+            t.add_row(
+                kind,
+                c.name,
+                "[green]yes[/green]" if c.available else "[red]no[/red]",
+                c.reason or c.details.get("what", ""),
+            )
+    con.print(t)
+    return 0

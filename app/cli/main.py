@@ -1,0 +1,56 @@
+"""`gicbench` command line: run | list | analyze | report | jobs | doctor."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .. import __version__
+from ..errors import ConfigError, GicbenchError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import doctor, jobs, listing, run
+
+    p = argparse.ArgumentParser(
+        prog="gicbench",
+        description="Dissect GPU-initiated and CPU-proxy RDMA communication. Launch `run` under "
+        "mpiexec/srun; analyse the per-rank HDF5 traces offline with `analyze`/`report`.",
+    )
+    p.add_argument("--version", action="version", version=f"gicbench {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run.add_parser(sub)
+    listing.add_parser(sub)
+    _add_analysis(sub)
+    jobs.add_parser(sub)
+    doctor.add_parser(sub)
+    return p
+
+
+def _add_analysis(sub: argparse._SubParsersAction) -> None:
+    from ..analysis import cli as acli
+
+    a = sub.add_parser("analyze", help="summarise one or more runs (ratios side by side)")
+    acli.add_analyze_args(a)
+    a.set_defaults(func=acli.run_analyze)
+    r = sub.add_parser("report", help="write RUN/report.md with tables and PNG plots")
+    acli.add_report_args(r)
+    r.set_defaults(func=acli.run_report)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as e:
+        print(f"gicbench: error: {e}", file=sys.stderr)
+        return 2
+    except GicbenchError as e:
+        print(f"gicbench: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

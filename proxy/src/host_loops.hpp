@@ -1,0 +1,103 @@
+// The host submitter's timing loops: CPU threads post mlx5 WQEs and poll CQEs directly (the
+// host-verbs control of seed 000). Python only configures and collects; every timed region is here.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "queues.hpp"
+
+namespace gicbench {
+namespace host {
+
+// One queue pair as the submitter sees it: its SQ, its send CQ and, for DC, the address vector
+// of the target this QP sends to.
+struct Lane {
+  SqDesc sq;
+  CqDesc cq;
+  bool dc = false;
+  bool compact_av = false;
+  mlx5::AvFields av{};
+};
+
+// Set by a SIGTERM/SIGINT handler (install_interrupt_handler): loops give up promptly so the
+// rank can mark its trace incomplete instead of spinning until its completion timeout.
+extern std::atomic<int> g_interrupt;
+void install_interrupt_handler();
+
+// A failure inside a loop, reported to Python with everything needed to diagnose it.
+struct LoopError {
+  bool failed = false;
+  std::string kind;  // "timeout" | "cqe_error" | "interrupted"
+  uint32_t qpn = 0;
+  uint32_t pi = 0;        // SQ producer index (WQEBBs)
+  uint32_t retired = 0;   // SQ index retired by CQEs
+  uint32_t cq_ci = 0;     // CQ consumer index
+  uint32_t syndrome = 0;  // error CQEs
+  uint32_t vendor_syndrome = 0;
+  uint32_t wqe_counter = 0;
+  uint64_t word_seen = 0;  // round trip: value last seen in the polled word
+  uint64_t word_expected = 0;
+};
+
+struct Buffer {
+  uint64_t addr = 0;
+  uint32_t key = 0;  // lkey for local buffers, rkey for remote ones
+  uint64_t length = 0;
+};
+
+enum class SingleOpMode : int { kIssue = 0, kPutCompletion = 1, kRoundTrip = 2 };
+
+struct SingleOpArgs {
+  SingleOpMode mode = SingleOpMode::kIssue;
+  uint32_t size = 8;
+  bool inline_payload = true;
+  bool scope_all = false;  // completion walks every configured lane (NVSHMEM quiet), not just ours
+  uint32_t selected = 0;   // lane that carries the operation
+  Buffer src;              // local payload source (pattern + sequence in the last 8 bytes)
+  Buffer dst;              // remote target
+  Buffer reply;            // round trip: local word the peer's reply lands in (last 8 bytes)
+  uint32_t iters = 0;
+  uint32_t warmup = 0;
+  int64_t timeout_ns = 0;
+};
+
+// Requester side of single-op; fills `out` with `iters` samples (ns). Returns false on failure.
+bool single_op(std::vector<Lane>& lanes, const SingleOpArgs& a, Progress progress, int64_t* out,
+               LoopError& err);
+
+// Responder side of the round trip: waits for each request's sequence number in `watch` (last 8
+// bytes of the local landing buffer) and writes the same bytes back through `lane`.
+bool rtt_respond(Lane& lane, uint32_t size, bool inline_payload, Buffer watch, Buffer src,
+                 Buffer dst, uint32_t count, int64_t timeout_ns, Progress progress, LoopError& err);
+
+struct MsgRateArgs {
+  uint32_t threads = 1;
+  uint32_t batch = 1;  // WQEs per doorbell
+  uint32_t size = 8;
+  bool inline_payload = true;
+  Buffer src;          // pattern source, one slot per destination slot
+  Buffer dst;          // remote region; messages cycle over its slots
+  uint64_t messages_per_thread = 0;
+  uint64_t warmup_per_thread = 0;
+  uint64_t window = 0;  // messages per recorded window
+  int64_t timeout_ns = 0;
+};
+
+struct MsgRateResult {
+  std::vector<int64_t> windows_ns;  // every thread's windows, thread after thread
+  int64_t elapsed_ns = 0;           // first post to last completion, slowest thread
+  uint64_t messages = 0;
+  uint64_t doorbells = 0;
+  uint64_t cqes = 0;
+};
+
+// Many writes outstanding: thread t owns lanes t, t+T, ...; batches of `batch` WQEs per doorbell,
+// periodic reclamation through signaled WQEs, final drain included in the time.
+bool msg_rate(std::vector<Lane>& lanes, const MsgRateArgs& a, Progress progress,
+              MsgRateResult& res, LoopError& err);
+
+}  // namespace host
+}  // namespace gicbench
