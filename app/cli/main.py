@@ -45,7 +45,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except ConfigError as e:
-        print(f"gicbench: error: {e}", file=sys.stderr)
+        # Every rank validates the same input; one message is enough under mpiexec/srun.
+        from ..bootstrap.launch import launcher_rank
+
+        if launcher_rank() == 0:
+            print(f"gicbench: error: {e}", file=sys.stderr)
         return 2
     except GicbenchError as e:
         print(f"gicbench: {type(e).__name__}: {e}", file=sys.stderr)
