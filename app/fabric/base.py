@@ -190,6 +190,17 @@ class Fabric(ABC):
     @abstractmethod
     def close(self) -> None: ...
 
+    def seal(self) -> None:
+        """Called on every rank after add_peers() and a barrier: every peer has attached. A
+        provider that shares memory by name (emu) unlinks the name here; others do nothing."""
+        return None
+
+    def check(self) -> None:
+        """Raise the NIC's asynchronous errors (FabricError/CompletionError): what it reported
+        out of band, such as a CQ overrun or a stale WQE. Providers without such reports do
+        nothing."""
+        return None
+
     def __enter__(self) -> Fabric:
         return self
 

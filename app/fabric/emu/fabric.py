@@ -1,0 +1,419 @@
+"""EmuFabric: the emulated NIC of one rank (Python control over gicbench._native.emu.Nic).
+
+Memory: one POSIX shared-memory segment per rank holds every NIC object and registered buffer;
+peers map each other's segment after the endpoint exchange (add_peers), then every rank calls
+seal() after a barrier, which unlinks its name, so a crash after bring-up leaks nothing. Before
+that, close(), atexit and SIGTERM unlink it, and the janitor (run at creation) removes segments of
+dead processes.
+
+Progress: "thread" runs one engine thread per rank (spins, then backs off to sleeps of up to
+64 µs when idle); "inline" runs no thread and the rank's own polling drives the engine through
+progress_hook()/progress_ctx() (or progress()). Thread mode gives the lowest latency when a core
+is free for the engine; inline mode is the right one on oversubscribed machines (a 2-core CI box
+running two ranks), where a spinning engine would compete with the ranks it serves.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import re
+import signal
+import socket
+import threading
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+
+from ...errors import CompletionError, ConfigError, FabricError, UnsupportedError
+from ..base import (
+    ACCESS_ALL,
+    Access,
+    CompletionQueue,
+    DcTarget,
+    Fabric,
+    MemoryRegion,
+    ProviderCaps,
+    QpState,
+    QueuePair,
+    ReceiveQueue,
+    SendQueue,
+)
+from .janitor import janitor, segment_name
+from .memory import host_view
+
+ProgressMode = Literal["thread", "inline"]
+PROGRESS_MODES = ("thread", "inline")
+DEFAULT_SEGMENT_BYTES = 256 << 20  # sparse: only touched pages cost memory
+MAX_RANKS = 256
+_JOB = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+def _native() -> Any:
+    from ..._native import emu  # imported lazily: `gicbench doctor` must work without it
+
+    return emu
+
+
+@contextlib.contextmanager
+def _checked(what: str, rank: int) -> Iterator[None]:
+    """Every native call goes through here: C++ exceptions become FabricError naming the call."""
+    try:
+        yield
+    except (RuntimeError, ValueError, OSError) as e:
+        raise FabricError(f"emu rank {rank}: {what}: {e}") from e
+
+
+@dataclass(frozen=True)
+class EmuErrorRecord:
+    """An error the engine reported out of band (not, or not only, as a CQE)."""
+
+    kind: str  # stale_wqe | not_rts | cq_overrun | bad_doorbell | completion
+    qpn: int
+    expected: int
+    found: int
+    cqn: int
+    rank: int  # the engine that detected it
+
+    def __str__(self) -> str:
+        what = {
+            "stale_wqe": "stale WQE (doorbell overtook the WQE): expected index {e}, found {f}",
+            "not_rts": "doorbell on a QP not in RTS (state {e}): WQE {f} not executed",
+            "cq_overrun": "CQ overrun: consumer index {e}, producer index {f}",
+            "bad_doorbell": "doorbell outside the posted window: consumer index {e}, named {f}",
+            "completion": "error CQE syndrome {e:#04x} at WQE {f}",
+        }[self.kind].format(e=self.expected, f=self.found)
+        return f"rank {self.rank} QP {self.qpn:#08x} CQ {self.cqn:#08x}: {what}"
+
+
+_KINDS = {1: "stale_wqe", 2: "not_rts", 3: "cq_overrun", 4: "bad_doorbell", 5: "completion"}
+
+
+def _pow2(v: int) -> bool:
+    return v > 0 and v & (v - 1) == 0
+
+
+class EmuFabric(Fabric):
+    """The software NIC of `rank` (of `world_size`, all on this node) for job `job`."""
+
+    name = "emu"
+    _open: ClassVar[weakref.WeakSet[EmuFabric]] = weakref.WeakSet()
+    _hooks_installed: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        rank: int,
+        world_size: int,
+        job: str,
+        progress: ProgressMode = "thread",
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        *,
+        max_qps: int = 1024,
+        max_cqs: int = 1024,
+        max_mrs: int = 1024,
+        max_dcts: int = 256,
+        clean_stale: bool = True,
+    ) -> None:
+        if not isinstance(world_size, int) or not 1 <= world_size <= MAX_RANKS:
+            raise ConfigError("world_size", world_size, f"an int in 1..{MAX_RANKS} (one node)")
+        if not isinstance(rank, int) or not 0 <= rank < world_size:
+            raise ConfigError("rank", rank, f"an int in 0..{world_size - 1}")
+        if not isinstance(job, str) or not _JOB.match(job):
+            raise ConfigError("job", job, "1-64 characters of [A-Za-z0-9_.-]")
+        if progress not in PROGRESS_MODES:
+            raise ConfigError("progress", progress, " or ".join(PROGRESS_MODES))
+        if not isinstance(segment_bytes, int) or segment_bytes < (1 << 20):
+            raise ConfigError("segment_bytes", segment_bytes, "an int >= 1 MiB")
+        for field, v, hi in (
+            ("max_qps", max_qps, _native().MAX_QPS),
+            ("max_dcts", max_dcts, _native().MAX_QPS),
+            ("max_cqs", max_cqs, 0xFFFF),
+            ("max_mrs", max_mrs, 0xFFFFFF),
+        ):
+            if not isinstance(v, int) or not 1 <= v < hi:
+                raise ConfigError(field, v, f"an int in 1..{hi - 1}")
+        self.rank, self.world_size, self.job, self.mode = rank, world_size, job, progress
+        if clean_stale:
+            janitor()
+        self.shm_name = segment_name(job, os.getpid(), rank)
+        with _checked("create segment", rank):
+            # +1: slot 0 of every table is reserved (no object number or key is 0)
+            self._nic = _native().Nic(
+                self.shm_name, rank, world_size, segment_bytes,
+                max_mrs + 1, max_qps + 1, max_cqs + 1, max_dcts + 1,
+            )  # fmt: skip
+        self._closed = False
+        self._sealed = False
+        self._peers_added = False
+        self._cqs: dict[int, CompletionQueue] = {}
+        self._qps: dict[int, QueuePair] = {}
+        EmuFabric._install_exit_hooks()
+        EmuFabric._open.add(self)
+        if progress == "thread":
+            self._nic.start_thread()
+
+    # ---- exit hygiene ---------------------------------------------------------------------------
+    @classmethod
+    def _install_exit_hooks(cls) -> None:
+        if cls._hooks_installed:
+            return
+        cls._hooks_installed = True
+        atexit.register(cls._close_all)
+        if threading.current_thread() is threading.main_thread():
+            with contextlib.suppress(ValueError, OSError):
+                if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+                    signal.signal(signal.SIGTERM, cls._on_sigterm)
+
+    @classmethod
+    def _close_all(cls) -> None:
+        for f in list(cls._open):
+            with contextlib.suppress(Exception):
+                f.close()
+
+    @classmethod
+    def _on_sigterm(cls, signum: int, _frame: object) -> None:
+        cls._close_all()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    # ---- Fabric: bring-up -----------------------------------------------------------------------
+    @staticmethod
+    def caps() -> ProviderCaps:
+        return ProviderCaps(name="emu", available=True, multi_node=False, dc=True,
+                            details={"progress": list(PROGRESS_MODES)})  # fmt: skip
+
+    def _live(self) -> Any:
+        if self._closed:
+            raise FabricError(f"emu rank {self.rank}: fabric is closed")
+        return self._nic
+
+    def local_info(self) -> dict[str, Any]:
+        nic = self._live()
+        return {
+            "provider": "emu",
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "job": self.job,
+            "shm": self.shm_name,
+            "bytes": nic.bytes,
+            "pid": os.getpid(),
+            "lid": self.rank + 1,
+            "host": socket.gethostname(),
+        }
+
+    def add_peers(self, infos: list[dict[str, Any]]) -> None:
+        nic = self._live()
+        if len(infos) != self.world_size:
+            raise ConfigError("infos", f"{len(infos)} entries", f"{self.world_size} (one per rank)")
+        me = self.local_info()
+        for r, info in enumerate(infos):
+            if info.get("provider") != "emu" or info.get("rank") != r:
+                raise ConfigError(f"infos[{r}]", info, f"local_info() of emu rank {r}")
+            if info.get("job") != self.job:
+                raise ConfigError(f"infos[{r}].job", info.get("job"), f"{self.job!r} (same job)")
+            if info.get("host") != me["host"]:
+                raise UnsupportedError(
+                    f"emu is one node only: rank {r} is on {info.get('host')!r}, rank "
+                    f"{self.rank} on {me['host']!r}; a multi-node run needs a real NIC "
+                    "(--provider verbs or mlx5)"
+                )
+            if r != self.rank:
+                with _checked(f"attach rank {r} ({info['shm']})", self.rank):
+                    nic.attach_peer(r, info["shm"], int(info["bytes"]))
+        self._peers_added = True
+
+    def seal(self) -> None:
+        """Every rank has attached (the caller passed a barrier): unlink our segment's name."""
+        self._live().seal()
+        self._sealed = True
+
+    def register(self, length: int, access: Access = ACCESS_ALL) -> MemoryRegion:
+        if not isinstance(length, int) or length <= 0:
+            raise ConfigError("length", length, "an int >= 1 (bytes)")
+        if not isinstance(access, int) or int(access) & ~int(ACCESS_ALL):
+            raise ConfigError("access", access, "a combination of gicbench.fabric.base.Access")
+        with _checked("register", self.rank):
+            addr, n, key = self._live().reg_mr(length, int(access))
+        return MemoryRegion(addr=addr, length=n, lkey=key, rkey=key, access=Access(int(access)))
+
+    def view(self, mr: MemoryRegion, dtype: np.typing.DTypeLike = np.uint8) -> np.ndarray:
+        """A numpy view of a registered region (valid while the fabric is open)."""
+        self._live()
+        return host_view(mr.addr, mr.length, dtype)
+
+    def create_cq(self, ncqe: int) -> CompletionQueue:
+        if not isinstance(ncqe, int) or not _pow2(ncqe) or ncqe > (1 << 22):
+            raise ConfigError("ncqe", ncqe, "a power of two in 1..4194304")
+        with _checked("create_cq", self.rank):
+            cqn, buf, dbrec, n = self._live().create_cq(ncqe)
+        cq = CompletionQueue(cqn=cqn, buf=buf, ncqe=n, dbrec=dbrec)
+        self._cqs[cqn] = cq
+        return cq
+
+    def _own_cq(self, field: str, cq: CompletionQueue | None) -> CompletionQueue:
+        if not isinstance(cq, CompletionQueue) or self._cqs.get(cq.cqn) != cq:
+            raise ConfigError(field, cq, f"a CompletionQueue created by this emu rank {self.rank}")
+        return cq
+
+    def create_qp(
+        self,
+        send_cq: CompletionQueue,
+        sq_wqebbs: int,
+        recv_cq: CompletionQueue | None = None,
+        rq_wqes: int = 0,
+        dci: bool = False,
+    ) -> QueuePair:
+        self._own_cq("send_cq", send_cq)
+        if not isinstance(sq_wqebbs, int) or not _pow2(sq_wqebbs) or sq_wqebbs > 32768:
+            raise ConfigError("sq_wqebbs", sq_wqebbs, "a power of two in 1..32768")
+        if not isinstance(rq_wqes, int) or (rq_wqes and (not _pow2(rq_wqes) or rq_wqes > 32768)):
+            raise ConfigError("rq_wqes", rq_wqes, "0 or a power of two up to 32768")
+        rcq = self._own_cq("recv_cq", recv_cq or send_cq) if rq_wqes else None
+        with _checked("create_qp", self.rank):
+            d = self._live().create_qp(
+                send_cq.cqn, sq_wqebbs, rcq.cqn if rcq else 0, rq_wqes, bool(dci)
+            )
+        sq = SendQueue(qpn=d["qpn"], buf=d["buf"], wqebb_cnt=d["wqebb_cnt"], dbrec=d["dbrec"],
+                       doorbell=d["doorbell"], cq=send_cq)  # fmt: skip
+        rq = None
+        if rcq is not None:
+            r = d["rq"]
+            rq = ReceiveQueue(buf=r["buf"], wqe_cnt=r["wqe_cnt"], dbrec=r["dbrec"], cq=rcq)
+        qp = QueuePair(qpn=d["qpn"], sq=sq, rq=rq, dci=bool(dci))
+        self._qps[qp.qpn] = qp
+        return qp
+
+    def create_dct(self, cq: CompletionQueue, dc_key: int, rq_wqes: int = 0) -> DcTarget:
+        """A DCT; `rq_wqes` > 0 gives it a receive queue for WRITE_WITH_IMM (an SRQ on mlx5)."""
+        self._own_cq("cq", cq)
+        if not isinstance(dc_key, int) or not 0 <= dc_key < (1 << 64):
+            raise ConfigError("dc_key", dc_key, "an unsigned 64-bit int")
+        if not isinstance(rq_wqes, int) or (rq_wqes and (not _pow2(rq_wqes) or rq_wqes > 32768)):
+            raise ConfigError("rq_wqes", rq_wqes, "0 or a power of two up to 32768")
+        with _checked("create_dct", self.rank):
+            d = self._live().create_dct(cq.cqn, dc_key, rq_wqes)
+        rq = None
+        if rq_wqes:
+            r = d["rq"]
+            rq = ReceiveQueue(buf=r["buf"], wqe_cnt=r["wqe_cnt"], dbrec=r["dbrec"], cq=cq)
+        return DcTarget(dctn=d["dctn"], dc_key=dc_key, lid=self.rank + 1, cq=cq, rq=rq)
+
+    def endpoint(self, qp: QueuePair) -> dict[str, Any]:
+        self._own_qp(qp)
+        return {"provider": "emu", "rank": self.rank, "qpn": qp.qpn, "lid": self.rank + 1}
+
+    def _own_qp(self, qp: QueuePair) -> QueuePair:
+        if not isinstance(qp, QueuePair) or self._qps.get(qp.qpn) != qp:
+            raise ConfigError("qp", qp, f"a QueuePair created by this emu rank {self.rank}")
+        return qp
+
+    def connect(self, qp: QueuePair, remote: dict[str, Any]) -> None:
+        self._own_qp(qp)
+        if qp.dci:
+            for s in (QpState.INIT, QpState.RTR, QpState.RTS):
+                self.modify_qp(qp, s)
+            return
+        if not isinstance(remote, dict) or remote.get("provider") != "emu" or not {
+            "rank", "qpn"} <= remote.keys():  # fmt: skip
+            raise ConfigError("remote", remote, "an emu endpoint() of the peer's QP")
+        self.modify_qp(qp, QpState.INIT)
+        self.modify_qp(qp, QpState.RTR, remote)
+        self.modify_qp(qp, QpState.RTS)
+
+    def modify_qp(
+        self, qp: QueuePair, state: QpState, remote: dict[str, Any] | None = None
+    ) -> None:
+        """One state transition (RESET->INIT->RTR->RTS, any->ERR, any->RESET); RTR of an RC
+        QP needs `remote` (the peer's endpoint())."""
+        self._own_qp(qp)
+        if not isinstance(state, QpState):
+            raise ConfigError("state", state, "a QpState")
+        rr, rq = (-1, 0) if remote is None else (int(remote["rank"]), int(remote["qpn"]))
+        if state == QpState.RTR and not qp.dci and remote is None:
+            raise ConfigError("remote", None, "the peer's endpoint() for RTR of an RC QP")
+        with _checked(f"modify QP {qp.qpn:#x} to {state.name}", self.rank):
+            self._live().modify_qp(qp.qpn, int(state), rr, rq)
+
+    def qp_state(self, qp: QueuePair) -> QpState:
+        self._own_qp(qp)
+        return QpState(self._live().qp_state(qp.qpn))
+
+    # ---- counters and errors --------------------------------------------------------------------
+    def counters(self) -> dict[str, int]:
+        return dict(self._live().counters())
+
+    def qp_counters(self, qp: QueuePair) -> dict[str, int]:
+        """Per-QP engine state: state, sq_ci, wqes, doorbells, errors, stale_wqes, rq_ci."""
+        self._own_qp(qp)
+        return dict(self._live().qp_info(qp.qpn))
+
+    def dct_counters(self, dct: DcTarget) -> dict[str, int]:
+        return dict(self._live().dct_info(dct.dctn))
+
+    def cq_status(self, cq: CompletionQueue) -> dict[str, int]:
+        """status (0 OK, 9 CQ_OVERFLOW as in mlx5_ifc.h), pi (CQEs written), dropped."""
+        self._own_cq("cq", cq)
+        return dict(self._live().cq_info(cq.cqn))
+
+    def errors(self) -> list[EmuErrorRecord]:
+        """Error records reported since the last call (oldest first)."""
+        records, lost = self._live().drain_errors()
+        out = [
+            EmuErrorRecord(_KINDS.get(k, f"kind{k}"), q, e, f, c, r)
+            for k, q, e, f, c, r in records
+        ]
+        if lost:
+            out.append(EmuErrorRecord("lost", 0, lost, 0, 0, self.rank))
+        return out
+
+    def check(self) -> None:
+        """Raise what the engine reported: CompletionError when only error CQEs were reported,
+        FabricError for stale WQEs, doorbells on non-RTS QPs, CQ overruns, bad doorbells."""
+        recs = self.errors()
+        if not recs:
+            return
+        text = "; ".join(str(r) for r in recs[:8])
+        if len(recs) > 8:
+            text += f" (+{len(recs) - 8} more)"
+        if all(r.kind == "completion" for r in recs):
+            first = recs[0]
+            err: Exception = CompletionError(
+                f"emu rank {self.rank}: {text}",
+                syndrome=first.expected,
+                wqe_counter=first.found,
+                qpn=first.qpn,
+            )
+        else:
+            err = FabricError(f"emu rank {self.rank}: {text}")
+        err.records = recs  # type: ignore[attr-defined]
+        raise err
+
+    # ---- progress -------------------------------------------------------------------------------
+    def progress_hook(self) -> int:
+        return int(self._live().progress_hook) if self.mode == "inline" else 0
+
+    def progress_ctx(self) -> int:
+        return int(self._live().progress_ctx) if self.mode == "inline" else 0
+
+    def progress(self) -> int:
+        """One engine pass (either mode); returns the work done (0 = idle)."""
+        return int(self._live().progress())
+
+    def quiesce(self) -> None:
+        """Return once every doorbell rung before the call has been executed."""
+        self._live().quiesce()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        EmuFabric._open.discard(self)
+        self._nic.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
