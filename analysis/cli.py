@@ -1,0 +1,169 @@
+"""`gicbench analyze RUN [RUN...]` and `gicbench report RUN` (wired into the CLI by app/cli).
+
+Exit status: 0 on success, 2 when a run is refused (missing, unknown schema, incomplete without
+--allow-incomplete); the reason goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+from gicbench.errors import GicbenchError
+from rich.console import Console
+from rich.table import Table
+
+from .load import aggregate_ranks, load_run
+from .tables import (
+    compare_tables,
+    experiment_table,
+    fmt,
+    header,
+    param_columns,
+    records,
+    split_constant,
+)
+
+EXIT_REFUSED = 2
+
+
+def add_analyze_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("runs", nargs="+", type=Path, metavar="RUN",
+                        help="run directories; with several, the first is the baseline of the "
+                             "ratios")
+    out = parser.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print the tables as JSON")
+    out.add_argument("--csv", action="store_true", help="print the tables as CSV")
+    parser.add_argument("--allow-incomplete", action="store_true",
+                        help="analyse incomplete runs (missing or aborted ranks) and flag them")
+    parser.add_argument("--experiment", "-x", action="append", default=None,
+                        help="only this experiment (repeatable)")
+    parser.add_argument("--rank-stat", choices=("median", "slowest"), default="median",
+                        help="which rank's statistics to show (default: median rank)")
+
+
+def add_report_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", type=Path, metavar="RUN", help="run directory")
+    parser.add_argument("-o", "--out", type=Path, default=None,
+                        help="report file (default RUN/report.md; plots go to plots/ beside it)")
+    parser.add_argument("--allow-incomplete", action="store_true",
+                        help="report on an incomplete run and flag it at the top")
+
+
+def _labels(paths: list[Path]) -> list[str]:
+    """A, B, C ... (AA, AB ... past Z): short enough for ratio headers like "p50 B/A"."""
+    out = []
+    for i in range(len(paths)):
+        label, n = "", i
+        while True:
+            label = chr(ord("A") + n % 26) + label
+            n = n // 26 - 1
+            if n < 0:
+                break
+        out.append(label)
+    return out
+
+
+def _tables(args: argparse.Namespace) -> tuple[list[dict], dict[str, pd.DataFrame],
+                                                 dict[str, dict]]:
+    """Load every run; per experiment one table (several runs: joined, with ratios)."""
+    runs_meta: list[dict] = []
+    aggs: list[tuple[str, pd.DataFrame]] = []
+    for label, path in zip(_labels(args.runs), args.runs, strict=True):
+        df = load_run(path, allow_incomplete=args.allow_incomplete)
+        runs_meta.append({"label": label, "path": str(path), "status": df.attrs["status"],
+                          "problems": df.attrs["problems"]})
+        aggs.append((label, aggregate_ranks(df)))
+    experiments = list(dict.fromkeys(e for _, a in aggs if not a.empty for e in a["experiment"]))
+    if args.experiment:
+        experiments = [e for e in experiments if e in args.experiment]
+    tables: dict[str, pd.DataFrame] = {}
+    fixed: dict[str, dict] = {}
+    for exp in experiments:
+        per_run = [(label, experiment_table(a, exp, args.rank_stat)) for label, a in aggs
+                   if not a.empty and exp in set(a["experiment"])]
+        params = [p for p in dict.fromkeys(p for _, a in aggs for p in param_columns(a))]
+        if len(aggs) == 1:
+            tables[exp] = per_run[0][1]
+            _, fixed[exp] = split_constant(per_run[0][1], [*params, "ranks"])
+        else:
+            keys = [c for c in per_run[0][1].columns if c in params or c == "metric"]
+            tables[exp] = compare_tables(per_run, keys)
+            _, fixed[exp] = split_constant(tables[exp], keys)
+    return runs_meta, tables, fixed
+
+
+def _print_rich(runs_meta: list[dict], tables: dict[str, pd.DataFrame],
+                fixed: dict[str, dict], rank_stat: str) -> None:
+    console = Console()
+    if len(runs_meta) > 1:
+        for meta in runs_meta:
+            console.print(f"{meta['label']} = {meta['path']}", markup=False)
+    for meta in runs_meta:
+        if meta["problems"]:
+            console.print(f"[bold red]INCOMPLETE[/] {meta['label']} ({meta['path']}):")
+            for p in meta["problems"]:
+                console.print(f"  - {p}", markup=False)
+    if not tables:
+        console.print("no points to show")
+    for exp, table in tables.items():
+        shown = table.drop(columns=list(fixed.get(exp, {})))
+        caption = ", ".join(f"{k}={fmt(v, k)}" for k, v in fixed.get(exp, {}).items())
+        t = Table(title=f"{exp} ({rank_stat} rank)", caption=caption or None)
+        for col in shown.columns:
+            numeric = pd.api.types.is_numeric_dtype(shown[col])
+            t.add_column(header(col), justify="right" if numeric else "left")
+        for row in shown.itertuples(index=False):
+            t.add_row(*(fmt(v, c) for v, c in zip(row, shown.columns, strict=True)))
+        console.print(t)
+
+
+def run_analyze(args: argparse.Namespace) -> int:
+    try:
+        runs_meta, tables, fixed = _tables(args)
+    except GicbenchError as exc:
+        print(f"gicbench analyze: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    if args.json:
+        doc = {"runs": runs_meta, "rank_stat": args.rank_stat,
+               "experiments": {e: records(t) for e, t in tables.items()}}
+        print(json.dumps(doc, indent=2, allow_nan=False))
+    elif args.csv:
+        for meta in runs_meta:
+            for p in meta["problems"]:
+                print(f"gicbench analyze: INCOMPLETE {meta['label']}: {p}", file=sys.stderr)
+        frames = [t.assign(experiment=e)[["experiment", *t.columns]] for e, t in tables.items()]
+        if frames:
+            sys.stdout.write(pd.concat(frames, ignore_index=True).to_csv(index=False))
+    else:
+        _print_rich(runs_meta, tables, fixed, args.rank_stat)
+    return 0
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from .report import write_report  # matplotlib only when a report is asked for
+
+    try:
+        out = write_report(args.run, args.out, allow_incomplete=args.allow_incomplete)
+    except GicbenchError as exc:
+        print(f"gicbench report: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    print(f"wrote {out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry (python -m gicbench.analysis.cli analyze|report ...)."""
+    parser = argparse.ArgumentParser(prog="gicbench-analysis")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_analyze_args(sub.add_parser("analyze", help="summary tables of one or more runs"))
+    add_report_args(sub.add_parser("report", help="write RUN/report.md with plots"))
+    args = parser.parse_args(argv)
+    return run_analyze(args) if args.command == "analyze" else run_report(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

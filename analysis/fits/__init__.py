@@ -1,0 +1,36 @@
+"""Fits and models of the seeds; each result is a frozen dataclass with a `flags` tuple.
+
+fit_clock                T(f) = C/f + B                          seed 000 Fig. 5 / Table 6
+fit_plateau_power_law    plateau + power-law decline, log space  seed 000 §4.3.3 / App. D.3
+first_size_reaching      first size at fraction of a reference   seed 000 Fig. 8
+exposed_model            S, J, O, X, D of eqs. 1-3                seed 003 §II-B
+shortest_wait_near_floor wait within 5% of the floor             seed 003 Fig. 6
+"""
+
+from .clock import ClockFit, fit_clock
+from .common import AnalysisError, FitError
+from .crossover import Crossover, first_size_reaching
+from .exposed import (
+    ExposedTimes,
+    NearFloor,
+    exposed_model,
+    release_advance,
+    shortest_wait_near_floor,
+)
+from .plateau import PlateauFit, fit_plateau_power_law
+
+__all__ = [
+    "AnalysisError",
+    "ClockFit",
+    "Crossover",
+    "ExposedTimes",
+    "FitError",
+    "NearFloor",
+    "PlateauFit",
+    "exposed_model",
+    "first_size_reaching",
+    "fit_clock",
+    "fit_plateau_power_law",
+    "release_advance",
+    "shortest_wait_near_floor",
+]

@@ -1,0 +1,115 @@
+"""Plateau joined to a power-law decline (seed 000, §4.3.3 and Appendix D.3).
+
+    y(x) = plateau                               for x <= onset
+    y(x) = plateau * (x / onset) ** -exponent    for x >  onset
+
+fitted by least squares in log space: log y = a - exponent * max(0, log x - log onset). For a
+fixed onset the model is linear in (a, exponent), so the onset is profiled: the residual sum of
+squares is minimised within every interval between neighbouring x values and the best interval
+wins. Uncertainties come from the Gauss-Newton covariance at the optimum. x is typically the
+number of active connections, y a message rate (or the rate normalised to a control).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy.optimize import minimize_scalar
+
+from .common import FitError, covariance, paired
+
+MIN_POINTS = 4
+
+
+@dataclass(frozen=True)
+class PlateauFit:
+    plateau: float
+    plateau_err: float
+    onset: float  # NaN when no decline was found
+    onset_err: float
+    exponent: float  # > 0 for a decline; 0 when no decline was found
+    exponent_err: float
+    r2_log: float  # R² in log space against a constant
+    rss_log: float
+    n: int
+    declines: bool
+    flags: tuple[str, ...]
+
+    def predict(self, x: ArrayLike) -> np.ndarray:
+        xa = np.asarray(x, dtype=float)
+        if not self.declines:
+            return np.full_like(xa, self.plateau)
+        return self.plateau * np.minimum(1.0, (xa / self.onset) ** -self.exponent)
+
+
+def _profile(u: np.ndarray, v: np.ndarray, u0: float) -> tuple[float, float, float]:
+    """Best (a, exponent, rss) for a fixed log-onset u0."""
+    hinge = np.maximum(0.0, u - u0)
+    design = np.column_stack([np.ones_like(u), -hinge])
+    coef, *_ = np.linalg.lstsq(design, v, rcond=None)
+    rss = float(np.sum((v - design @ coef) ** 2))
+    return float(coef[0]), float(coef[1]), rss
+
+
+def fit_plateau_power_law(x: ArrayLike, y: ArrayLike, *, min_tail: int = 2) -> PlateauFit:
+    """Fit the plateau + power-law model; a flat or rising series comes back flagged, with
+    declines=False, the geometric-mean plateau, onset NaN and exponent 0."""
+    xa, ya = paired("x", x, "y", y, positive=True)
+    if xa.size < MIN_POINTS:
+        raise FitError(f"plateau fit needs at least {MIN_POINTS} points, got {xa.size}")
+    order = np.argsort(xa, kind="stable")
+    u, v = np.log(xa[order]), np.log(ya[order])
+    grid = np.unique(u)
+    if grid.size < 3:
+        raise FitError(f"plateau fit needs at least 3 distinct x values, got {grid.size}")
+    rss0 = float(np.sum((v - v.mean()) ** 2))
+    if rss0 == 0.0:
+        raise FitError("plateau fit: y is constant, there is no decline to fit")
+
+    best = (np.inf, grid[0])
+    # RSS(onset) is smooth between neighbouring x values but kinks at them: search each interval.
+    for lo, hi in itertools.pairwise(grid):
+        res = minimize_scalar(lambda t: _profile(u, v, t)[2], bounds=(lo, hi), method="bounded",
+                              options={"xatol": 1e-9})
+        for cand in (lo, float(res.x)):
+            rss = _profile(u, v, cand)[2]
+            if rss < best[0] - 1e-15:
+                best = (rss, cand)
+    rss1, u0 = best
+    a, alpha, _ = _profile(u, v, u0)
+    n = int(u.size)
+    flags: list[str] = []
+
+    tail = int(np.sum(u > u0))
+    jac = np.column_stack([np.ones_like(u), -np.maximum(0.0, u - u0), alpha * (u > u0)])
+    cov = covariance(jac, rss1)
+    errs = np.full(3, np.nan) if cov is None else np.sqrt(np.diag(cov))
+    significant = alpha > 0 and (rss1 == 0.0 or (np.isfinite(errs[1]) and alpha > 2 * errs[1]))
+    if alpha <= 0 or tail < min_tail or not significant:
+        why = ("y rises with x" if alpha < 0 else
+               f"only {tail} point(s) after the onset" if tail < min_tail else
+               "the decline is within 2 standard errors of zero")
+        geo = float(np.exp(v.mean()))
+        return PlateauFit(
+            plateau=geo, plateau_err=float(geo * v.std(ddof=1) / np.sqrt(n)),
+            onset=float("nan"), onset_err=float("nan"), exponent=0.0,
+            exponent_err=float("nan"), r2_log=0.0, rss_log=rss0, n=n, declines=False,
+            flags=(f"no decline: {why}; reporting the geometric mean as the plateau",),
+        )
+    if cov is None:
+        flags.append("uncertainties undetermined (too few points around the onset)")
+    head = int(np.sum(u <= u0))
+    if np.isclose(u0, u[0]):
+        flags.append("onset at the first x: no plateau observed, the onset is an upper bound")
+    elif head < 2:
+        flags.append("plateau rests on a single point")
+    plateau, onset = float(np.exp(a)), float(np.exp(u0))
+    return PlateauFit(
+        plateau=plateau, plateau_err=float(plateau * errs[0]),
+        onset=onset, onset_err=float(onset * errs[2]),
+        exponent=float(alpha), exponent_err=float(errs[1]),
+        r2_log=1.0 - rss1 / rss0, rss_log=rss1, n=n, declines=True, flags=tuple(flags),
+    )

@@ -1,0 +1,131 @@
+"""report.md for one run: provenance, then one section per experiment with a table and plots.
+
+Experiments with a section writer in SECTIONS get their plots; any other experiment gets the
+generic table, so a new experiment appears in the report without code changes here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from . import plots
+from .load import aggregate_ranks, load_run
+from .tables import experiment_table, fmt, header, param_columns, split_constant
+
+LOW_TAIL_SAMPLES = 1000  # below this, p99.9 is close to the maximum and says little
+
+
+@dataclass
+class Section:
+    title: str
+    lines: list[str] = field(default_factory=list)
+    images: list[Path] = field(default_factory=list)
+
+
+def markdown_table(table: pd.DataFrame) -> list[str]:
+    cols = list(table.columns)
+    lines = ["| " + " | ".join(header(c) for c in cols) + " |",
+             "|" + "|".join("---:" if pd.api.types.is_numeric_dtype(table[c]) else ":---"
+                            for c in cols) + "|"]
+    for row in table.itertuples(index=False):
+        lines.append("| " + " | ".join(fmt(v, c) for v, c in zip(row, cols, strict=True)) + " |")
+    return lines
+
+
+def _table_block(agg: pd.DataFrame, experiment: str) -> tuple[pd.DataFrame, list[str]]:
+    full = experiment_table(agg, experiment, with_slowest=True)
+    shown, fixed = split_constant(full, [*param_columns(agg), "ranks"])
+    lines: list[str] = []
+    if fixed:
+        lines.append("Fixed: " + ", ".join(f"{k}={fmt(v, k)}" for k, v in fixed.items()) + ".")
+        lines.append("")
+    lines += markdown_table(shown)
+    if "count" in full.columns:
+        per_rank = full["count"] / full.get("ranks", 1)
+        if (per_rank < LOW_TAIL_SAMPLES).any():
+            lines += ["", f"Note: some points have fewer than {LOW_TAIL_SAMPLES} samples per "
+                          "rank; their p99.9 is close to the maximum."]
+    lines += ["", "Statistics are the median over ranks of each rank's percentile; the slowest "
+                  "rank is the one with the largest mean."]
+    return full, lines
+
+
+def _single_op(agg: pd.DataFrame, plot_dir: Path, section: Section) -> None:
+    full, lines = _table_block(agg, "single-op")
+    section.lines += lines
+    if "size" in full.columns and "p50_us" in full.columns:
+        params = [p for p in param_columns(agg) if p in full.columns]
+        section.images.append(plots.latency_vs_size(
+            full, params, "single-op latency (median rank)", plot_dir / "single-op-latency.png"))
+
+
+def _msg_rate(agg: pd.DataFrame, plot_dir: Path, section: Section) -> None:
+    full, lines = _table_block(agg, "msg-rate")
+    section.lines += lines
+    if "msg_rate_mps" not in full.columns:
+        return
+    params = [p for p in param_columns(agg) if p in full.columns]
+    for x in ("batch", "qps", "threads"):
+        if x in full.columns and full[x].nunique() > 1:
+            section.images.append(plots.rate_vs(
+                full, x, params, "msg_rate_mps", f"msg-rate against {x}",
+                plot_dir / f"msg-rate-vs-{x}.png"))
+
+
+def _generic(experiment: str) -> Callable[[pd.DataFrame, Path, Section], None]:
+    def write(agg: pd.DataFrame, _plot_dir: Path, section: Section) -> None:
+        section.lines += _table_block(agg, experiment)[1]
+    return write
+
+
+SECTIONS: dict[str, Callable[[pd.DataFrame, Path, Section], None]] = {
+    "single-op": _single_op,
+    "msg-rate": _msg_rate,
+}
+
+
+def _provenance(df: pd.DataFrame) -> list[str]:
+    m: dict[str, Any] = df.attrs.get("manifest", {})
+    keys = ("experiments", "provider", "submitter", "world_size", "hosts", "tool_version",
+            "git_rev", "start_utc", "end_utc", "status", "argv")
+    lines = ["| field | value |", "|:---|:---|"]
+    for k in keys:
+        v = m.get(k)
+        if isinstance(v, list):
+            v = " ".join(str(x) for x in v)
+        lines.append(f"| {k} | {'-' if v is None else str(v).replace('|', '/')} |")
+    return lines
+
+
+def write_report(run_dir: Path, out: Path | None = None, allow_incomplete: bool = False) -> Path:
+    """Write report.md (default RUN/report.md) and its PNGs (in plots/ next to it)."""
+    run_dir = Path(run_dir)
+    out = Path(out) if out is not None else run_dir / "report.md"
+    plot_dir = out.parent / "plots"
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    df = load_run(run_dir, allow_incomplete=allow_incomplete)
+    agg = aggregate_ranks(df)
+    lines = [f"# gicbench report: {run_dir.name}", ""]
+    if df.attrs.get("problems"):
+        lines += ["> **Incomplete run**: analysed with --allow-incomplete; numbers may be "
+                  "missing ranks or points.", ">"]
+        lines += [f"> - {p}" for p in df.attrs["problems"]]
+        lines.append("")
+    lines += [*_provenance(df), ""]
+    experiments = list(dict.fromkeys(agg["experiment"])) if not agg.empty else []
+    if not experiments:
+        lines.append("The run has no points.")
+    for experiment in experiments:
+        section = Section(experiment)
+        SECTIONS.get(experiment, _generic(experiment))(agg, plot_dir, section)
+        lines += [f"## {experiment}", "", *section.lines, ""]
+        for image in section.images:
+            rel = image.relative_to(out.parent)
+            lines += [f"![{experiment}: {image.stem}]({rel.as_posix()})", ""]
+    out.write_text("\n".join(lines))
+    return out

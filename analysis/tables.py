@@ -1,0 +1,190 @@
+"""Summary tables in the users' conventions: size first (bytes), latency in µs, p50/p99/p99.9,
+rate in M msg/s, bandwidth in GB/s. Tables carry machine column names (for JSON/CSV); header()
+gives the human header (for the terminal and report.md)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+NS_PER_US = 1e3
+LAT_STATS = ("p50", "p99", "p99.9")
+# Results with a known unit, and how ranks combine: "sum" = aggregate over ranks.
+KNOWN_RESULTS: dict[str, tuple[str, str]] = {
+    "msg_rate_mps": ("M msg/s", "sum"),
+    "gbps": ("GB/s", "sum"),
+    "messages": ("messages", "sum"),
+    "bytes_moved": ("bytes", "sum"),
+}
+RESULT_ORDER = ("msg_rate_mps", "gbps", "messages", "bytes_moved")
+_HEADERS = {
+    "size": "size (B)", "metric": "metric", "count": "samples", "ranks": "ranks",
+    "p50_us": "p50 (µs)", "p99_us": "p99 (µs)", "p99.9_us": "p99.9 (µs)",
+    "mean_us": "mean (µs)", "slowest_p50_us": "slowest-rank p50 (µs)",
+    "slowest_rank": "slowest rank", "interrupted": "interrupted",
+}
+
+
+def header(col: str) -> str:
+    """Human header of a machine column name, including per-run and ratio columns."""
+    if col.startswith("ratio "):  # "ratio p50_us B/A" -> "p50 B/A"
+        _, base, runs = col.split(" ", 2)
+        return f"{header(base).split(' (')[0]} {runs}"
+    if " [" in col:  # "p50_us [B]" -> "p50 (µs) B"
+        base, run = col.split(" [", 1)
+        return f"{header(base)} {run.rstrip(']')}"
+    if col in _HEADERS:
+        return _HEADERS[col]
+    if col in KNOWN_RESULTS:
+        return KNOWN_RESULTS[col][0]
+    return col
+
+
+def fmt(value: Any, col: str = "") -> str:
+    """Cell text: µs with 3 decimals below 1 µs and 2 above, ratios with 3, others 4 digits."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        base = col.split(" [")[0]
+        if col.startswith("ratio"):
+            return f"{value:.3f}"
+        if base.endswith("_us") or base in KNOWN_RESULTS:
+            return f"{value:,.3f}" if abs(value) < 1 else f"{value:,.2f}"
+        if value.is_integer() and abs(value) < 1e15:
+            return str(int(value))
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _params_of(agg: pd.DataFrame) -> list[str]:
+    params = [c for c in agg.attrs.get("params", []) if c in agg.columns]
+    params = [c for c in params if agg[c].notna().any()]
+    if "size" in params:  # size first, as every benchmark table users know
+        params.remove("size")
+        params.insert(0, "size")
+    return params
+
+
+def _results_of(agg: pd.DataFrame) -> list[str]:
+    names = [c for c in agg.attrs.get("results", []) if c in agg.columns and agg[c].notna().any()]
+    known = [r for r in RESULT_ORDER if r in names]
+    return known + [r for r in names if r not in known]
+
+
+def _integral(series: pd.Series) -> pd.Series:
+    if pd.api.types.is_float_dtype(series) and series.dropna().map(float.is_integer).all():
+        return series.astype("Int64")
+    return series
+
+
+def experiment_table(agg: pd.DataFrame, experiment: str, rank_stat: str = "median",
+                     with_slowest: bool = False) -> pd.DataFrame:
+    """One experiment's rows of aggregate_ranks() as a display table (machine column names).
+
+    rank_stat "median" shows the median rank's statistics, "slowest" the slowest rank's.
+    """
+    if rank_stat not in ("median", "slowest"):
+        raise ValueError(f"invalid rank_stat={rank_stat!r}: allowed ['median', 'slowest']")
+    rows = agg[agg["experiment"] == experiment]
+    params = [p for p in _params_of(agg) if rows[p].notna().any()]
+    results = [r for r in _results_of(agg) if rows[r].notna().any()]
+    src = "" if rank_stat == "median" else "slowest_"
+    out = pd.DataFrame({p: _integral(rows[p]) for p in params})
+    if rows["metric"].ne("").any():
+        out["metric"] = rows["metric"]
+        for s in LAT_STATS:
+            out[f"{s}_us"] = rows[src + s] / NS_PER_US
+        if with_slowest:
+            out["slowest_p50_us"] = rows["slowest_p50"] / NS_PER_US
+            out["slowest_rank"] = rows["slowest_rank"]
+        out["count"] = rows["count"]
+    for r in results:
+        how = KNOWN_RESULTS.get(r, ("", "median"))[1]
+        col = r + "_sum" if how == "sum" and r + "_sum" in rows.columns else r
+        out[r] = _integral(rows[col]) if r in ("messages", "bytes_moved") else rows[col]
+    if "ranks" in rows.columns:
+        out["ranks"] = rows["ranks"]
+    if "closed" in rows.columns and not rows["closed"].all():
+        out["interrupted"] = ~rows["closed"].astype(bool)
+    sort_cols = [c for c in ("metric", *params) if c in out.columns]
+    # Metric order as first seen (the experiment's own order), then by parameters.
+    if "metric" in out.columns:
+        out["_m"] = out["metric"].map({m: i for i, m in enumerate(dict.fromkeys(out["metric"]))})
+        sort_cols = ["_m", *[c for c in sort_cols if c != "metric"]]
+    out = out.sort_values(sort_cols, kind="stable", na_position="last") if sort_cols else out
+    return out.drop(columns=["_m"], errors="ignore").reset_index(drop=True)
+
+
+def split_constant(table: pd.DataFrame, candidates: Sequence[str]) -> tuple[pd.DataFrame,
+                                                                             dict[str, Any]]:
+    """Drop columns (of `candidates`) holding one value in every row; return them as a dict.
+
+    Tables then show only what varies, with the fixed parameters listed once above them.
+    """
+    fixed: dict[str, Any] = {}
+    for c in candidates:
+        if c in table.columns and len(table) > 1 and table[c].nunique(dropna=False) == 1:
+            fixed[c] = table[c].iloc[0]
+    return table.drop(columns=list(fixed)), fixed
+
+
+def param_columns(agg: pd.DataFrame) -> list[str]:
+    return _params_of(agg)
+
+
+COMPARED = ("p50_us", "p99_us", "msg_rate_mps", "gbps")
+
+
+def value_columns(table: pd.DataFrame) -> list[str]:
+    """Columns a comparison puts side by side: p50, p99 and the rate/bandwidth results."""
+    return [c for c in COMPARED if c in table.columns]
+
+
+def compare_tables(tables: Sequence[tuple[str, pd.DataFrame]],
+                   keys: Sequence[str]) -> pd.DataFrame:
+    """Join per-run tables on `keys`; each value column appears per run ("p50_us [B]"), then
+    the ratio of every later run to the first ("ratio p50_us B/A"). Rows missing in a run are
+    NaN. Labels should be short (the CLI uses A, B, C ...)."""
+    base_label, base = tables[0]
+    values = value_columns(base)
+    merged: pd.DataFrame | None = None
+    for i, (label, table) in enumerate(tables):
+        part = table[[*keys, *[v for v in values if v in table.columns]]].rename(
+            columns={v: f"{v} [{label}]" for v in values})
+        # Keep the runs' own row order: the baseline's first, then rows only later runs have.
+        part = part.assign(**{f"_order{i}": range(len(part))})
+        merged = part if merged is None else merged.merge(part, on=list(keys), how="outer")
+    assert merged is not None
+    order_cols = [f"_order{i}" for i in range(len(tables))]
+    merged = merged.sort_values(order_cols, kind="stable", na_position="last")
+    merged = merged.drop(columns=order_cols).reset_index(drop=True)
+    for label, _ in tables[1:]:
+        for v in values:
+            a, b = f"{v} [{base_label}]", f"{v} [{label}]"
+            if a in merged.columns and b in merged.columns:
+                merged[f"ratio {v} {label}/{base_label}"] = merged[b] / merged[a]
+    return merged
+
+
+def records(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """JSON-safe records: NaN -> None, numpy scalars -> Python scalars."""
+    out = []
+    for row in table.astype(object).where(table.notna(), None).to_dict(orient="records"):
+        clean = {}
+        for k, v in row.items():
+            if hasattr(v, "item"):
+                v = v.item()
+            if isinstance(v, float) and not math.isfinite(v):
+                v = None
+            clean[str(k)] = v
+        out.append(clean)
+    return out
