@@ -29,6 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r = jsub.add_parser(
         "render",
         help="print a job script: gicbench jobs render NAME -N 2 --ntasks-per-node 4 -- single-op",
+        description="Print a job script; arguments after -- are passed to `gicbench run`.",
     )
     r.add_argument("name", help="template name (see `gicbench jobs list`)")
     r.add_argument("-N", "--nodes", type=int, default=1)
@@ -38,9 +39,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--account", default="", help="Slurm account (empty: none)")
     r.add_argument("--launcher", default="srun", help="|".join(LAUNCHERS))
     r.add_argument("--mpi", default="pmix", help="srun --mpi plugin (pmix, pmi2, ...)")
-    r.add_argument(
-        "run_args", nargs=argparse.REMAINDER, help="arguments after -- go to gicbench run"
-    )
     r.set_defaults(func=render_main)
 
 
@@ -85,7 +83,7 @@ def render(
         if launcher == "srun"
         else f"mpiexec -n {ntasks} --map-by ppr:{ntasks_per_node}:node"
     )
-    args = [a for a in run_args if a != "--"]
+    args = list(run_args)
     extra = "\n".join(
         line
         for line in (
@@ -116,7 +114,7 @@ def render_main(args: argparse.Namespace) -> int:
             account=args.account,
             launcher=args.launcher,
             mpi=args.mpi,
-            run_args=args.run_args,
+            run_args=args.passthrough,
         ),
         end="",
     )
