@@ -95,6 +95,7 @@ class RunConfig:
     dcts: int = 1
     threads: int = 1  # -t
     batch: int = 1  # WQEs per doorbell
+    messages: int = 200_000  # msg-rate: messages per thread and point (after warm-up)
     ordering: str = "gpu-fence"
     progress: str = "auto"
     sq_depth: int = 256  # WQEBBs per SQ
@@ -141,6 +142,7 @@ class RunConfig:
         _int_range("dcts", self.dcts, 1, MAX_DCTS)
         _int_range("threads (-t)", self.threads, 1, MAX_THREADS)
         _int_range("batch", self.batch, 1, MAX_BATCH)
+        _int_range("messages", self.messages, 1)
         _int_range("sq_depth", self.sq_depth, 64, 32768)
         if self.sq_depth & (self.sq_depth - 1):
             raise ConfigError("sq_depth", self.sq_depth, "a power of two in 64..32768")

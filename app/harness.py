@@ -152,12 +152,30 @@ def run(cfg: RunConfig) -> int:
     def on_signal(signum: int, _frame: object) -> None:
         raise RunTerminated(signum)
 
-    for s in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(s, on_signal)
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     from . import _native
 
     _native.host.install_interrupt_handler()
+    try:
+        return _run_rank(cfg, plan, comm, topo, run_dir, job, progress_mode, manifest, writer)
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        _native.host.clear_interrupt()
 
+
+def _run_rank(
+    cfg: RunConfig,
+    plan: list[tuple[Experiment, list[dict[str, Any]]]],
+    comm,
+    topo: Topology,
+    run_dir: Path,
+    job: str,
+    progress_mode: str,
+    manifest: dict[str, Any],
+    writer: TraceWriter,
+) -> int:
+    rank0 = topo.rank == 0
     fabric: Fabric | None = None
     printer = Printer("json" if cfg.json else "csv" if cfg.csv else "table")
     try:
@@ -255,7 +273,8 @@ def _sweep(ctx: RankContext, plan, writer: TraceWriter, printer: Printer, rank0:
                 landing[:] = 0
                 comm.Barrier()
                 before = ctx.fabric.counters()
-                with Phase(comm, f"{exp.name} point {index} ({_label(params)})"):
+                where = f"{exp.name} point {index} ({_label(params)})"
+                with Phase(comm, where):
                     t0 = time.perf_counter()
                     result = (
                         exp.run_point(ctx, params)
@@ -264,6 +283,9 @@ def _sweep(ctx: RankContext, plan, writer: TraceWriter, printer: Printer, rank0:
                     )
                     wall = time.perf_counter() - t0
                     after = ctx.fabric.counters()
+                    ctx.fabric.check()
+                # Every rank has finished sending (the phase check synchronises): validate.
+                with Phase(comm, f"{where} payload validation"):
                     _validate(exp, ctx, params, index, landing)
                 result.results["validated"] = True
                 result.results["wall_s"] = wall

@@ -99,7 +99,7 @@ class Printer:
 
 
 def _width(c: Column) -> int:
-    return max(len(c.header), 10)
+    return max(len(c.header), c.width)
 
 
 def _cell(c: Column, row: dict[str, Any]) -> str:

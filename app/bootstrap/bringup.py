@@ -107,12 +107,17 @@ def open_fabric(cfg: RunConfig, topo: Topology, job: str) -> Fabric:
             )
         from ..fabric.emu import EmuFabric
 
+        qps = cfg.qps_per_peer * (topo.size - 1) + cfg.dcis
         return EmuFabric(
             rank=topo.rank,
             world_size=topo.size,
             job=job,
             progress=resolve_progress(cfg, topo),
             segment_bytes=segment_bytes(cfg, topo),
+            max_qps=qps,
+            max_cqs=qps + cfg.dcts,
+            max_dcts=cfg.dcts,
+            max_mrs=8,
         )
     raise UnsupportedError(
         f"provider {cfg.provider!r} is not implemented in this release; "

@@ -57,6 +57,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("-q", "--qps", type=int, default=1, help="QPs the experiment drives")
     g.add_argument("-t", "--threads", type=int, default=1, help="submitting threads per rank")
     g.add_argument("--batch", type=int, default=1, help="WQEs per doorbell")
+    g.add_argument(
+        "--messages", type=int, default=200_000, help="msg-rate: messages per thread and point"
+    )
     g.add_argument("--ordering", default="gpu-fence", help="GPU ordering: " + "|".join(ORDERINGS))
     g = p.add_argument_group("bring-up")
     g.add_argument("--provider", default="emu", help="|".join(PROVIDERS))
@@ -112,6 +115,7 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
         dcts=a.dcts,
         threads=a.threads,
         batch=a.batch,
+        messages=a.messages,
         ordering=a.ordering,
         progress=a.progress,
         sq_depth=a.sq_depth,

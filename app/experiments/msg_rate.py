@@ -30,7 +30,7 @@ class MsgRate(Experiment):
         "min_size",
         "max_size",
         "size_factor",
-        "iters",
+        "messages",
         "warmup",
         "payload",
         "transport",
@@ -46,8 +46,8 @@ class MsgRate(Experiment):
                 cfg.threads,
                 f"<= qps (-q) = {cfg.qps}: each host thread owns its QPs",
             )
-        # -n counts messages per thread, at least one full window each.
-        per_thread = max(cfg.iters, WINDOWS)
+        # --messages per thread, at least one message per recorded window.
+        per_thread = max(cfg.messages, WINDOWS)
         return [
             {
                 "size": size,

@@ -40,6 +40,7 @@ class Column:
     header: str
     key: str
     fmt: str = "{:.2f}"
+    width: int = 10
 
 
 class Experiment(ABC):

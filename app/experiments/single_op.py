@@ -88,7 +88,7 @@ class SingleOp(Experiment):
     def columns(self) -> list[Column]:
         return [
             Column("size(B)", "size", "{:d}"),
-            Column("mode", "mode", "{}"),
+            Column("mode", "mode", "{}", width=14),
             Column("p50(µs)", "p50_us"),
             Column("p99(µs)", "p99_us"),
             Column("p99.9(µs)", "p999_us"),

@@ -79,8 +79,14 @@ struct WriteOp {
 class SqProducer {
  public:
   SqProducer() = default;
+  // The producer index resumes from the doorbell record: the queue memory, not this object, is
+  // the state, so loops can attach to a QP, post, drain and detach (mlx5 only ever sees the low
+  // 16 bits of the index). Attaching assumes every earlier WQE has completed.
   explicit SqProducer(const SqDesc& d)
-      : d_(d), ring_{d.buf, d.wqebb_cnt}, wqe_bbs_(d.wqebb_cnt, 0) {}
+      : d_(d), ring_{d.buf, d.wqebb_cnt}, wqe_bbs_(d.wqebb_cnt, 0) {
+    pi_ = ci_ = rung_ = last_ = m5::bswap32(__atomic_load_n(&d.dbrec[m5::kSndDbr],
+                                                           __ATOMIC_ACQUIRE)) & 0xffff;
+  }
 
   const SqDesc& desc() const { return d_; }
   uint32_t pi() const { return pi_; }                 // running producer index (WQEBBs)
@@ -184,7 +190,10 @@ class SqProducer {
 class CqConsumer {
  public:
   CqConsumer() = default;
-  explicit CqConsumer(const CqDesc& d) : d_(d) {}
+  // Resumes from the consumer index in the CQ's doorbell record (see SqProducer).
+  explicit CqConsumer(const CqDesc& d)
+      : d_(d),
+        ci_(m5::bswap32(__atomic_load_n(&d.dbrec[m5::kCqSetCi], __ATOMIC_ACQUIRE)) & 0xffffff) {}
 
   const CqDesc& desc() const { return d_; }
   uint32_t ci() const { return ci_; }
