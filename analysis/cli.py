@@ -12,9 +12,10 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-from gicbench.errors import GicbenchError
 from rich.console import Console
 from rich.table import Table
+
+from gicbench.errors import GicbenchError
 
 from .load import aggregate_ranks, load_run
 from .tables import (
@@ -118,7 +119,12 @@ def _print_rich(runs_meta: list[dict], tables: dict[str, pd.DataFrame],
             t.add_column(header(col), justify="right" if numeric else "left")
         for row in shown.itertuples(index=False):
             t.add_row(*(fmt(v, c) for v, c in zip(row, shown.columns, strict=True)))
-        console.print(t)
+        if console.is_terminal:
+            console.print(t)
+        else:  # piped or redirected: print at the table's natural width instead of wrapping
+            wide = Console(width=1000)
+            width = wide.measure(t).maximum
+            Console(width=max(width, 40)).print(t)
 
 
 def run_analyze(args: argparse.Namespace) -> int:

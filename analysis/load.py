@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
 from gicbench.errors import TraceError
 from gicbench.trace import Point, open_run
 

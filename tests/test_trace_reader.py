@@ -7,9 +7,10 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from trace_helpers import make_run
+
 from gicbench.errors import TraceError
 from gicbench.trace import TraceWriter, open_run, schema, write_manifest
-from trace_helpers import make_run
 
 
 def test_complete_run(tmp_path: Path) -> None:

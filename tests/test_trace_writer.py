@@ -14,6 +14,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+
 from gicbench import __version__
 from gicbench.errors import TraceError
 from gicbench.trace import SCHEMA_VERSION, TraceWriter, open_run, read_manifest, write_manifest

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from gicbench.trace import TraceWriter, write_manifest
 
 META: dict[str, Any] = {

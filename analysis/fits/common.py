@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-from gicbench.errors import GicbenchError
 from numpy.typing import ArrayLike
+
+from gicbench.errors import GicbenchError
 
 
 class AnalysisError(GicbenchError, ValueError):

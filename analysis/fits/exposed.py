@@ -44,6 +44,7 @@ def exposed_model(ready: ArrayLike, release: ArrayLike, in_flight: ArrayLike,
     r = _array("release (R)", release, duration=False)
     i = _array("in_flight (I)", in_flight, duration=True)
     t = _array("cover (T)", cover, duration=True)
+    a, r, i, t = np.broadcast_arrays(a, r, i, t)
     s = np.maximum(a, r)  # eq. 1
     j = np.maximum(r + i - s, 0.0)  # eq. 2
     o = np.minimum(t, j)
@@ -62,6 +63,7 @@ def release_advance(ready: ArrayLike, release_base: ArrayLike,
     a = _array("ready (A)", ready, duration=False)
     rb = _array("release_base", release_base, duration=False)
     ro = _array("release_off", release_off, duration=False)
+    a, rb, ro = np.broadcast_arrays(a, rb, ro)
     if np.any(ro > rb):
         raise AnalysisError("release_off must be <= release_base (offload releases earlier)")
     return rb - ro, np.maximum(a, rb) - np.maximum(a, ro)

@@ -66,7 +66,7 @@ def fit_plateau_power_law(x: ArrayLike, y: ArrayLike, *, min_tail: int = 2) -> P
     if grid.size < 3:
         raise FitError(f"plateau fit needs at least 3 distinct x values, got {grid.size}")
     rss0 = float(np.sum((v - v.mean()) ** 2))
-    if rss0 == 0.0:
+    if np.ptp(v) <= 1e-12 * max(1.0, float(np.abs(v).max())):
         raise FitError("plateau fit: y is constant, there is no decline to fit")
 
     best = (np.inf, grid[0])

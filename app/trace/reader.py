@@ -17,6 +17,7 @@ from typing import Any
 
 import h5py
 import numpy as np
+
 from gicbench.errors import TraceError
 
 from . import schema

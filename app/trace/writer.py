@@ -15,6 +15,7 @@ from typing import Any
 
 import h5py
 import numpy as np
+
 from gicbench.errors import TraceError
 
 from . import schema
