@@ -15,6 +15,7 @@ from typing import Any
 
 from ..config import RunConfig
 from ..errors import ConfigError, UnsupportedError
+from ..fabric import make_fabric
 from ..fabric.base import (
     Access,
     CompletionQueue,
@@ -105,10 +106,9 @@ def open_fabric(cfg: RunConfig, topo: Topology, job: str) -> Fabric:
                 f"provider emu is one node only; this job spans {topo.nodes} nodes "
                 f"({', '.join(sorted(set(topo.hosts)))}): use --provider verbs or mlx5"
             )
-        from ..fabric.emu import EmuFabric
-
         qps = cfg.qps_per_peer * (topo.size - 1) + cfg.dcis
-        return EmuFabric(
+        return make_fabric(
+            "emu",
             rank=topo.rank,
             world_size=topo.size,
             job=job,
@@ -198,10 +198,8 @@ def bring_up(
                 res.peer_dcts[p] = nodes[p]["dcts"]
         # Everyone has mapped everyone: the NIC may drop its names (nothing leaks after a crash).
         comm.Barrier()
-        seal = getattr(fabric, "seal", None)
-        if seal is not None:
-            with Phase(comm, "bring-up: seal"):
-                seal()
+        with Phase(comm, "bring-up: seal"):
+            fabric.seal()
         t3 = time.perf_counter()
 
     except BaseException:

@@ -187,10 +187,6 @@ class Fabric(ABC):
     @abstractmethod
     def progress_ctx(self) -> int: ...
 
-    def check(self) -> None:
-        """Raise what the NIC reported out of band since the last call (stale WQEs, doorbells on
-        QPs not in RTS, CQ overruns). Providers without such reports have nothing to raise."""
-
     @abstractmethod
     def close(self) -> None: ...
 
