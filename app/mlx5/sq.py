@@ -159,16 +159,17 @@ class SqRing:
         addr: int,
         *,
         signaled: bool = True,
+        fence: bool = False,
         av: np.ndarray | None = None,
     ) -> int:
         """ATOMIC fetch-add: ctrl [+ AV] + raddr + atomic + data(8, lkey, addr)."""
         body = [*self._av_segs(av), raddr_seg(raddr, rkey), atomic_seg(add, 0)]
         body.append(data_seg(FETCH_ADD_BYTES, lkey, addr))
-        return self._post(pi, Opcode.ATOMIC_FA, qpn, _flags(signaled, False), 0, body)
+        return self._post(pi, Opcode.ATOMIC_FA, qpn, _flags(signaled, fence), 0, body)
 
-    def post_nop(self, pi: int, qpn: int, *, signaled: bool = False) -> int:
+    def post_nop(self, pi: int, qpn: int, *, signaled: bool = False, fence: bool = False) -> int:
         """NOP: a control segment alone (ds=1)."""
-        return self._post(pi, Opcode.NOP, qpn, _flags(signaled, False), 0, [])
+        return self._post(pi, Opcode.NOP, qpn, _flags(signaled, fence), 0, [])
 
     # ---- parsing (what the NIC reads) ------------------------------------------------------------
     def parse(self, wqe_index: int, *, dc: bool = False) -> Wqe:

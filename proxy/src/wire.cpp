@@ -277,28 +277,30 @@ void bind_ring(nb::module_ m) {
   m.def(
       "post_fetch_add",
       [](nb::bytes ring, uint32_t wqebb_cnt, uint32_t pi, uint32_t qpn, uint64_t raddr,
-         uint32_t rkey, uint64_t add, uint32_t lkey, uint64_t addr, bool signaled,
+         uint32_t rkey, uint64_t add, uint32_t lkey, uint64_t addr, bool signaled, bool fence,
          std::optional<nb::dict> av, bool compact_av) {
         Ring r(ring, wqebb_cnt);
         m5::AvFields f{};
         if (av) f = av_from_dict(*av);
         const uint32_t n = m5::build_fetch_add(r.sq, pi, qpn, raddr, rkey, add, lkey, addr,
-                                               flags(signaled, false), av ? &f : nullptr,
+                                               flags(signaled, fence), av ? &f : nullptr,
                                                compact_av);
         return std::make_tuple(r.image(), n);
       },
       nb::arg("ring"), nb::arg("wqebb_cnt"), nb::arg("pi"), nb::arg("qpn"), nb::arg("raddr"),
       nb::arg("rkey"), nb::arg("add"), nb::arg("lkey"), nb::arg("addr"),
-      nb::arg("signaled") = true, nb::arg("av") = nb::none(), nb::arg("compact_av") = false);
+      nb::arg("signaled") = true, nb::arg("fence") = false, nb::arg("av") = nb::none(),
+      nb::arg("compact_av") = false);
   m.def(
       "post_nop",
-      [](nb::bytes ring, uint32_t wqebb_cnt, uint32_t pi, uint32_t qpn, bool signaled) {
+      [](nb::bytes ring, uint32_t wqebb_cnt, uint32_t pi, uint32_t qpn, bool signaled,
+         bool fence) {
         Ring r(ring, wqebb_cnt);
-        const uint32_t n = m5::build_nop(r.sq, pi, qpn, flags(signaled, false));
+        const uint32_t n = m5::build_nop(r.sq, pi, qpn, flags(signaled, fence));
         return std::make_tuple(r.image(), n);
       },
       nb::arg("ring"), nb::arg("wqebb_cnt"), nb::arg("pi"), nb::arg("qpn"),
-      nb::arg("signaled") = false);
+      nb::arg("signaled") = false, nb::arg("fence") = false);
   m.def("read_inline",
         [](nb::bytes ring, uint32_t wqebb_cnt, uint32_t wqe_index, uint32_t first_seg,
            uint32_t len) {
