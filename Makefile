@@ -15,7 +15,7 @@ export OMPI_MCA_rmaps_base_oversubscribe := 1
 export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
 export PYTHONUNBUFFERED := 1
 MPIEXEC := $(BIN)/mpiexec
-MPI_PYTEST := $(BIN)/python -m pytest --with-mpi -q -p no:cacheprovider
+MPI_PYTEST := $(BIN)/python -m pytest --with-mpi -q -p no:cacheprovider --color=no
 
 SOURCES := CMakeLists.txt pyproject.toml $(shell find app analysis cuda proxy -type f \
 	\( -name '*.py' -o -name '*.cpp' -o -name '*.hpp' -o -name '*.cuh' -o -name '*.cu' \) 2>/dev/null)

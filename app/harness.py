@@ -21,7 +21,7 @@ import numpy as np
 
 from . import __version__
 from .bootstrap.bringup import BringupStats, Resources, bring_up, resolve_progress
-from .bootstrap.collective import JobFailure, Phase, describe
+from .bootstrap.collective import JobFailure, Phase, describe, rendezvous
 from .bootstrap.launch import init_mpi
 from .bootstrap.topology import Topology, choose_gpu
 from .config import RunConfig
@@ -47,9 +47,9 @@ ENV_KEYS = (
 class RunTerminated(BaseException):
     """SIGTERM/SIGINT arrived: the launcher is ending the job."""
 
-    def __init__(self, signum: int) -> None:
+    def __init__(self, signum: int, message: str = "") -> None:
         self.signum = signum
-        super().__init__(f"terminated by {signal.Signals(signum).name}")
+        super().__init__(message or f"terminated by {signal.Signals(signum).name}")
 
 
 @dataclass
@@ -129,7 +129,7 @@ def run(cfg: RunConfig) -> int:
     if rank0:
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         write_manifest(run_dir, manifest)
-    comm.Barrier()
+    rendezvous(comm, "run directory")
     writer = TraceWriter(
         Path(run_dir),
         topo.rank,
@@ -198,7 +198,16 @@ def _run_rank(
         return _fail(e, writer, run_dir, manifest, rank0, fabric, printer, failed=e.failures)
     except RunTerminated as e:
         reason = f"rank {topo.rank} {e} (the launcher ends the job when a rank dies or on ^C)"
-        _fail(e, writer, run_dir, manifest, rank0, fabric, printer, failed=[(topo.rank, reason)])
+        _fail(
+            RunTerminated(e.signum, reason),
+            writer,
+            run_dir,
+            manifest,
+            rank0,
+            fabric,
+            printer,
+            failed=[(topo.rank, reason)],
+        )
         sys.stdout.flush()
         os._exit(128 + e.signum)  # peers may be gone: no MPI_Finalize
     except BaseException as e:  # a bug on this rank only: tell, record, and take the job down
@@ -208,7 +217,7 @@ def _run_rank(
         )
         comm.Abort(1)
     writer.finish("complete")
-    comm.Barrier()
+    rendezvous(comm, "end of run")
     if rank0:
         write_manifest(
             run_dir,
@@ -271,7 +280,7 @@ def _sweep(ctx: RankContext, plan, writer: TraceWriter, printer: Printer, rank0:
                 _fault(index, topo.rank)
                 src[:] = pattern(ctx.cfg.seed, index, topo.rank, src.size)
                 landing[:] = 0
-                comm.Barrier()
+                rendezvous(comm, f"start of point {index}")
                 before = ctx.fabric.counters()
                 where = f"{exp.name} point {index} ({_label(params)})"
                 with Phase(comm, where):

@@ -25,7 +25,7 @@ from ..fabric.base import (
     QueuePair,
     RemoteBuffer,
 )
-from .collective import Phase
+from .collective import Phase, rendezvous
 from .topology import Topology
 
 SLOT_REGION = 4 << 20  # bytes of slots per landing buffer (msg-rate cycles over them)
@@ -197,7 +197,7 @@ def bring_up(
                 res.peer_landing[p] = RemoteBuffer(p, addr, length, rkey)
                 res.peer_dcts[p] = nodes[p]["dcts"]
         # Everyone has mapped everyone: the NIC may drop its names (nothing leaks after a crash).
-        comm.Barrier()
+        rendezvous(comm, "bring-up: attach")
         with Phase(comm, "bring-up: seal"):
             fabric.seal()
         t3 = time.perf_counter()

@@ -7,7 +7,14 @@ waiting on a dead peer is bounded by the completion timeout, so it reaches the c
 
 from __future__ import annotations
 
+import time
+
 from ..errors import GicbenchError
+
+# How long a rank waits at a rendezvous for the others before declaring the job hung. Ranks stuck
+# in a native loop give up after their completion timeout, so this only fires for a rank that is
+# gone without the launcher noticing.
+RENDEZVOUS_TIMEOUT_S = 300.0
 
 
 class JobFailure(GicbenchError):
@@ -23,7 +30,24 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def rendezvous(comm, what: str, timeout_s: float = RENDEZVOUS_TIMEOUT_S) -> None:
+    """A barrier that keeps the interpreter responsive: it polls a non-blocking barrier, so a
+    SIGTERM from the launcher (a peer died) runs the Python handler that marks the trace
+    incomplete, instead of waiting inside MPI until the launcher's SIGKILL."""
+    req = comm.Ibarrier()
+    deadline = time.monotonic() + timeout_s
+    pause = 1e-6
+    while not req.Test():
+        if time.monotonic() > deadline:
+            raise GicbenchError(
+                f"rank {comm.rank} waited {timeout_s:g} s at {what} for ranks that never arrived"
+            )
+        time.sleep(pause)
+        pause = min(pause * 2, 1e-3)
+
+
 def check_all(comm, phase: str, exc: BaseException | None) -> None:
+    rendezvous(comm, phase)
     reasons = comm.allgather(None if exc is None else describe(exc))
     failures = [(r, why) for r, why in enumerate(reasons) if why is not None]
     if failures:
