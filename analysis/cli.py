@@ -44,6 +44,12 @@ def add_analyze_args(parser: argparse.ArgumentParser) -> None:
                         help="only this experiment (repeatable)")
     parser.add_argument("--rank-stat", choices=("median", "slowest"), default="median",
                         help="which rank's statistics to show (default: median rank)")
+    _add_jobs(parser)
+
+
+def _add_jobs(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-j", "--jobs", type=int, default=1,
+                        help="read this many rank files in parallel processes (default 1)")
 
 
 def add_report_args(parser: argparse.ArgumentParser) -> None:
@@ -52,6 +58,7 @@ def add_report_args(parser: argparse.ArgumentParser) -> None:
                         help="report file (default RUN/report.md; plots go to plots/ beside it)")
     parser.add_argument("--allow-incomplete", action="store_true",
                         help="report on an incomplete run and flag it at the top")
+    _add_jobs(parser)
 
 
 def _labels(paths: list[Path]) -> list[str]:
@@ -74,7 +81,7 @@ def _tables(args: argparse.Namespace) -> tuple[list[dict], dict[str, pd.DataFram
     runs_meta: list[dict] = []
     aggs: list[tuple[str, pd.DataFrame]] = []
     for label, path in zip(_labels(args.runs), args.runs, strict=True):
-        df = load_run(path, allow_incomplete=args.allow_incomplete)
+        df = load_run(path, allow_incomplete=args.allow_incomplete, workers=args.jobs)
         runs_meta.append({"label": label, "path": str(path), "status": df.attrs["status"],
                           "problems": df.attrs["problems"]})
         aggs.append((label, aggregate_ranks(df)))
@@ -153,7 +160,8 @@ def run_report(args: argparse.Namespace) -> int:
     from .report import write_report  # matplotlib only when a report is asked for
 
     try:
-        out = write_report(args.run, args.out, allow_incomplete=args.allow_incomplete)
+        out = write_report(args.run, args.out, allow_incomplete=args.allow_incomplete,
+                           workers=args.jobs)
     except GicbenchError as exc:
         print(f"gicbench report: {exc}", file=sys.stderr)
         return EXIT_REFUSED

@@ -15,14 +15,16 @@ are kept. Names of the parameter/result/counter columns are in df.attrs["params"
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from gicbench.errors import TraceError
-from gicbench.trace import Point, open_run
+from gicbench.errors import ConfigError, TraceError
+from gicbench.trace import Point, RankTrace, open_run
 
 PERCENTILES = {"p50": 50.0, "p99": 99.0, "p99.9": 99.9}
 STATS = ("count", "mean", "min", "p50", "p99", "p99.9", "max")
@@ -76,41 +78,75 @@ def refuse_message(path: Path, problems: list[str]) -> str:
             "use --allow-incomplete (allow_incomplete=True) to analyse what is there anyway")
 
 
-def load_run(path: Path | str, allow_incomplete: bool = False) -> pd.DataFrame:
+Names = dict[str, dict[str, str]]
+
+
+def _rank_rows(rank: RankTrace, allow_incomplete: bool) -> tuple[list[dict[str, Any]], Names,
+                                                                 list[str]]:
+    """Rows of one rank file, read point by point with one sample dataset in memory at a time."""
+    rows: list[dict[str, Any]] = []
+    names: Names = {"params": {}, "results": {}, "counters": {}}
+    problems: list[str] = []
+    with rank:
+        try:
+            for point in rank.points():
+                extra = _columns(point, names)
+                base = {"experiment": point.experiment, "point": point.index,
+                        "rank": rank.rank, "closed": point.closed}
+                for metric in point.metrics or [""]:
+                    stats = (summarize(rank.samples(point.index, metric)) if metric
+                             else summarize(np.empty(0, dtype=np.int64)))
+                    rows.append({**base, "metric": metric, **stats, **extra})
+        except (OSError, KeyError) as exc:  # a .partial file can be cut mid-point
+            if not allow_incomplete:
+                raise TraceError(f"{rank.path}: unreadable: {exc}") from exc
+            problems.append(f"rank {rank.rank}: stopped reading {rank.path.name}: {exc}")
+    return rows, names, problems
+
+
+def _rank_rows_job(job: tuple[Path, int, dict[str, Any], bool, bool]) -> tuple[
+        list[dict[str, Any]], Names, list[str]]:
+    path, rank, attrs, partial, allow_incomplete = job
+    return _rank_rows(RankTrace(path, rank, attrs, partial), allow_incomplete)
+
+
+def load_run(path: Path | str, allow_incomplete: bool = False, workers: int = 1) -> pd.DataFrame:
     """One row per (experiment, point, rank, metric); see the module docstring for columns.
 
     An incomplete run (missing/partial/aborted ranks, interrupted points, manifest not
     complete) raises TraceError listing the problems unless allow_incomplete is set; then the
     problems are kept in df.attrs["problems"] and df.attrs["status"] is "incomplete".
+    workers > 1 reads that many rank files in parallel processes (each still streams).
     """
+    if workers < 1:
+        raise ConfigError("workers", workers, "an int >= 1")
     path = Path(path)
     run = open_run(path)
     if run.problems and not allow_incomplete:
         raise TraceError(refuse_message(path, run.problems))
+    if workers == 1 or len(run.ranks) < 2:
+        parts = [_rank_rows(rank, allow_incomplete) for rank in run.ranks]
+    else:
+        jobs = [(r.path, r.rank, r.attrs, r.partial, allow_incomplete) for r in run.ranks]
+        ctx = mp.get_context("spawn")  # no fork: h5py and threads do not survive it well
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            parts = list(pool.map(_rank_rows_job, jobs))
     rows: list[dict[str, Any]] = []
-    names: dict[str, dict[str, str]] = {"params": {}, "results": {}, "counters": {}}
-    for rank in run.ranks:
-        with rank:
-            try:
-                for point in rank.points():
-                    extra = _columns(point, names)
-                    base = {"experiment": point.experiment, "point": point.index,
-                            "rank": rank.rank, "closed": point.closed}
-                    for metric in point.metrics or [""]:
-                        stats = (summarize(rank.samples(point.index, metric)) if metric
-                                 else summarize(np.empty(0, dtype=np.int64)))
-                        rows.append({**base, "metric": metric, **stats, **extra})
-            except (OSError, KeyError) as exc:  # a .partial file can be cut mid-point
-                if not allow_incomplete:
-                    raise TraceError(f"{rank.path}: unreadable: {exc}") from exc
-                run.problems.append(f"rank {rank.rank}: stopped reading {rank.path.name}: {exc}")
+    names: Names = {"params": {}, "results": {}, "counters": {}}
+    problems = list(run.problems)
+    for part_rows, part_names, part_problems in parts:
+        rows += part_rows
+        for kind, mapping in part_names.items():
+            for key, col in mapping.items():
+                names[kind].setdefault(key, col)
+        problems += part_problems
     order = [*ID_COLUMNS, *STATS, "closed"]
     df = pd.DataFrame(rows, columns=None if rows else order)
     extra_cols = [c for c in df.columns if c not in order]
     df = df[order + extra_cols]
     df.attrs.update({
-        "run": str(path), "status": run.status, "problems": list(run.problems), "unit": "ns",
-        "manifest": run.manifest,
+        "run": str(path), "status": "incomplete" if problems else "complete",
+        "problems": problems, "unit": "ns", "manifest": run.manifest,
         "params": list(dict.fromkeys(names["params"].values())),
         "results": list(dict.fromkeys(names["results"].values())),
         "counters": list(dict.fromkeys(names["counters"].values())),

@@ -102,13 +102,14 @@ def _provenance(df: pd.DataFrame) -> list[str]:
     return lines
 
 
-def write_report(run_dir: Path, out: Path | None = None, allow_incomplete: bool = False) -> Path:
+def write_report(run_dir: Path, out: Path | None = None, allow_incomplete: bool = False,
+                 workers: int = 1) -> Path:
     """Write report.md (default RUN/report.md) and its PNGs (in plots/ next to it)."""
     run_dir = Path(run_dir)
     out = Path(out) if out is not None else run_dir / "report.md"
     plot_dir = out.parent / "plots"
     plot_dir.mkdir(parents=True, exist_ok=True)
-    df = load_run(run_dir, allow_incomplete=allow_incomplete)
+    df = load_run(run_dir, allow_incomplete=allow_incomplete, workers=workers)
     agg = aggregate_ranks(df)
     lines = [f"# gicbench report: {run_dir.name}", ""]
     if df.attrs.get("problems"):

@@ -36,6 +36,13 @@ def test_tidy_table_matches_the_raw_samples(tmp_path: Path) -> None:
     assert sorted(single["size"].unique()) == list(SIZES)
 
 
+def test_parallel_workers_give_the_same_table(tmp_path: Path) -> None:
+    make_run(tmp_path, world_size=3, n=100)
+    pd.testing.assert_frame_equal(load_run(tmp_path), load_run(tmp_path, workers=2))
+    with pytest.raises(ValueError, match="workers"):
+        load_run(tmp_path, workers=0)
+
+
 def test_summarize_empty_and_values() -> None:
     empty = summarize(np.empty(0, dtype=np.int64))
     assert empty["count"] == 0 and np.isnan(empty["p50"])
@@ -111,10 +118,26 @@ def test_colliding_names_are_prefixed_and_pointless_points_kept(tmp_path: Path) 
 def _three_rank_frame() -> pd.DataFrame:
     rows = []
     for rank, shift in enumerate((100.0, 300.0, 200.0)):
-        rows.append({"experiment": "e", "point": 0, "rank": rank, "metric": "lat_ns",
-                     "count": 10, "mean": shift, "min": shift - 5, "p50": shift, "p99": shift + 10,
-                     "p99.9": shift + 20, "max": shift + 30, "closed": True, "size": 8,
-                     "rate": float(rank + 1), "ok": rank != 9, "counter_wqes": 10})
+        rows.append(
+            {
+                "experiment": "e",
+                "point": 0,
+                "rank": rank,
+                "metric": "lat_ns",
+                "count": 10,
+                "mean": shift,
+                "min": shift - 5,
+                "p50": shift,
+                "p99": shift + 10,
+                "p99.9": shift + 20,
+                "max": shift + 30,
+                "closed": True,
+                "size": 8,
+                "rate": float(rank + 1),
+                "ok": rank != 9,
+                "counter_wqes": 10,
+            }
+        )
     df = pd.DataFrame(rows)
     df.attrs.update({"params": ["size"], "results": ["rate", "ok"], "counters": ["counter_wqes"]})
     return df
