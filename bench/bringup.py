@@ -1,0 +1,87 @@
+"""Bring-up cost against rank and QP counts (issue: bring-up must grow linearly with QPs).
+
+Launches `mpiexec -n R gicbench run single-op -n 1 -w 0 --qps-per-peer N --json` for each
+(R, N) and prints what rank 0 reports: the slowest rank's bring-up time split into create /
+exchange / connect, and QPs brought up per second (per rank and for the whole job). On a 2-core
+machine 8 and 16 ranks oversubscribe the cores: read the figures as a scaling check, not as a
+NIC's bring-up rate.
+
+    python bench/bringup.py [--ranks 2 8 16] [--qps 1 8 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ENV = {
+    "OMPI_ALLOW_RUN_AS_ROOT": "1",
+    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    "OMPI_MCA_rmaps_base_oversubscribe": "1",
+    "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe",
+}
+
+
+def measure(ranks: int, qps: int, workdir: Path) -> dict:
+    mpiexec = Path(sys.executable).parent / "mpiexec"
+    cmd = [
+        str(mpiexec),
+        "-n",
+        str(ranks),
+        sys.executable,
+        "-m",
+        "gicbench",
+        "run",
+        "single-op",
+        "-n",
+        "1",
+        "-w",
+        "0",
+        "--qps-per-peer",
+        str(qps),
+        "--progress",
+        "inline",
+        "--json",
+        "-o",
+        str(workdir / f"r{ranks}-q{qps}"),
+    ]
+    r = subprocess.run(
+        cmd, capture_output=True, text=True, env={**os.environ, **ENV}, timeout=600, check=False
+    )
+    if r.returncode != 0:
+        raise RuntimeError(f"{ranks} ranks x {qps} QPs/peer failed:\n{r.stderr[-2000:]}")
+    return json.loads(r.stdout)["bringup"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", type=int, nargs="+", default=[2, 8, 16])
+    ap.add_argument("--qps", type=int, nargs="+", default=[1, 8, 64])
+    args = ap.parse_args()
+    print(
+        f"{'ranks':>5} {'QPs/peer':>8} {'QPs/rank':>8} {'QPs/job':>8} {'total(ms)':>10} "
+        f"{'create':>8} {'exchange':>8} {'connect':>8} {'QPs/s/rank':>11} {'QPs/s/job':>10}"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        for ranks in args.ranks:
+            for qps in args.qps:
+                b = measure(ranks, qps, Path(tmp))
+                per_rank = b["rc_qps"] + b["dcis"]
+                total = per_rank * ranks
+                print(
+                    f"{ranks:>5} {qps:>8} {per_rank:>8} {total:>8} {b['seconds'] * 1e3:>10.1f} "
+                    f"{b['create_s'] * 1e3:>8.1f} {b['exchange_s'] * 1e3:>8.1f} "
+                    f"{b['connect_s'] * 1e3:>8.1f} {per_rank / b['seconds']:>11,.0f} "
+                    f"{total / b['seconds']:>10,.0f}",
+                    flush=True,
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
