@@ -91,13 +91,19 @@ def default_run_dir(cfg: RunConfig) -> Path:
 
 
 def _fault(point: int, rank: int) -> None:
-    """Test hook: GICBENCH_FAULT=kill:RANK:POINT makes that rank die by SIGKILL at that point
-    (how the tests show that a rank lost mid-run ends the job with an incomplete trace)."""
+    """Test hook, GICBENCH_FAULT=ACTION:RANK:POINT. `kill` makes that rank die by SIGKILL at that
+    point (a rank lost mid-run); `raise` makes it fail with an exception (a rank-local error that
+    the collective check must carry to every rank)."""
     spec = os.environ.get("GICBENCH_FAULT", "")
-    if spec.startswith("kill:"):
-        _, r, p = spec.split(":")
-        if int(r) == rank and int(p) == point:
-            os.kill(os.getpid(), signal.SIGKILL)
+    if not spec:
+        return
+    action, r, p = spec.split(":")
+    if int(r) != rank or int(p) != point:
+        return
+    if action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif action == "raise":
+        raise RuntimeError(f"injected fault at point {point}")
 
 
 def run(cfg: RunConfig) -> int:
@@ -277,13 +283,13 @@ def _sweep(ctx: RankContext, plan, writer: TraceWriter, printer: Printer, rank0:
             if rank0:
                 printer.begin_experiment(exp.name, exp.columns())
             for params in points:
-                _fault(index, topo.rank)
                 src[:] = pattern(ctx.cfg.seed, index, topo.rank, src.size)
                 landing[:] = 0
                 rendezvous(comm, f"start of point {index}")
                 before = ctx.fabric.counters()
                 where = f"{exp.name} point {index} ({_label(params)})"
                 with Phase(comm, where):
+                    _fault(index, topo.rank)
                     t0 = time.perf_counter()
                     result = (
                         exp.run_point(ctx, params)

@@ -95,3 +95,18 @@ def test_table_output_perftest_style(tmp_path: Path) -> None:
     assert "bring-up:" in r.stdout and "ranks=4" in r.stdout
     run = open_run(tmp_path / "t")
     assert run.status == "complete" and len(run.ranks) == 4
+
+
+def test_error_on_one_rank_ends_the_job_naming_rank_and_reason(tmp_path: Path) -> None:
+    out = tmp_path / "raised"
+    r = launch(4, "run", "single-op", *QUICK, "-o", str(out), env={"GICBENCH_FAULT": "raise:3:1"})
+    assert r.returncode == 1
+    assert "rank 3: RuntimeError: injected fault at point 1" in r.stderr
+    assert r.stderr.count("run failed") == 1  # rank 0 speaks for the job
+    manifest = json.loads((out / "run.json").read_text())
+    assert manifest["status"] == "incomplete" and manifest["failed_ranks"] == [3]
+    for rank in range(4):  # every rank was alive: each closed its file marked incomplete
+        with h5py.File(out / f"rank-{rank:05d}.h5") as f:
+            assert f.attrs["status"] == "incomplete"
+            assert "injected fault" in f.attrs["failure"]
+    assert open_run(out).status == "incomplete"
