@@ -17,10 +17,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gicbench import mlx5
-from gicbench._native import wire
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from gicbench import mlx5
+from gicbench._native import wire
 
 HEADER = Path("/usr/include/infiniband/mlx5dv.h")
 SOURCE = Path(__file__).parent / "c" / "mlx5_layout.c"

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gicbench import mlx5
-from gicbench._native import wire
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from gicbench import mlx5
+from gicbench._native import wire
 
 PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 u8, u16, u24, u32, u64 = (st.integers(0, (1 << b) - 1) for b in (8, 16, 24, 32, 64))
