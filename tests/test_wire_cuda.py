@@ -26,6 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 CUDA_DIR = REPO / "cuda"
 HOST_DRIVER = REPO / "tests" / "c" / "wire_selftest_host.cu"
 CU_FILES = sorted(CUDA_DIR.glob("*.cu"))
+CUH_FILES = sorted(CUDA_DIR.glob("*.cuh"))
 HOST_BIN = "host driver binary"
 
 # cuda/wire_selftest.cu's table and output layout
@@ -239,6 +240,10 @@ def nvcc_results(
     tmp = tmp_path_factory.mktemp("nvcc")
     common = ["-arch=sm_90", "-std=c++17", f"-I{CUDA_DIR}", "-Xcompiler", "-Wall,-Wextra"]
     jobs = {f.name: [exe, *common, "-c", str(f), "-o", str(tmp / f"{f.stem}.o")] for f in CU_FILES}
+    for h in CUH_FILES:  # every header compiles on its own (includes what it uses)
+        tu = tmp / f"only_{h.stem}.cu"
+        tu.write_text(f'#include "{h.name}"\n')
+        jobs[h.name] = [exe, *common, "-c", str(tu), "-o", str(tmp / f"only_{h.stem}.o")]
     jobs["host driver"] = [exe, *common, str(HOST_DRIVER), "-o", str(tmp / "wire_selftest_host")]
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
         futs = {
@@ -264,6 +269,12 @@ def test_cuda_sources_exist() -> None:
 @pytest.mark.nvcc
 @pytest.mark.parametrize("name", [f.name for f in CU_FILES])
 def test_cu_compiles_for_sm90(nvcc_results: dict, name: str) -> None:
+    assert_clean(name, nvcc_results[name])
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("name", [f.name for f in CUH_FILES])
+def test_cuh_compiles_alone(nvcc_results: dict, name: str) -> None:
     assert_clean(name, nvcc_results[name])
 
 

@@ -277,6 +277,26 @@ def test_cq_ownership_over_passes() -> None:
         assert mlx5.ready_mask(cq, ci, ncqe, 1).all()
 
 
+@PROPS
+@given(st.lists(st.tuples(st.integers(0, 2), u24, u8, u16, u32, u32, u64, st.integers(0, 1)),
+                min_size=1, max_size=16))  # fmt: skip
+def test_decode_cqes_vectorised(rows) -> None:
+    buf = np.zeros(len(rows) * mlx5.CQE_BYTES, np.uint8)
+    entries = buf.reshape(-1, mlx5.CQE_BYTES)
+    for e, (k, qpn, wop, wc, bc, imm, ts, owner) in zip(entries, rows, strict=True):
+        if k == 0:
+            e[:] = mlx5.req_cqe(qpn, wop, wc, bc, timestamp=ts, owner=owner)
+        elif k == 1:
+            e[:] = mlx5.resp_cqe(mlx5.CqeOpcode.RESP_WR_IMM, qpn, wc, bc, imm=imm, timestamp=ts,
+                                 owner=owner)  # fmt: skip
+        else:
+            e[:] = mlx5.err_cqe(mlx5.CqeOpcode.REQ_ERR, mlx5.Syndrome.REMOTE_ACCESS, qpn, wop, wc,
+                                vendor_syndrome=wop ^ 0x5A, owner=owner)  # fmt: skip
+    cols = mlx5.decode_cqes(buf)
+    for i, e in enumerate(entries):
+        assert {k: int(v[i]) for k, v in cols.items()} == mlx5.decode_cqe(e).__dict__
+
+
 # ---- doorbells and errors ----------------------------------------------------------------------
 def test_doorbell_record_words() -> None:
     assert mlx5.dbrec_value(0x12345) == bytes.fromhex("00002345") == wire.dbrec_value(0x12345)

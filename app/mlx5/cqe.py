@@ -96,6 +96,32 @@ def ready_mask(buf: np.ndarray, ci: int, ncqe: int, count: int) -> np.ndarray:
     return ((op_own >> 4) != CqeOpcode.INVALID) & ((op_own & 1) == owner)
 
 
+def decode_cqes(buf: np.ndarray) -> dict[str, np.ndarray]:
+    """Vectorised decode_cqe over a CQ buffer: one array per Cqe field, one entry per CQE."""
+    e = np.ascontiguousarray(buf, dtype=np.uint8).reshape(-1, CQE_BYTES)
+
+    def be(off: int, n: int) -> np.ndarray:
+        return np.ascontiguousarray(e[:, off : off + n]).view(f">u{n}")[:, 0].astype(f"u{n}")
+
+    op_own = e[:, OFF_OP_OWN]
+    opcode = op_own >> 4
+    err = np.isin(opcode, [int(o) for o in _ERR_OPCODES])
+    sop = be(OFF_SOP_QPN, 4)
+    imm = np.ascontiguousarray(e[:, OFF_IMM : OFF_IMM + 4]).view("<u4")[:, 0].astype("u4")
+    return {
+        "opcode": opcode,
+        "owner": op_own & 1,
+        "wqe_counter": be(OFF_WQE_COUNTER, 2),
+        "byte_cnt": np.where(err, 0, be(OFF_BYTE_CNT, 4)).astype("u4"),
+        "qpn": sop & 0xFFFFFF,
+        "wqe_opcode": (sop >> 24).astype(np.uint8),
+        "imm": np.where(err, 0, imm).astype("u4"),
+        "syndrome": np.where(err, e[:, OFF_SYNDROME], 0).astype(np.uint8),
+        "vendor_syndrome": np.where(err, e[:, OFF_VENDOR_SYND], 0).astype(np.uint8),
+        "timestamp": np.where(err, 0, be(OFF_TIMESTAMP, 8)).astype("u8"),
+    }
+
+
 def _body(qpn: int, wqe_opcode: int, wqe_counter: int) -> bytearray:
     b = bytearray(CQE_BYTES)
     sop = (check_uint("wqe_opcode", wqe_opcode, 8) << 24) | check_uint("qpn", qpn, 24)

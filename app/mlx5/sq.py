@@ -51,7 +51,7 @@ class Wqe:
     av: Av | None = None
     raddr: Raddr | None = None
     atomic: Atomic | None = None
-    data: Data | None = None  # pointer data segment, or the inline header
+    data: Data | None = None  # pointer data segment, or the inline header (lkey = addr = 0)
     inline: bytes | None = None  # inline payload
 
     @property
@@ -195,8 +195,9 @@ class SqRing:
             seg += 1
         if seg < ctrl.ds:
             data = decode_data(self.read(wqe_index, seg, SEG_BYTES))
-            if data.is_inline:
+            if data.is_inline:  # lkey/addr hold payload bytes there: keep the header alone
                 inline = self.read(wqe_index, seg, 4 + data.length)[4:].tobytes()
+                data = Data(data.byte_count, 0, 0)
         return Wqe(ctrl, av, raddr, atomic, data, inline)
 
 
