@@ -63,11 +63,20 @@ test-mpi: setup
 
 test: lint test-unit test-mpi
 
+# The main job on the embedded default (the emulated NIC): the default suite on 2 ranks, the
+# rank-0 table as it runs, then the offline summary and report.md with plots from the traces.
+RUN_DIR ?= runs/make-run
+RUN_ARGS ?= --suite default -b 8 -e 512 -f 4 -n 2000 --messages 200000
 run: setup
-	$(MPIEXEC) -n $(NP) $(BIN)/gicbench run --suite default
+	rm -rf $(RUN_DIR)
+	$(MPIEXEC) -n $(NP) $(BIN)/gicbench run $(RUN_ARGS) -o $(RUN_DIR)
+	$(BIN)/gicbench analyze $(RUN_DIR)
+	$(BIN)/gicbench report $(RUN_DIR)
 
 bench: setup
-	$(BIN)/python bench/run_all.py
+	$(BIN)/python bench/emu_engine.py
+	$(BIN)/python bench/bringup.py
+	$(BIN)/python bench/analysis_scale.py
 
 clean:
 	rm -rf build $(VENV) runs

@@ -254,6 +254,8 @@ void msg_rate_thread(std::vector<Lane>& lanes, const MsgRateArgs& a, uint32_t t,
   const uint64_t nbatches = (total + a.batch - 1) / a.batch;
   std::vector<uint32_t> since_signal(mine.size(), 0);
   const size_t n = mine.size();
+  uint64_t ci_start = 0;  // CQ indices resume from the dbrec: count this call's CQEs only
+  for (auto& s : mine) ci_start += s.cq.ci();
 
   ready.fetch_sub(1, std::memory_order_acq_rel);
   while (ready.load(std::memory_order_acquire) != 0) cpu_relax();
@@ -296,6 +298,7 @@ void msg_rate_thread(std::vector<Lane>& lanes, const MsgRateArgs& a, uint32_t t,
   o.windows.push_back(t_end - t_window);  // the last window carries the final drain
   o.elapsed = t_end - t_start;
   for (auto& s : mine) o.cqes += s.cq.ci();
+  o.cqes -= ci_start;
 }
 
 }  // namespace
