@@ -448,7 +448,9 @@ GB_HD uint8_t fill_err_cqe(void* cqe, uint8_t cqe_opcode, uint8_t syndrome, uint
 
 // ---- whole WQEs (the layouts of reference/mlx5.md), twins of gicbench.mlx5.SqRing.post_* --------
 // Each writes the WQE at producer index `pi` (body first, ctrl last) and returns its WQEBBs. An AV
-// (DC) goes right after ctrl: the 48-byte form, or the 16-byte one with `compact_av`.
+// (DC) goes right after ctrl: the 48-byte form, or the 16-byte one with `compact_av`. Callers keep
+// the WQE within ds <= 63 and the free part of the SQ (an inline payload of at most
+// (63 - 2 - AV segments) * 16 - 4 bytes); nothing here checks, as on the GPU there is no one to tell.
 GB_HD uint32_t set_av_at(const SqRing& sq, uint32_t pi, uint32_t seg, const AvFields* av,
                          bool compact_av) {
   if (!av) return 0;
@@ -502,8 +504,8 @@ GB_HD uint32_t build_nop(const SqRing& sq, uint32_t pi, uint32_t qpn, uint8_t fm
 
 // ---- doorbells -----------------------------------------------------------------------------------
 // The native 32-bit words to store into doorbell records: memory then holds BE32 of the index.
-GB_HD uint32_t dbrec_value(uint32_t pi) { return bswap32(pi & 0xffffu); }       // dbrec[kSndDbr]
-GB_HD uint32_t cq_ci_value(uint32_t ci) { return bswap32(ci & 0xffffffu); }     // dbrec[kCqSetCi]
+GB_HD uint32_t dbrec_value(uint32_t pi) { return bswap32(pi & 0xffffu); }    // dbrec[kSndDbr]
+GB_HD uint32_t cq_ci_value(uint32_t ci) { return bswap32(ci & 0xffffffu); }  // dbrec[kCqSetCi]
 
 // The 8 bytes a doorbell carries: the first 8 bytes of the last WQE's control segment.
 // Stored as a native 64-bit word, it writes those 8 bytes unchanged. ctrl_seg: 8-byte aligned.
