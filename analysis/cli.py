@@ -15,10 +15,11 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from gicbench.errors import GicbenchError
+from gicbench.errors import ConfigError, GicbenchError
 
 from .load import aggregate_ranks, load_run
 from .tables import (
+    caption_candidates,
     compare_tables,
     experiment_table,
     fmt,
@@ -44,6 +45,10 @@ def add_analyze_args(parser: argparse.ArgumentParser) -> None:
                         help="only this experiment (repeatable)")
     parser.add_argument("--rank-stat", choices=("median", "slowest"), default="median",
                         help="which rank's statistics to show (default: median rank)")
+    parser.add_argument("--on", type=lambda v: [k for k in v.split(",") if k], default=None,
+                        metavar="KEY[,KEY]",
+                        help="compare runs row by row on these parameters only (e.g. --on size "
+                             "to compare two runs made with different --batch); default: all")
     _add_jobs(parser)
 
 
@@ -91,17 +96,37 @@ def _tables(args: argparse.Namespace) -> tuple[list[dict], dict[str, pd.DataFram
     tables: dict[str, pd.DataFrame] = {}
     fixed: dict[str, dict] = {}
     for exp in experiments:
-        per_run = [(label, experiment_table(a, exp, args.rank_stat)) for label, a in aggs
+        compact = not (args.json or args.csv)
+        per_run = [(label, experiment_table(a, exp, args.rank_stat, compact=compact))
+                   for label, a in aggs
                    if not a.empty and exp in set(a["experiment"])]
         params = [p for p in dict.fromkeys(p for _, a in aggs for p in param_columns(a))]
         if len(aggs) == 1:
             tables[exp] = per_run[0][1]
-            _, fixed[exp] = split_constant(per_run[0][1], [*params, "ranks"])
+            _, fixed[exp] = split_constant(per_run[0][1], caption_candidates(aggs[0][1]))
         else:
-            keys = [c for c in per_run[0][1].columns if c in params or c == "metric"]
+            if args.on:
+                keys = [*args.on, *(["metric"] if "metric" in per_run[0][1].columns else [])]
+                _check_unique(exp, per_run, keys)
+            else:
+                keys = [c for c in per_run[0][1].columns if c in params or c == "metric"]
             tables[exp] = compare_tables(per_run, keys)
             _, fixed[exp] = split_constant(tables[exp], keys)
     return runs_meta, tables, fixed
+
+
+def _check_unique(exp: str, per_run: list[tuple[str, pd.DataFrame]], keys: list[str]) -> None:
+    for label, table in per_run:
+        missing = [k for k in keys if k not in table.columns]
+        if missing:
+            raise ConfigError("--on", ",".join(keys),
+                              f"columns of {exp}; run {label} lacks {missing}")
+        dup = table[table.duplicated(subset=keys, keep=False)]
+        if not dup.empty:
+            first = ", ".join(f"{k}={dup.iloc[0][k]}" for k in keys)
+            raise ConfigError("--on", ",".join(keys),
+                              f"keys naming one row per run in {exp}; run {label} has "
+                              f"{len(dup)} rows sharing them (e.g. {first}): add a key")
 
 
 def _print_rich(runs_meta: list[dict], tables: dict[str, pd.DataFrame],

@@ -35,6 +35,18 @@ def _series_label(keys: Sequence[str], values: Sequence[object]) -> str:
     return ", ".join(f"{k}={show(v)}" for k, v in zip(keys, values, strict=True)) or "all"
 
 
+def _log_ticks(ax: plt.Axes, values: pd.Series) -> None:
+    """Labelled ticks on a log y axis: denser when the data spans less than a decade, so a
+    narrow range still gets numbers on it."""
+    vals = values[values > 0].dropna()
+    span = float(vals.max() / vals.min()) if len(vals) else 10.0
+    subs = (1.0,) if span > 1000 else (1.0, 2.0, 5.0) if span > 10 else (
+        1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 7.0)
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
 def _varying(table: pd.DataFrame, cols: Sequence[str]) -> list[str]:
     return [c for c in cols if c in table.columns and table[c].nunique(dropna=False) > 1]
 
@@ -54,9 +66,9 @@ def latency_vs_size(table: pd.DataFrame, params: Sequence[str], title: str,
             key = key if isinstance(key, tuple) else (key,)
             g = g.sort_values("size")
             color = f"C{i % 10}"
-            label = _series_label(series_keys, key)
-            ax.plot(g["size"], g["p50_us"], "o-", color=color, label=f"{label} p50")
-            ax.plot(g["size"], g["p99_us"], "^--", color=color, alpha=0.6, label=f"{label} p99")
+            label = _series_label(series_keys, key) + " " if series_keys else ""
+            ax.plot(g["size"], g["p50_us"], "o-", color=color, label=f"{label}p50")
+            ax.plot(g["size"], g["p99_us"], "^--", color=color, alpha=0.6, label=f"{label}p99")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         sizes = sorted(rows["size"].dropna().unique())
@@ -64,9 +76,7 @@ def latency_vs_size(table: pd.DataFrame, params: Sequence[str], title: str,
             ax.set_xticks([float(v) for v in sizes])
         ax.xaxis.set_major_formatter(FuncFormatter(size_label))
         ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}"))
-        ax.yaxis.set_minor_formatter(NullFormatter())
+        _log_ticks(ax, pd.concat([rows["p50_us"], rows["p99_us"]]))
         ax.set_xlabel("message size (B)")
         ax.set_ylabel("latency (µs)")
         ax.set_title(metric)
@@ -103,6 +113,49 @@ def rate_vs(table: pd.DataFrame, x: str, params: Sequence[str], y: str, title: s
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=DPI)
+    plt.close(fig)
+    return out
+
+
+def latency_bars(table: pd.DataFrame, title: str, out: Path) -> Path:
+    """p50/p99/p99.9 per metric on a log axis, for a sweep with a single size."""
+    metrics = list(dict.fromkeys(table["metric"]))
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(metrics) + 2), 4.2))
+    width = 0.26
+    for j, (stat, alpha) in enumerate((("p50", 1.0), ("p99", 0.7), ("p99.9", 0.45))):
+        vals = [float(table.loc[table["metric"] == m, f"{stat}_us"].median()) for m in metrics]
+        xs = [i + (j - 1) * width for i in range(len(metrics))]
+        bars = ax.bar(xs, vals, width, color="C0", alpha=alpha, label=stat)
+        ax.bar_label(bars, labels=[f"{v:.3g}" for v in vals], fontsize=7)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(metrics)), metrics)
+    ax.set_ylabel("latency (µs)")
+    sizes = table["size"].dropna().unique() if "size" in table.columns else []
+    ax.set_title(title + (f", size {size_label(float(sizes[0]))} B" if len(sizes) == 1 else ""))
+    ax.grid(True, axis="y", which="major", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=DPI)
+    plt.close(fig)
+    return out
+
+
+def rate_bars(table: pd.DataFrame, params: Sequence[str], y: str, title: str,
+              out: Path) -> Path:
+    """y per point, for a sweep where no rate axis varies (one bar per point)."""
+    keys = _varying(table, params) or [
+        k for k in ("size", "qps", "threads", "batch") if k in table.columns]
+    labels = [_series_label(keys, [row[k] for k in keys]) for _, row in table.iterrows()]
+    labels = [label.replace(", ", "\n") if len(keys) > 2 else label for label in labels]
+    fig, ax = plt.subplots(figsize=(max(4.5, 1.2 * len(labels) + 2), 4.2))
+    bars = ax.bar(range(len(labels)), table[y].astype(float), color="C0", width=0.5)
+    ax.bar_label(bars, labels=[f"{v:.3g}" for v in table[y].astype(float)], fontsize=8)
+    ax.set_xticks(range(len(labels)), labels, rotation=20 if len(labels) > 4 else 0)
+    ax.set_ylabel(header(y) + " (sum over ranks)")
+    ax.set_title(title)
+    ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(out, dpi=DPI)
     plt.close(fig)

@@ -15,7 +15,14 @@ import pandas as pd
 
 from . import plots
 from .load import aggregate_ranks, load_run
-from .tables import experiment_table, fmt, header, param_columns, split_constant
+from .tables import (
+    caption_candidates,
+    experiment_table,
+    fmt,
+    header,
+    param_columns,
+    split_constant,
+)
 
 LOW_TAIL_SAMPLES = 1000  # below this, p99.9 is close to the maximum and says little
 
@@ -38,8 +45,8 @@ def markdown_table(table: pd.DataFrame) -> list[str]:
 
 
 def _table_block(agg: pd.DataFrame, experiment: str) -> tuple[pd.DataFrame, list[str]]:
-    full = experiment_table(agg, experiment, with_slowest=True)
-    shown, fixed = split_constant(full, [*param_columns(agg), "ranks"])
+    full = experiment_table(agg, experiment, with_slowest=True, compact=True)
+    shown, fixed = split_constant(full, caption_candidates(agg))
     lines: list[str] = []
     if fixed:
         lines.append("Fixed: " + ", ".join(f"{k}={fmt(v, k)}" for k, v in fixed.items()) + ".")
@@ -58,10 +65,15 @@ def _table_block(agg: pd.DataFrame, experiment: str) -> tuple[pd.DataFrame, list
 def _single_op(agg: pd.DataFrame, plot_dir: Path, section: Section) -> None:
     full, lines = _table_block(agg, "single-op")
     section.lines += lines
-    if "size" in full.columns and "p50_us" in full.columns:
-        params = [p for p in param_columns(agg) if p in full.columns]
-        section.images.append(plots.latency_vs_size(
-            full, params, "single-op latency (median rank)", plot_dir / "single-op-latency.png"))
+    if "p50_us" not in full.columns:
+        return
+    params = [p for p in param_columns(agg) if p in full.columns]
+    out = plot_dir / "single-op-latency.png"
+    title = "single-op latency (median rank)"
+    if "size" in full.columns and full["size"].nunique() > 1:
+        section.images.append(plots.latency_vs_size(full, params, title, out))
+    else:  # one size: a line per metric would be a dot; compare the percentiles instead
+        section.images.append(plots.latency_bars(full, title, out))
 
 
 def _msg_rate(agg: pd.DataFrame, plot_dir: Path, section: Section) -> None:
@@ -70,11 +82,14 @@ def _msg_rate(agg: pd.DataFrame, plot_dir: Path, section: Section) -> None:
     if "msg_rate_mps" not in full.columns:
         return
     params = [p for p in param_columns(agg) if p in full.columns]
-    for x in ("batch", "qps", "threads"):
-        if x in full.columns and full[x].nunique() > 1:
-            section.images.append(plots.rate_vs(
-                full, x, params, "msg_rate_mps", f"msg-rate against {x}",
-                plot_dir / f"msg-rate-vs-{x}.png"))
+    axes = [x for x in ("batch", "qps", "threads") if x in full.columns and full[x].nunique() > 1]
+    for x in axes:
+        section.images.append(plots.rate_vs(
+            full, x, params, "msg_rate_mps", f"msg-rate against {x}",
+            plot_dir / f"msg-rate-vs-{x}.png"))
+    if not axes:
+        section.images.append(plots.rate_bars(full, params, "msg_rate_mps", "msg-rate",
+                                              plot_dir / "msg-rate.png"))
 
 
 def _generic(experiment: str) -> Callable[[pd.DataFrame, Path, Section], None]:

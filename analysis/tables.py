@@ -21,6 +21,10 @@ KNOWN_RESULTS: dict[str, tuple[str, str]] = {
     "bytes_moved": ("bytes", "sum"),
 }
 RESULT_ORDER = ("msg_rate_mps", "gbps", "messages", "bytes_moved")
+# Bookkeeping results left out of tables for people (still in JSON/CSV and the data frame).
+HIDDEN_RESULTS = frozenset({"role", "wall_s", "elapsed_ns"})
+# Always a column, even when constant: users look for the size first.
+ALWAYS_SHOWN = frozenset({"size"})
 _HEADERS = {
     "size": "size (B)", "metric": "metric", "count": "samples", "ranks": "ranks",
     "p50_us": "p50 (µs)", "p99_us": "p99 (µs)", "p99.9_us": "p99.9 (µs)",
@@ -87,16 +91,23 @@ def _integral(series: pd.Series) -> pd.Series:
 
 
 def experiment_table(agg: pd.DataFrame, experiment: str, rank_stat: str = "median",
-                     with_slowest: bool = False) -> pd.DataFrame:
+                     with_slowest: bool = False, compact: bool = False) -> pd.DataFrame:
     """One experiment's rows of aggregate_ranks() as a display table (machine column names).
 
     rank_stat "median" shows the median rank's statistics, "slowest" the slowest rank's.
+    Ranks without samples at a point that other ranks measured (the receivers of a
+    sender/receiver pair) are left out; a point nobody sampled keeps its row. compact drops
+    the bookkeeping results (HIDDEN_RESULTS) for tables meant for people.
     """
     if rank_stat not in ("median", "slowest"):
         raise ValueError(f"invalid rank_stat={rank_stat!r}: allowed ['median', 'slowest']")
     rows = agg[agg["experiment"] == experiment]
+    sampled = rows.loc[rows["metric"] != "", "point"].unique()
+    rows = rows[~((rows["metric"] == "") & rows["point"].isin(sampled))]
     params = [p for p in _params_of(agg) if rows[p].notna().any()]
     results = [r for r in _results_of(agg) if rows[r].notna().any()]
+    if compact:
+        results = [r for r in results if r not in HIDDEN_RESULTS]
     src = "" if rank_stat == "median" else "slowest_"
     out = pd.DataFrame({p: _integral(rows[p]) for p in params})
     if rows["metric"].ne("").any():
@@ -132,13 +143,22 @@ def split_constant(table: pd.DataFrame, candidates: Sequence[str]) -> tuple[pd.D
     """
     fixed: dict[str, Any] = {}
     for c in candidates:
-        if c in table.columns and len(table) > 1 and table[c].nunique(dropna=False) == 1:
+        if c in ALWAYS_SHOWN:
+            continue
+        if c in table.columns and len(table) and table[c].nunique(dropna=False) == 1:
             fixed[c] = table[c].iloc[0]
     return table.drop(columns=list(fixed)), fixed
 
 
 def param_columns(agg: pd.DataFrame) -> list[str]:
     return _params_of(agg)
+
+
+def caption_candidates(agg: pd.DataFrame) -> list[str]:
+    """Columns that move to the caption when constant: parameters, rank count and results
+    without a known unit (validated, role ...); rates and bandwidths always stay columns."""
+    extra = [r for r in _results_of(agg) if r not in KNOWN_RESULTS]
+    return [*_params_of(agg), "ranks", *extra]
 
 
 COMPARED = ("p50_us", "p99_us", "msg_rate_mps", "gbps")

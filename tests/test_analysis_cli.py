@@ -59,7 +59,9 @@ def test_analyze_json_is_valid_and_in_microseconds(run_a: Path, capsys) -> None:
     rates = doc["experiments"]["msg-rate"]
     # msg_rate_mps is summed over the 2 ranks: 2 * (2 * qps * sqrt(batch)).
     assert {(r["qps"], r["batch"], round(r["msg_rate_mps"], 6)) for r in rates} >= {
-        (1, 1, 4.0), (4, 16, 64.0)}
+        (1, 1, 4.0),
+        (4, 16, 64.0),
+    }
 
 
 def test_analyze_csv(run_a: Path, capsys) -> None:
@@ -113,16 +115,18 @@ def test_report_writes_markdown_and_pngs(run_a: Path) -> None:
     text = (run_a / "report.md").read_text()
     assert "## single-op" in text and "## msg-rate" in text
     assert "| size (B) |" in text and "p99.9 (µs)" in text
-    images = [line.split("](")[1].rstrip(")") for line in text.splitlines()
-              if line.startswith("![")]
+    images = [
+        line.split("](")[1].rstrip(")") for line in text.splitlines() if line.startswith("![")
+    ]
     assert "plots/single-op-latency.png" in images and "plots/msg-rate-vs-batch.png" in images
     for image in images:
         assert (run_a / image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_new_experiment_gets_a_generic_section(tmp_path: Path) -> None:
-    write_manifest(tmp_path, {"world_size": 1, "status": "complete",
-                              "experiments": ["clock-sweep"]})
+    write_manifest(
+        tmp_path, {"world_size": 1, "status": "complete", "experiments": ["clock-sweep"]}
+    )
     rng = np.random.default_rng(0)
     with TraceWriter(tmp_path, 0, 1, {}) as w:
         for mhz in (502, 995, 1845):
@@ -131,4 +135,30 @@ def test_new_experiment_gets_a_generic_section(tmp_path: Path) -> None:
     out = tmp_path / "elsewhere" / "r.md"
     assert run_report(_report([str(tmp_path), "-o", str(out)])) == 0
     text = out.read_text()
-    assert "## clock-sweep" in text and "sm_clock_mhz" in text and "Fixed: size=8" in text
+    assert "## clock-sweep" in text and "| size (B) | sm_clock_mhz |" in text
+    assert "| 8 | 502 | issue_ns |" in text and "Fixed: ranks=1." in text
+
+
+def test_compare_on_chosen_keys(tmp_path: Path, capsys) -> None:
+    def one_point(run_dir: Path, batch: int, rate: float) -> Path:
+        write_manifest(run_dir, {"world_size": 1, "status": "complete"})
+        with TraceWriter(run_dir, 0, 1, {}) as w, w.begin_point(
+                "msg-rate", {"size": 8, "batch": batch, "qps": 4}) as p:
+            p.add_samples("window_ns", np.full(10, 1_000_000))
+            p.set_results({"msg_rate_mps": rate})
+        return run_dir
+
+    a, b = one_point(tmp_path / "b1", 1, 10.0), one_point(tmp_path / "b16", 16, 25.0)
+    assert run_analyze(_analyze([str(a), str(b), "--json"])) == 0
+    rows = json.loads(capsys.readouterr().out)["experiments"]["msg-rate"]
+    assert len(rows) == 2 and rows[0]["ratio msg_rate_mps B/A"] is None  # batch differs
+    assert run_analyze(_analyze([str(a), str(b), "--json", "--on", "size"])) == 0
+    rows = json.loads(capsys.readouterr().out)["experiments"]["msg-rate"]
+    assert len(rows) == 1 and rows[0]["ratio msg_rate_mps B/A"] == pytest.approx(2.5)
+    assert run_analyze(_analyze([str(a), str(b), "--on", "nope"])) == 2
+    assert "lacks ['nope']" in capsys.readouterr().err
+
+
+def test_compare_on_keys_that_repeat_is_refused(run_a: Path, capsys) -> None:
+    assert run_analyze(_analyze([str(run_a), str(run_a), "--on", "qps", "-x", "msg-rate"])) == 2
+    assert "rows sharing them" in capsys.readouterr().err
