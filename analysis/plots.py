@@ -14,6 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from .tables import header
@@ -40,8 +41,9 @@ def _log_ticks(ax: plt.Axes, values: pd.Series) -> None:
     narrow range still gets numbers on it."""
     vals = values[values > 0].dropna()
     span = float(vals.max() / vals.min()) if len(vals) else 10.0
-    subs = (1.0,) if span > 1000 else (1.0, 2.0, 5.0) if span > 10 else (
-        1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 7.0)
+    subs = ((1.0,) if span > 1000 else (1.0, 2.0, 5.0) if span > 10 else
+            (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 7.0) if span > 3 else
+            (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0))
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}"))
     ax.yaxis.set_minor_formatter(NullFormatter())
@@ -53,22 +55,26 @@ def _varying(table: pd.DataFrame, cols: Sequence[str]) -> list[str]:
 
 def latency_vs_size(table: pd.DataFrame, params: Sequence[str], title: str,
                     out: Path) -> Path:
-    """One panel per metric: p50 (solid) and p99 (dashed, same colour) against size, log-log."""
+    """One panel per metric: p50 (solid) and p99 (dashed, same colour) against size, log-log.
+
+    A line per combination of the parameters that vary within a panel; one colour per
+    combination across all panels, explained once in a legend below them."""
     metrics = list(dict.fromkeys(table["metric"]))
-    fig, axes = plt.subplots(1, len(metrics), figsize=(5.2 * len(metrics), 4.2), squeeze=False)
+    others = [p for p in params if p != "size"]
+    keys = [p for p in others
+            if any(p in _varying(table[table["metric"] == m], others) for m in metrics)]
+    combos = list(dict.fromkeys(_combo(row, keys) for _, row in table.iterrows()))
+    colour = {c: f"C{i % 10}" for i, c in enumerate(sorted(combos, key=str))}
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5.2 * len(metrics), 4.0), squeeze=False)
     for ax, metric in zip(axes[0], metrics, strict=True):
         rows = table[table["metric"] == metric]
-        # Lines for what varies within this panel only (mode is constant per metric, say).
-        series_keys = _varying(rows, [p for p in params if p != "size"])
-        groups = rows.groupby(series_keys, dropna=False, sort=True) if series_keys else [
-            ((), rows)]
-        for i, (key, g) in enumerate(groups):
+        groups = rows.groupby(keys, dropna=False, sort=True) if keys else [((), rows)]
+        for key, g in groups:
             key = key if isinstance(key, tuple) else (key,)
             g = g.sort_values("size")
-            color = f"C{i % 10}"
-            label = _series_label(series_keys, key) + " " if series_keys else ""
-            ax.plot(g["size"], g["p50_us"], "o-", color=color, label=f"{label}p50")
-            ax.plot(g["size"], g["p99_us"], "^--", color=color, alpha=0.6, label=f"{label}p99")
+            c = colour[tuple(key)]
+            ax.plot(g["size"], g["p50_us"], "o-", color=c)
+            ax.plot(g["size"], g["p99_us"], "^--", color=c, alpha=0.6)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         sizes = sorted(rows["size"].dropna().unique())
@@ -81,12 +87,23 @@ def latency_vs_size(table: pd.DataFrame, params: Sequence[str], title: str,
         ax.set_ylabel("latency (µs)")
         ax.set_title(metric)
         ax.grid(True, which="major", alpha=0.3)
-        ax.legend(fontsize=7)
+    handles = [Line2D([], [], color="0.3", marker="o", ls="-", label="p50"),
+               Line2D([], [], color="0.3", marker="^", ls="--", alpha=0.6, label="p99")]
+    if keys:
+        handles += [Line2D([], [], color=colour[c], lw=3, label=_series_label(keys, c))
+                    for c in sorted(combos, key=str)]
+    ncol = min(len(handles), 2 + 3 * len(metrics) // 2)
+    rows_of_legend = -(-len(handles) // ncol)
+    fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
     fig.suptitle(title)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.045 * rows_of_legend + 0.02, 1, 1))
     fig.savefig(out, dpi=DPI)
     plt.close(fig)
     return out
+
+
+def _combo(row: pd.Series, keys: Sequence[str]) -> tuple:
+    return tuple(row[k] for k in keys)
 
 
 def rate_vs(table: pd.DataFrame, x: str, params: Sequence[str], y: str, title: str,

@@ -126,11 +126,12 @@ def experiment_table(agg: pd.DataFrame, experiment: str, rank_stat: str = "media
         out["ranks"] = rows["ranks"]
     if "closed" in rows.columns and not rows["closed"].all():
         out["interrupted"] = ~rows["closed"].astype(bool)
-    sort_cols = [c for c in ("metric", *params) if c in out.columns]
-    # Metric order as first seen (the experiment's own order), then by parameters.
+    # Metric in the experiment's own order, then one block per configuration with the size
+    # ascending inside it, as perftest/OSU tables read.
+    sort_cols = [c for c in params if c != "size"] + (["size"] if "size" in params else [])
     if "metric" in out.columns:
         out["_m"] = out["metric"].map({m: i for i, m in enumerate(dict.fromkeys(out["metric"]))})
-        sort_cols = ["_m", *[c for c in sort_cols if c != "metric"]]
+        sort_cols = ["_m", *sort_cols]
     out = out.sort_values(sort_cols, kind="stable", na_position="last") if sort_cols else out
     return out.drop(columns=["_m"], errors="ignore").reset_index(drop=True)
 

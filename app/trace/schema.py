@@ -89,7 +89,7 @@ def _json_default(value: object) -> object:
 
 def to_json(value: object) -> str:
     # allow_nan: NaN/inf would make invalid JSON; map them to null by pre-cleaning.
-    return json.dumps(_clean_floats(value), default=_json_default, sort_keys=True)
+    return json.dumps(_clean_floats(value), default=_json_default)  # keeps the caller's order
 
 
 def _clean_floats(value: Any) -> Any:
