@@ -58,7 +58,8 @@ def test_list_names_experiments_and_knobs() -> None:
     exps = {e["name"]: e for e in doc["experiments"]}
     assert {"single-op", "msg-rate"} <= set(exps)
     flags = {k["flag"] for k in exps["msg-rate"]["knobs"]}
-    assert {"-b", "-e", "-n", "-w", "-q", "-t", "--batch"} <= flags
+    assert {"-b", "-e", "--messages", "-w", "-q", "-t", "--batch"} <= flags
+    assert "-n" in {k["flag"] for k in exps["single-op"]["knobs"]}
     assert doc["suites"]["default"] == ["single-op", "msg-rate"]
 
 
