@@ -130,11 +130,12 @@ def _as_str(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def decode_attrs(attrs: Any) -> dict[str, Any]:
-    """Read an h5py attribute manager back into plain Python values."""
+def decode_attrs(attrs: Any, keys: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """Read an h5py attribute manager back into plain Python values (only `keys` if given)."""
     json_keys = set(_decode_json_keys(attrs))
     out: dict[str, Any] = {}
-    for key, value in attrs.items():
+    items = attrs.items() if keys is None else ((k, attrs[k]) for k in keys if k in attrs)
+    for key, value in items:
         if key == JSON_KEYS_ATTR:
             continue
         if key in json_keys:
