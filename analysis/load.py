@@ -97,7 +97,7 @@ def _rank_rows(rank: RankTrace, allow_incomplete: bool) -> tuple[list[dict[str, 
                     stats = (summarize(rank.samples(point.index, metric)) if metric
                              else summarize(np.empty(0, dtype=np.int64)))
                     rows.append({**base, "metric": metric, **stats, **extra})
-        except (OSError, KeyError) as exc:  # a .partial file can be cut mid-point
+        except (OSError, KeyError, ValueError, RuntimeError) as exc:  # a .partial cut mid-point
             if not allow_incomplete:
                 raise TraceError(f"{rank.path}: unreadable: {exc}") from exc
             problems.append(f"rank {rank.rank}: stopped reading {rank.path.name}: {exc}")
