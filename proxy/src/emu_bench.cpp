@@ -5,6 +5,8 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <sched.h>
+
 #include <cstdint>
 #include <stdexcept>
 #include <tuple>
@@ -72,14 +74,18 @@ std::tuple<int64_t, uint64_t> bench_rate(const std::vector<SqTuple>& sqs,
   uint64_t posted = 0;
   const int64_t t0 = now_ns();
   size_t q = 0;
+  uint32_t stalls = 0;
   while (posted < total) {
     Lane& l = lanes[q];
     q = (q + 1 == lanes.size()) ? 0 : q + 1;
     if (l.sq.free_wqebbs() < batch) reap(l);
     if (l.sq.free_wqebbs() < batch) {
       progress();
+      // Oversubscribed (the engine thread waits for this core): give the core away.
+      if (++stalls % 256 == 0) sched_yield();
       continue;
     }
+    stalls = 0;
     const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(batch, total - posted));
     for (uint32_t k = 0; k < n; ++k) {
       op.signaled = (k + 1 == n);
@@ -92,6 +98,7 @@ std::tuple<int64_t, uint64_t> bench_rate(const std::vector<SqTuple>& sqs,
     while (l.sq.outstanding()) {
       progress();
       reap(l);
+      if (++stalls % 256 == 0) sched_yield();
     }
   }
   return {now_ns() - t0, posted};

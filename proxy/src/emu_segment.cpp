@@ -2,6 +2,7 @@
 #include "emu_segment.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 
 namespace gicbench {
@@ -21,6 +23,50 @@ std::runtime_error sys_error(const std::string& what, const std::string& name) {
 }
 
 uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
+
+// SIGTERM cleanup: names of segments created and not yet unlinked, unlinked from the handler
+// (a C handler: a Python one would wait for the interpreter, which a native loop may never
+// return to). Installed only where SIGTERM still has its default action.
+constexpr int kMaxNames = 64;
+char g_names[kMaxNames][256];
+volatile sig_atomic_t g_used[kMaxNames];
+std::mutex g_names_mu;
+bool g_installed = false;
+
+void on_sigterm(int sig) {
+  for (int i = 0; i < kMaxNames; ++i)
+    if (g_used[i]) shm_unlink(g_names[i]);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+void remember(const std::string& name) {
+  std::lock_guard<std::mutex> g(g_names_mu);
+  if (!g_installed) {
+    struct sigaction cur;
+    if (sigaction(SIGTERM, nullptr, &cur) == 0 && cur.sa_handler == SIG_DFL) {
+      struct sigaction sa;
+      std::memset(&sa, 0, sizeof sa);
+      sa.sa_handler = on_sigterm;
+      sigemptyset(&sa.sa_mask);
+      sigaction(SIGTERM, &sa, nullptr);
+    }
+    g_installed = true;
+  }
+  for (int i = 0; i < kMaxNames; ++i) {
+    if (!g_used[i] && name.size() < sizeof g_names[i]) {
+      std::memcpy(g_names[i], name.c_str(), name.size() + 1);
+      g_used[i] = 1;
+      return;
+    }
+  }
+}
+
+void forget(const std::string& name) {
+  std::lock_guard<std::mutex> g(g_names_mu);
+  for (int i = 0; i < kMaxNames; ++i)
+    if (g_used[i] && name == g_names[i]) g_used[i] = 0;
+}
 
 }  // namespace
 
@@ -78,6 +124,7 @@ Segment Segment::create(const std::string& name, int rank, int world, uint64_t b
   s.base_ = static_cast<uint8_t*>(p);
   s.bytes_ = bytes;
   s.name_ = name;
+  remember(name);
   // ftruncate zero-fills: only non-zero fields are set. magic goes last so a peer that attaches
   // early sees a half-built segment as invalid rather than as valid.
   Header* h = s.hdr();
@@ -163,7 +210,9 @@ void Segment::push_error(uint32_t kind, uint32_t qpn, uint32_t expected, uint32_
 bool Segment::unlink() {
   if (unlinked_ || name_.empty()) return false;
   unlinked_ = true;
-  return shm_unlink(name_.c_str()) == 0;
+  const bool ok = shm_unlink(name_.c_str()) == 0;
+  forget(name_);
+  return ok;
 }
 
 void Segment::unmap() {

@@ -4,7 +4,8 @@ Memory: one POSIX shared-memory segment per rank holds every NIC object and regi
 peers map each other's segment after the endpoint exchange (add_peers), then every rank calls
 seal() after a barrier, which unlinks its name, so a crash after bring-up leaks nothing. Before
 that, close(), atexit and SIGTERM unlink it, and the janitor (run at creation) removes segments of
-dead processes.
+dead processes. SIGTERM unlinks too (a native handler, installed where SIGTERM has its
+default action).
 
 Progress: "thread" runs one engine thread per rank (spins, then backs off to sleeps of up to
 64 µs when idle); "inline" runs no thread and the rank's own polling drives the engine through
@@ -19,9 +20,7 @@ import atexit
 import contextlib
 import os
 import re
-import signal
 import socket
-import threading
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -159,26 +158,16 @@ class EmuFabric(Fabric):
     # ---- exit hygiene ---------------------------------------------------------------------------
     @classmethod
     def _install_exit_hooks(cls) -> None:
-        if cls._hooks_installed:
-            return
-        cls._hooks_installed = True
-        atexit.register(cls._close_all)
-        if threading.current_thread() is threading.main_thread():
-            with contextlib.suppress(ValueError, OSError):
-                if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-                    signal.signal(signal.SIGTERM, cls._on_sigterm)
+        # atexit here; SIGTERM is handled natively (the segment code unlinks from a C handler).
+        if not cls._hooks_installed:
+            cls._hooks_installed = True
+            atexit.register(cls._close_all)
 
     @classmethod
     def _close_all(cls) -> None:
         for f in list(cls._open):
             with contextlib.suppress(Exception):
                 f.close()
-
-    @classmethod
-    def _on_sigterm(cls, signum: int, _frame: object) -> None:
-        cls._close_all()
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
 
     # ---- Fabric: bring-up -----------------------------------------------------------------------
     @staticmethod

@@ -1,0 +1,124 @@
+"""Benchmark of the emulated NIC's CPU engine (not a test; prints a table, --json for JSON).
+
+Rate: one engine thread, 8-byte inline RDMA writes, B WQEs per doorbell (last one signaled),
+round-robin over Q QPs, posted by a native loop (queues.hpp SqProducer) on the calling thread.
+Latency: doorbell store to CQE for one signaled 8-byte write, in both progress modes.
+Two ranks of one job live in this process: rank 0 posts (its engine works), rank 1 is the target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import uuid
+
+# OpenBLAS worker threads spin and steal the two cores this benchmark measures.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np
+
+from gicbench._native import emu as native
+from gicbench.fabric.base import Access
+from gicbench.fabric.emu import EmuFabric
+
+
+def _cpu() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _pair(mode: str, nqps: int, sq_wqebbs: int) -> tuple:
+    job = "bench-" + uuid.uuid4().hex[:8]
+    f0 = EmuFabric(0, 2, job, progress=mode, segment_bytes=64 << 20)
+    f1 = EmuFabric(1, 2, job, progress="inline", segment_bytes=64 << 20)  # passive target
+    infos = [f0.local_info(), f1.local_info()]
+    for f in (f0, f1):
+        f.add_peers(infos)
+    for f in (f0, f1):
+        f.seal()
+    dst = f1.register(4096, Access.REMOTE_WRITE | Access.LOCAL_WRITE)
+    rcq = f1.create_cq(64)
+    lanes = []
+    for _ in range(nqps):
+        cq = f0.create_cq(max(64, sq_wqebbs))
+        qp = f0.create_qp(cq, sq_wqebbs)
+        peer = f1.create_qp(rcq, 64)
+        f0.connect(qp, f1.endpoint(peer))
+        f1.connect(peer, f0.endpoint(qp))
+        lanes.append(((qp.sq.buf, qp.sq.wqebb_cnt, qp.sq.dbrec, qp.sq.doorbell, qp.qpn),
+                      (cq.buf, cq.ncqe, cq.dbrec)))  # fmt: skip
+    return f0, f1, dst, lanes
+
+
+def rate(nqps: int, batch: int, total: int, sq_wqebbs: int, reps: int) -> dict:
+    f0, f1, dst, lanes = _pair("thread", nqps, sq_wqebbs)
+    try:
+        sqs, cqs = [s for s, _ in lanes], [c for _, c in lanes]
+        native.bench_rate(sqs, cqs, dst.addr, dst.rkey, total // 10, batch)  # warm-up
+        best = []
+        for _ in range(reps):
+            ns, n = native.bench_rate(sqs, cqs, dst.addr, dst.rkey, total, batch)
+            best.append(n / ns * 1e3)
+        f0.check()
+        return {"qps": nqps, "batch": batch, "wqes": total, "mwqe_s": max(best),
+                "mwqe_s_median": float(np.median(best)), "counters": f0.counters()}  # fmt: skip
+    finally:
+        f0.close()
+        f1.close()
+
+
+def latency(mode: str, iters: int) -> dict:
+    f0, f1, dst, lanes = _pair(mode, 1, 64)
+    try:
+        sq, cq = lanes[0]
+        hook, ctx = f0.progress_hook(), f0.progress_ctx()
+        native.bench_latency(sq, cq, dst.addr, dst.rkey, iters // 10, hook, ctx)
+        s = np.asarray(native.bench_latency(sq, cq, dst.addr, dst.rkey, iters, hook, ctx))
+        f0.check()
+        p50, p99, p999 = np.percentile(s, [50, 99, 99.9]) / 1e3
+        return {"mode": mode, "iters": iters, "p50_us": p50, "p99_us": p99, "p99.9_us": p999}
+    finally:
+        f0.close()
+        f1.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-n", "--wqes", type=int, default=20_000_000, help="WQEs per rate run")
+    ap.add_argument("-B", "--batch", type=int, default=16, help="WQEs per doorbell")
+    ap.add_argument("--sq", type=int, default=1024, help="SQ size in WQEBBs")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--lat-iters", type=int, default=100_000)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    out = {
+        "machine": {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version()},
+        "rate": [rate(q, a.batch, a.wqes, a.sq, a.reps) for q in (1, 16)],
+        "latency": [latency(m, a.lat_iters) for m in ("thread", "inline")],
+    }
+    if a.json:
+        print(json.dumps(out, indent=2))
+        return
+    m = out["machine"]
+    print(f"# emu CPU engine: {m['cpu']}, {m['cores']} cores; 8 B inline RDMA writes")
+    print(f"# {'QPs':>4} {'WQE/db':>6} {'WQEs':>10} {'M WQE/s (best)':>15} "
+          f"{'M WQE/s (median)':>17}")  # fmt: skip
+    for r in out["rate"]:
+        print(f"  {r['qps']:>4} {r['batch']:>6} {r['wqes']:>10} {r['mwqe_s']:>15.2f} "
+              f"{r['mwqe_s_median']:>17.2f}")  # fmt: skip
+    print(f"# doorbell-to-CQE latency, one signaled 8 B write ({a.lat_iters} samples)")
+    print(f"# {'mode':>8} {'p50 (us)':>9} {'p99 (us)':>9} {'p99.9 (us)':>11}")
+    for r in out["latency"]:
+        print(f"  {r['mode']:>8} {r['p50_us']:>9.2f} {r['p99_us']:>9.2f} {r['p99.9_us']:>11.2f}")
+
+
+if __name__ == "__main__":
+    main()
