@@ -42,7 +42,7 @@ def _log_ticks(ax: plt.Axes, values: pd.Series) -> None:
     vals = values[values > 0].dropna()
     span = float(vals.max() / vals.min()) if len(vals) else 10.0
     subs = ((1.0,) if span > 1000 else (1.0, 2.0, 5.0) if span > 10 else
-            (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 7.0) if span > 3 else
+            (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 7.0) if span > 4 else
             (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0))
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}"))
@@ -170,6 +170,7 @@ def rate_bars(table: pd.DataFrame, params: Sequence[str], y: str, title: str,
     bars = ax.bar(range(len(labels)), table[y].astype(float), color="C0", width=0.5)
     ax.bar_label(bars, labels=[f"{v:.3g}" for v in table[y].astype(float)], fontsize=8)
     ax.set_xticks(range(len(labels)), labels, rotation=20 if len(labels) > 4 else 0)
+    ax.set_xlim(-0.8, len(labels) - 0.2)
     ax.set_ylabel(header(y) + " (sum over ranks)")
     ax.set_title(title)
     ax.grid(True, axis="y", alpha=0.3)
