@@ -41,7 +41,8 @@ def test_clock_fit_recovers_table6_like_parameters(c_cycles: float, b_us: float)
     assert same.c_cycles == pytest.approx(fit.c_cycles) and same.b_us == pytest.approx(fit.b_us)
     top = 1845e6
     assert fit.clock_fraction(top) == pytest.approx(
-        (c_cycles / 1845.0) / (c_cycles / 1845.0 + b_us), abs=0.05)
+        (c_cycles / 1845.0) / (c_cycles / 1845.0 + b_us), abs=0.05
+    )
     assert fit.predict_us([top])[0] == pytest.approx(truth[-1], rel=0.03)
 
 
@@ -71,8 +72,9 @@ def test_clock_fit_exact_and_degenerate() -> None:
 CONNECTIONS = 2.0 ** np.arange(1, 16)  # 2 .. 32,768 active connections, as in Figure 10a
 
 
-def _plateau_data(plateau: float, onset: float, exponent: float, noise: float,
-                  seed: int) -> np.ndarray:
+def _plateau_data(
+    plateau: float, onset: float, exponent: float, noise: float, seed: int
+) -> np.ndarray:
     rng = np.random.default_rng(seed)
     clean = plateau * np.minimum(1.0, (CONNECTIONS / onset) ** -exponent)
     return clean * np.exp(rng.normal(0, noise, CONNECTIONS.size))
@@ -92,7 +94,8 @@ def test_plateau_fit_recovers_onset_exponent_plateau(seed: int) -> None:
     assert abs(fit.exponent - 0.45) < 4 * fit.exponent_err
     assert fit.r2_log > 0.98
     assert fit.predict([2.0, 32768.0]) == pytest.approx(
-        [fit.plateau, fit.plateau * (32768 / fit.onset) ** -fit.exponent])
+        [fit.plateau, fit.plateau * (32768 / fit.onset) ** -fit.exponent]
+    )
 
 
 def test_plateau_fit_noise_free_is_exact() -> None:
@@ -110,14 +113,14 @@ def test_plateau_fit_flags_no_decline_and_rise() -> None:
     assert not fit.declines and np.isnan(fit.onset) and fit.exponent == 0.0
     assert fit.plateau == pytest.approx(242.0, rel=0.01)
     assert fit.flags and fit.flags[0].startswith("no decline")
-    rising = fit_plateau_power_law(CONNECTIONS, CONNECTIONS ** 0.2)
+    rising = fit_plateau_power_law(CONNECTIONS, CONNECTIONS**0.2)
     assert not rising.declines and "rises" in rising.flags[0]
     late = _plateau_data(100.0, 20000.0, 1.0, noise=0.0, seed=0)  # one point past the onset
     assert not fit_plateau_power_law(CONNECTIONS, late).declines
 
 
 def test_plateau_fit_pure_power_law_is_flagged() -> None:
-    y = 500.0 * CONNECTIONS ** -0.5
+    y = 500.0 * CONNECTIONS**-0.5
     fit = fit_plateau_power_law(CONNECTIONS, y)
     assert fit.declines and fit.exponent == pytest.approx(0.5, rel=1e-6)
     assert any("no plateau observed" in f for f in fit.flags)
@@ -155,9 +158,9 @@ def test_first_sampled_size_reaching_ninety_percent() -> None:
 def test_interpolated_crossing_is_linear_in_log2_size() -> None:
     bw = np.log2(SIZES)  # 3 .. 20, linear in log2(size)
     cross = first_size_reaching(SIZES, bw, reference=20.0, fraction=0.5, interpolate=True)
-    assert cross.interpolated and cross.size == pytest.approx(2.0 ** 10)  # exact: bw == 10
+    assert cross.interpolated and cross.size == pytest.approx(2.0**10)  # exact: bw == 10
     cross = first_size_reaching(SIZES, bw, reference=20.0, fraction=0.525, interpolate=True)
-    assert cross.size == pytest.approx(2.0 ** 10.5) and cross.index == 8  # sampled: 2^11
+    assert cross.size == pytest.approx(2.0**10.5) and cross.index == 8  # sampled: 2^11
 
 
 def test_crossing_flags_and_errors() -> None:
@@ -166,8 +169,9 @@ def test_crossing_flags_and_errors() -> None:
     first = first_size_reaching(SIZES, np.full(SIZES.size, 24.0), reference=24.8)
     assert first.size == 8.0 and "smallest size" in first.flags[0]
     dip = np.where(SIZES == 4096, 10.0, np.minimum(24.8, SIZES / 20))
-    assert any("falls below" in f and "4096" in f
-               for f in first_size_reaching(SIZES, dip, 24.8).flags)
+    assert any(
+        "falls below" in f and "4096" in f for f in first_size_reaching(SIZES, dip, 24.8).flags
+    )
     shuffled = first_size_reaching(SIZES[::-1], np.minimum(24.8, SIZES / 20)[::-1], 24.8)
     assert shuffled.size == 512.0
     for kwargs, match in [
@@ -183,6 +187,7 @@ def test_crossing_flags_and_errors() -> None:
 
 
 # ---- exposed-communication model (seed 003 eqs. 1-3) -----------------------------------------
+
 
 def test_exposed_model_cases_from_the_paper() -> None:
     # Covering work starts at release (A <= R): S = R, J = I.
@@ -203,10 +208,15 @@ finite = st.floats(0, 1e4, allow_nan=False)
 
 
 @settings(max_examples=200, deadline=None)
-@given(arrays(float, 8, elements=finite), arrays(float, 8, elements=finite),
-       arrays(float, 8, elements=finite), arrays(float, 8, elements=finite))
-def test_exposed_model_identities(a: np.ndarray, r: np.ndarray, i: np.ndarray,
-                                  t: np.ndarray) -> None:
+@given(
+    arrays(float, 8, elements=finite),
+    arrays(float, 8, elements=finite),
+    arrays(float, 8, elements=finite),
+    arrays(float, 8, elements=finite),
+)
+def test_exposed_model_identities(
+    a: np.ndarray, r: np.ndarray, i: np.ndarray, t: np.ndarray
+) -> None:
     m = exposed_model(a, r, i, t)
     assert np.allclose(m.receive_start, np.maximum(m.start + t, r + i))  # eq. 3
     assert np.allclose(m.overlapped + m.exposed, m.remaining)  # J = O + X

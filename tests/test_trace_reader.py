@@ -39,8 +39,7 @@ def test_missing_manifest_is_refused(tmp_path: Path) -> None:
 
 
 def test_unknown_schema_in_manifest_is_refused(tmp_path: Path) -> None:
-    write_manifest(tmp_path, {"world_size": 1, "status": "complete",
-                              "schema": "gicbench-trace/99"})
+    write_manifest(tmp_path, {"world_size": 1, "status": "complete", "schema": "gicbench-trace/99"})
     with pytest.raises(TraceError, match=r"gicbench-trace/99.*known.*gicbench-trace/1"):
         open_run(tmp_path)
 
@@ -108,8 +107,15 @@ def test_unreadable_and_inconsistent_rank_files(tmp_path: Path) -> None:
 
 def test_manifest_status_incomplete_is_a_problem(tmp_path: Path) -> None:
     make_run(tmp_path, world_size=2, n=5)
-    write_manifest(tmp_path, {**_manifest(tmp_path), "status": "incomplete",
-                              "failed_ranks": [1], "reason": "rank 1: CompletionTimeout"})
+    write_manifest(
+        tmp_path,
+        {
+            **_manifest(tmp_path),
+            "status": "incomplete",
+            "failed_ranks": [1],
+            "reason": "rank 1: CompletionTimeout",
+        },
+    )
     run = open_run(tmp_path)
     assert run.status == "incomplete"
     assert run.problems == [

@@ -45,8 +45,13 @@ def test_root_attributes_follow_the_rule(tmp_path: Path) -> None:
         assert math.isnan(f.attrs["sm_clock_hz"])
         assert json.loads(f.attrs["config"]) == META["config"]  # dicts as JSON strings
         assert json.loads(f.attrs["argv"]) == META["argv"]
-        assert set(json.loads(f.attrs["json_keys"])) == {"config", "argv", "env", "gpu",
-                                                         "experiments"}
+        assert set(json.loads(f.attrs["json_keys"])) == {
+            "config",
+            "argv",
+            "env",
+            "gpu",
+            "experiments",
+        }
     path = w.finish()
     assert path.name == "rank-00000.h5" and not w.partial_path.exists()
     rank = open_run_for(tmp_path, 1).ranks[0]
@@ -63,8 +68,7 @@ def open_run_for(run_dir: Path, world_size: int):
 def test_points_samples_counters_results(tmp_path: Path) -> None:
     with TraceWriter(tmp_path, 0, 1, META) as w:
         for size in (8, 16):
-            with w.begin_point("single-op", {"size": size, "mode": "issue",
-                                             "sweep": [1, 2]}) as p:
+            with w.begin_point("single-op", {"size": size, "mode": "issue", "sweep": [1, 2]}) as p:
                 p.add_samples("issue_ns", np.arange(3, dtype=np.int32) + size)
                 p.add_samples("issue_ns", np.array([99], dtype=np.uint64))  # appends
                 p.add_samples("empty_ns", np.array([], dtype=np.int64))
@@ -186,8 +190,16 @@ def test_manifest_atomic_defaults_and_validation(tmp_path: Path) -> None:
     m = read_manifest(tmp_path)
     assert m["schema"] == SCHEMA_VERSION and m["tool_version"] == __version__
     assert m["hosts"] is None and m["end_utc"] is None  # every field present
-    write_manifest(tmp_path, {**m, "status": "incomplete", "failed_ranks": [3],
-                              "reason": "rank 3: CompletionTimeout", "sm": float("nan")})
+    write_manifest(
+        tmp_path,
+        {
+            **m,
+            "status": "incomplete",
+            "failed_ranks": [3],
+            "reason": "rank 3: CompletionTimeout",
+            "sm": float("nan"),
+        },
+    )
     m2 = read_manifest(tmp_path)
     assert m2["failed_ranks"] == [3] and m2["sm"] is None  # NaN would be invalid JSON
     assert sorted(os.listdir(tmp_path)) == ["run.json"]  # no temporary left behind
