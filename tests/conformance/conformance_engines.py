@@ -1,0 +1,84 @@
+"""Engines the conformance cases run against, built by name.
+
+An engine here is a world of `n` ranks of one NIC implementation in this process plus the few
+operations the runner needs beyond the Fabric interface: numpy views of NIC memory, "wait until
+every rung doorbell is handled", and the out-of-band reports (error records, CQ status, DCT key
+violations). The CUDA engine will register here with views of its (mapped) GPU queues.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any
+
+import numpy as np
+
+from gicbench.fabric.base import CompletionQueue
+from gicbench.fabric.emu import EmuFabric, host_view
+
+ENGINES = ["cpu-inline", "cpu-thread"]
+
+
+class CpuWorld:
+    """`world` EmuFabric ranks of one job; progress 'inline' or 'thread'."""
+
+    def __init__(self, world: int, progress: str) -> None:
+        job = "conf-" + uuid.uuid4().hex[:10]
+        self.fabrics: list[EmuFabric] = []
+        try:
+            for r in range(world):
+                self.fabrics.append(
+                    EmuFabric(
+                        r,
+                        world,
+                        job,
+                        progress=progress,
+                        segment_bytes=4 << 20,
+                        max_qps=16,
+                        max_cqs=16,
+                        max_mrs=16,
+                        max_dcts=4,
+                    )
+                )
+            infos = [f.local_info() for f in self.fabrics]
+            for f in self.fabrics:
+                f.add_peers(infos)
+            for f in self.fabrics:  # everyone attached: the "barrier" has passed
+                f.seal()
+        except BaseException:
+            self.close()
+            raise
+
+    def view(self, addr: int, nbytes: int) -> np.ndarray:
+        return host_view(addr, nbytes)
+
+    def drain(self) -> None:
+        """Every doorbell rung so far is handled, on every rank, engines running concurrently."""
+        if len(self.fabrics) == 1:
+            self.fabrics[0].quiesce()
+            return
+        threads = [threading.Thread(target=f.quiesce) for f in self.fabrics]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def errors(self, rank: int) -> list[Any]:
+        return self.fabrics[rank].errors()
+
+    def cq_status(self, rank: int, cq: CompletionQueue) -> int:
+        return self.fabrics[rank].cq_status(cq)["status"]
+
+    def dct_key_violations(self, rank: int, dct: Any) -> int:
+        return self.fabrics[rank].dct_counters(dct)["key_violations"]
+
+    def close(self) -> None:
+        for f in self.fabrics:
+            f.close()
+
+
+def make_world(engine: str, world: int) -> CpuWorld:
+    if engine in ("cpu-inline", "cpu-thread"):
+        return CpuWorld(world, engine.removeprefix("cpu-"))
+    raise ValueError(f"unknown engine {engine!r}: known {ENGINES}")

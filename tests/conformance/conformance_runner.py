@@ -1,0 +1,313 @@
+"""Runs one conformance case against one engine and checks every expectation.
+
+The runner is the submitter: it writes WQEs into SQ memory with gicbench.mlx5 (numpy views of
+the SQ), stores the doorbell record and then the doorbell word, posts receives, consumes CQEs and
+publishes the consumer index, exactly as the mlx5 contract says.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from conformance_engines import make_world
+from conformance_model import (
+    Case,
+    ConsumeCq,
+    FetchAdd,
+    Modify,
+    Nop,
+    PostRecv,
+    PublishCtrl,
+    Repeat,
+    Ring,
+    Write,
+)
+
+from gicbench import mlx5
+from gicbench.fabric.base import QpState
+
+
+@dataclass
+class SqState:
+    ring: mlx5.SqRing
+    pi: int = 0
+    last: int | None = None  # index of the last WQE posted since the last ring
+    withheld: dict[int, np.ndarray] = field(default_factory=dict)  # index -> ctrl bytes
+
+
+@dataclass
+class CqState:
+    buf: np.ndarray
+    ncqe: int
+    dbrec: np.ndarray
+    rank: int
+    ci: int = 0  # consumed (published)
+    seen: list[mlx5.Cqe] = field(default_factory=list)  # consumed CQEs, in order
+
+
+class CaseRun:
+    def __init__(self, case: Case, engine: str) -> None:
+        self.case = case
+        self.w = make_world(engine, case.world)
+        self.mrs: dict[str, Any] = {}
+        self.cqs: dict[str, Any] = {}
+        self.qps: dict[str, Any] = {}
+        self.dcts: dict[str, Any] = {}
+        self.rank_of: dict[str, int] = {}
+        self.sq: dict[str, SqState] = {}
+        self.cq: dict[str, CqState] = {}
+        self.rq_pi: dict[str, int] = {}
+
+    # ---- setup --------------------------------------------------------------------------------
+    def setup(self) -> None:
+        f = self.w.fabrics
+        for m in self.case.mrs:
+            mr = f[m.rank].register(m.length, m.access)
+            if m.init:
+                self.w.view(mr.addr, mr.length)[: len(m.init)] = np.frombuffer(m.init, np.uint8)
+            self.mrs[m.name] = mr
+        for c in self.case.cqs:
+            cq = f[c.rank].create_cq(c.ncqe)
+            self.cqs[c.name] = cq
+            self.cq[c.name] = CqState(
+                self.w.view(cq.buf, cq.ncqe * mlx5.CQE_BYTES),
+                cq.ncqe,
+                self.w.view(cq.dbrec, 4),
+                c.rank,
+            )
+        for d in self.case.dcts:
+            self.dcts[d.name] = f[d.rank].create_dct(self.cqs[d.cq], d.key, rq_wqes=d.rq_wqes)
+            self.rank_of[d.name] = d.rank
+        for q in self.case.qps:
+            rcq = self.cqs[q.recv_cq] if q.recv_cq else None
+            qp = f[q.rank].create_qp(self.cqs[q.cq], q.sq_wqebbs, rcq, q.rq_wqes, q.dci)
+            self.qps[q.name] = qp
+            self.rank_of[q.name] = q.rank
+            ring = mlx5.SqRing(self.w.view(qp.sq.buf, qp.sq.wqebb_cnt * 64), qp.sq.wqebb_cnt)
+            self.sq[q.name] = SqState(ring)
+        for q in self.case.qps:
+            qp, fab = self.qps[q.name], f[q.rank]
+            if q.state == QpState.RTS:
+                remote = None
+                if not q.dci:
+                    peer = self.qps[q.peer]
+                    remote = f[self.rank_of[q.peer]].endpoint(peer)
+                fab.connect(qp, remote)
+            elif q.state != QpState.RESET:
+                fab.modify_qp(qp, QpState.INIT)
+        self.before = [fab.counters() for fab in f]
+
+    # ---- steps --------------------------------------------------------------------------------
+    def run(self, steps: tuple[object, ...]) -> None:
+        for s in steps:
+            getattr(self, "do_" + type(s).__name__)(s)
+
+    def do_Repeat(self, s: Repeat) -> None:
+        for _ in range(s.times):
+            self.run(s.steps)
+
+    def _av(self, dct_name: str, compact: bool, key: int | None) -> np.ndarray:
+        dct = self.dcts[dct_name]
+        k = dct.dc_key if key is None else key
+        make = mlx5.av_compact if compact else mlx5.av_full
+        return make(k, dct.dctn, rlid=dct.lid)
+
+    def _posted(self, qp: str, idx: int, nbb: int) -> None:
+        st = self.sq[qp]
+        st.last = idx
+        st.pi = idx + nbb
+
+    def do_Write(self, s: Write) -> None:
+        st, qp = self.sq[s.qp], self.qps[s.qp]
+        dst = self.mrs[s.dst[0]]
+        av = self._av(s.dct, s.compact_av, s.dc_key) if s.dct else None
+        kw: dict[str, Any] = {"signaled": s.signaled, "imm": s.imm, "av": av}
+        if s.payload is not None:
+            kw["payload"] = s.payload
+        else:
+            src_mr, off, n = s.src
+            src = self.mrs[src_mr]
+            kw.update(lkey=src.lkey ^ s.lkey_xor, addr=src.addr + off, length=n)
+        idx = st.pi
+        old_ctrl = st.ring.read(idx, 0, 16) if s.withhold_ctrl else None
+        raddr = dst.addr + s.dst[1] + s.raddr_delta
+        nbb = st.ring.post_write(idx, qp.qpn, raddr, dst.rkey ^ s.rkey_xor, **kw)
+        if old_ctrl is not None:
+            st.withheld[idx] = st.ring.read(idx, 0, 16)
+            st.ring.write(idx, 0, old_ctrl)
+        self._posted(s.qp, idx, nbb)
+
+    def do_FetchAdd(self, s: FetchAdd) -> None:
+        st, qp = self.sq[s.qp], self.qps[s.qp]
+        dst, res = self.mrs[s.dst[0]], self.mrs[s.result[0]]
+        av = self._av(s.dct, s.compact_av, None) if s.dct else None
+        idx = st.pi
+        nbb = st.ring.post_fetch_add(
+            idx,
+            qp.qpn,
+            dst.addr + s.dst[1] + s.raddr_delta,
+            dst.rkey,
+            s.add,
+            res.lkey,
+            res.addr + s.result[1],
+            signaled=s.signaled,
+            av=av,
+        )
+        self._posted(s.qp, idx, nbb)
+
+    def do_Nop(self, s: Nop) -> None:
+        st, qp = self.sq[s.qp], self.qps[s.qp]
+        idx = st.pi
+        self._posted(s.qp, idx, st.ring.post_nop(idx, qp.qpn, signaled=s.signaled))
+
+    def do_Ring(self, s: Ring) -> None:
+        for name in s.qps:
+            st, qp = self.sq[name], self.qps[name]
+            assert st.last is not None, f"Ring({name}): nothing posted since the last ring"
+            ctrl = st.withheld.get(st.last, st.ring.read(st.last, 0, 16))
+            dbrec = self.w.view(qp.sq.dbrec, 8)
+            dbrec[4 * mlx5.SND_DBR : 4 * mlx5.SND_DBR + 4] = np.frombuffer(
+                mlx5.dbrec_value(st.pi), np.uint8
+            )
+            self.w.view(qp.sq.doorbell, 8).view(np.uint64)[0] = mlx5.doorbell_value(ctrl)
+            st.last = None
+        self.w.drain()
+
+    def do_PublishCtrl(self, s: PublishCtrl) -> None:
+        st = self.sq[s.qp]
+        for idx, ctrl in st.withheld.items():
+            st.ring.write(idx, 0, ctrl)
+        st.withheld.clear()
+
+    def do_PostRecv(self, s: PostRecv) -> None:
+        obj = self.qps.get(s.target) or self.dcts[s.target]
+        rq = obj.rq
+        pi = self.rq_pi.get(s.target, 0)
+        ring = self.w.view(rq.buf, rq.wqe_cnt * 16)
+        for _ in range(s.count):
+            slot = (pi % rq.wqe_cnt) * 16
+            ring[slot : slot + 16] = mlx5.data_seg(0, 0, 0)  # WRITE_IMM needs no scatter list
+            pi += 1
+        self.rq_pi[s.target] = pi
+        self.w.view(rq.dbrec, 4)[:] = np.frombuffer(struct.pack(">I", pi & 0xFFFF), np.uint8)
+
+    def _cqe_at(self, c: CqState, i: int) -> mlx5.Cqe | None:
+        raw = c.buf[(i % c.ncqe) * 64 : (i % c.ncqe + 1) * 64]
+        return mlx5.decode_cqe(raw) if mlx5.cqe_ready(raw, i, c.ncqe) else None
+
+    def do_ConsumeCq(self, s: ConsumeCq) -> None:
+        c = self.cq[s.cq]
+        for _ in range(s.count):
+            cqe = self._cqe_at(c, c.ci)
+            assert cqe is not None, f"ConsumeCq({s.cq}): no CQE at consumer index {c.ci}"
+            c.seen.append(cqe)
+            c.ci += 1
+        c.dbrec[:] = np.frombuffer(mlx5.cq_ci_value(c.ci), np.uint8)
+
+    def do_Modify(self, s: Modify) -> None:
+        fab = self.w.fabrics[self.rank_of[s.qp]]
+        spec = next(q for q in self.case.qps if q.name == s.qp)
+        remote = None
+        if s.state == QpState.RTR and not spec.dci:
+            remote = self.w.fabrics[self.rank_of[spec.peer]].endpoint(self.qps[spec.peer])
+        fab.modify_qp(self.qps[s.qp], s.state, remote)
+        if s.state == QpState.RESET:
+            self.sq[s.qp] = SqState(self.sq[s.qp].ring)
+
+    # ---- outcome ------------------------------------------------------------------------------
+    def all_cqes(self, name: str) -> list[mlx5.Cqe]:
+        c = self.cq[name]
+        out = list(c.seen)
+        i = c.ci
+        while i < c.ci + c.ncqe and (cqe := self._cqe_at(c, i)) is not None:
+            out.append(cqe)
+            i += 1
+        return out
+
+    def number(self, name: str) -> int:
+        return self.qps[name].qpn if name in self.qps else self.dcts[name].dctn
+
+    def check(self) -> None:
+        e, f = self.case.expect, self.w.fabrics
+        problems: list[str] = []
+        for mr_name, off, data in e.memory:
+            mr = self.mrs[mr_name]
+            got = bytes(self.w.view(mr.addr, mr.length)[off : off + len(data)])
+            if got != data:
+                problems.append(
+                    f"memory {mr_name}[{off}:{off + len(data)}] = {got!r}, want {data!r}"
+                )
+        for name in self.cq:
+            got = self.all_cqes(name)
+            want = e.cqes.get(name, ())
+            if len(got) != len(want):
+                problems.append(f"CQ {name}: {len(got)} CQEs {got}, want {len(want)}")
+                continue
+            for k, (g, w) in enumerate(zip(got, want, strict=True)):
+                for fld in ("opcode", "wqe_counter", "syndrome", "wqe_opcode", "imm", "byte_cnt"):
+                    wv = getattr(w, fld)
+                    if wv is not None and getattr(g, fld) != wv:
+                        problems.append(f"CQ {name}[{k}].{fld} = {getattr(g, fld)}, want {wv}")
+                if w.qp is not None and g.qpn != self.number(w.qp):
+                    problems.append(f"CQ {name}[{k}].qpn = {g.qpn:#x}, want {w.qp}")
+        for qp_name, state in e.states.items():
+            got_state = f[self.rank_of[qp_name]].qp_state(self.qps[qp_name])
+            if got_state != state:
+                problems.append(f"QP {qp_name} state {got_state.name}, want {state.name}")
+        for rank, deltas in e.counters.items():
+            now = f[rank].counters()
+            for k, v in deltas.items():
+                if now[k] - self.before[rank][k] != v:
+                    problems.append(
+                        f"rank {rank} counter {k} +{now[k] - self.before[rank][k]}, want +{v}"
+                    )
+        for rank in range(self.case.world):
+            got_errs = self.w.errors(rank)
+            want_errs = e.errors.get(rank, ())
+            if Counter(g.kind for g in got_errs) != Counter(w.kind for w in want_errs):
+                problems.append(
+                    f"rank {rank} error records {[str(g) for g in got_errs]}, want {want_errs}"
+                )
+                continue
+            for w in want_errs:
+                match = [
+                    g
+                    for g in got_errs
+                    if g.kind == w.kind
+                    and (w.qp is None or g.qpn == self.number(w.qp))
+                    and (w.expected is None or g.expected == w.expected)
+                    and (w.found is None or g.found == w.found)
+                ]
+                if not match:
+                    problems.append(f"rank {rank}: no error record like {w} in {got_errs}")
+        for cq_name, status in e.cq_status.items():
+            got_status = self.w.cq_status(self.cq[cq_name].rank, self.cqs[cq_name])
+            if got_status != status:
+                problems.append(f"CQ {cq_name} status {got_status}, want {status}")
+        for dct_name, n in e.dct_key_violations.items():
+            got_n = self.w.dct_key_violations(self.rank_of[dct_name], self.dcts[dct_name])
+            if got_n != n:
+                problems.append(f"DCT {dct_name} key violations {got_n}, want {n}")
+        if e.fa_olds:
+            olds: list[int] = []
+            for mr_name, off, count in e.fa_olds:
+                mr = self.mrs[mr_name]
+                olds += self.w.view(mr.addr + off, 8 * count).view(np.uint64).tolist()
+            want_olds = [k * e.fa_step for k in range(len(olds))]
+            if sorted(olds) != want_olds:
+                problems.append(f"fetch-add old values {sorted(olds)}, want {want_olds}")
+        assert not problems, f"case {self.case.name}:\n  " + "\n  ".join(problems)
+
+
+def run_case(case: Case, engine: str) -> None:
+    r = CaseRun(case, engine)
+    try:
+        r.setup()
+        r.run(case.steps)
+        r.check()
+    finally:
+        r.w.close()

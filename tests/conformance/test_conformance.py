@@ -1,0 +1,27 @@
+"""The conformance suite: every case of conformance_cases.CASES against every engine.
+
+Point it at another engine by adding its name to conformance_engines.ENGINES (and a builder in
+make_world); the cases do not change.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conformance_cases import CASE_IDS, CASES
+from conformance_engines import ENGINES
+from conformance_model import Case
+from conformance_runner import run_case
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_case(engine: str, case: Case) -> None:
+    run_case(case, engine)
+
+
+def test_case_names_are_unique() -> None:
+    assert len(set(CASE_IDS)) == len(CASE_IDS)
