@@ -212,7 +212,7 @@ def _run_rank(
             rank0,
             fabric,
             printer,
-            failed=[(topo.rank, reason)],
+            failed=[],  # this rank was told to stop; the one that died is the launcher's to name
         )
         sys.stdout.flush()
         os._exit(128 + e.signum)  # peers may be gone: no MPI_Finalize
