@@ -207,7 +207,7 @@ def test_progress_hook_drives_native_polling(pair) -> None:
     assert hook and ctx
     sq = (qp0.sq.buf, qp0.sq.wqebb_cnt, qp0.sq.dbrec, qp0.sq.doorbell, qp0.qpn)
     samples = native.bench_latency(
-        sq, (cq0.buf, cq0.ncqe, cq0.dbrec), mr.addr, mr.rkey, 100, hook, ctx
+        sq, (cq0.buf, cq0.ncqe, cq0.dbrec), mr.addr, mr.rkey, 100, hook=hook, ctx=ctx
     )
     assert len(samples) == 100
     assert f0.counters()["wqes"] == 100
