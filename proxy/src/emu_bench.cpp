@@ -86,7 +86,9 @@ class FastPoster {
     for (uint32_t k = 0; k < n; ++k, ++pi_) {
       m5::put_be32(w, (static_cast<uint32_t>(pi_ & 0xffff) << 8) | m5::kOpRdmaWrite);
       w[11] = (k + 1 == n) ? m5::kCqUpdate : 0;
-      std::memcpy(d_.buf + (pi_ & (d_.wqebb_cnt - 1)) * m5::kWqebbBytes, w, sizeof w);
+      uint8_t* slot = d_.buf + (pi_ & (d_.wqebb_cnt - 1)) * m5::kWqebbBytes;
+      std::memcpy(slot + 16, w + 16, 32);  // raddr + inline, then ctrl last (as rdma-core does)
+      std::memcpy(slot, w, 16);
     }
     uint64_t db;
     std::memcpy(&db, w, 8);
