@@ -5,6 +5,9 @@ round-robin over Q QPs, posted by a native loop on the calling thread: "queues" 
 SqProducer (field-by-field stores), "fast" copies a prebuilt 48-byte WQE (measures the engine).
 "WQEs per db seen" is WQEs executed per doorbell change the engine noticed: B when it found one
 new doorbell per scan, more when it swept several doorbells' worth at once (it lagged).
+Thread-mode rates depend on what a cache line costs between the poster's and the engine's cores:
+on the 2-vCPU CI VM they switch for tens of seconds between ~47 and ~13 M WQE/s (same binary,
+no other load in the VM, single-core speed unchanged), so compare the best of several runs.
 Latency: doorbell store to CQE for one signaled 8-byte write, in both progress modes.
 Two ranks of one job live in this process: rank 0 posts (its engine works), rank 1 is the target.
 """
