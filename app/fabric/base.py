@@ -72,7 +72,8 @@ class CompletionQueue:
 class SendQueue:
     """An mlx5 SQ in memory: `wqebb_cnt` 64-byte basic blocks at `buf`.
 
-    dbrec: address of the 32-bit doorbell-record word the producer index goes to (big-endian).
+    dbrec: address of the QP's doorbell record, two big-endian 32-bit words: receive producer
+        index at +0 (MLX5_RCV_DBR), send producer index at +4 (MLX5_SND_DBR).
     doorbell: address of the 8-byte doorbell word (the UAR's BlueFlame register on hardware).
     """
 
