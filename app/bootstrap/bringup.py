@@ -81,11 +81,28 @@ class BringupStats:
 
 
 def resolve_progress(cfg: RunConfig, topo: Topology) -> str:
-    """emu's engine: a spinning thread per rank needs a core of its own next to each rank."""
-    if cfg.progress != "auto":
-        return cfg.progress
-    cores = len(os.sched_getaffinity(0))
-    return "thread" if 2 * topo.local_size <= cores else "inline"
+    """emu's engine: a spinning thread per rank needs a core of its own beside the rank's.
+
+    A rank bound to a CPU set (mpiexec binds to a core by default for 2 ranks; srun with
+    --cpus-per-task) owns that set; an unbound rank shares the machine with its node's ranks.
+    An engine thread squeezed onto the poller's core costs a scheduler time slice (~4 ms) per
+    hand-off: `thread` is refused there rather than measured wrong.
+    """
+    mine = len(os.sched_getaffinity(0))
+    bound = mine < (os.cpu_count() or mine)
+    fits = mine >= 2 if bound else 2 * topo.local_size <= mine
+    if cfg.progress == "auto":
+        return "thread" if fits else "inline"
+    if cfg.progress == "thread" and not fits:
+        where = (
+            f"bound to {mine} CPU(s)" if bound else (f"{topo.local_size} ranks share {mine} CPUs")
+        )
+        raise UnsupportedError(
+            f"--progress thread needs a free core for each rank's engine thread (rank "
+            f"{topo.rank}: {where}). Launch with `mpiexec --bind-to none` (or "
+            f"`--map-by slot:PE=2`, `srun --cpus-per-task=2`), or use --progress inline"
+        )
+    return cfg.progress
 
 
 def segment_bytes(cfg: RunConfig, topo: Topology) -> int:

@@ -59,7 +59,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"gicbench: error: {e}", file=sys.stderr)
         return 2
     except GicbenchError as e:
-        print(f"gicbench: {type(e).__name__}: {e}", file=sys.stderr)
+        # Errors that reach here are the job's (collective failures carry every rank's reason):
+        # one message from rank 0.
+        from ..bootstrap.launch import launcher_rank
+
+        if launcher_rank() == 0:
+            print(f"gicbench: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
 
 
