@@ -209,8 +209,10 @@ class Fabric(ABC):
         self.close()
 
 
-def host_view(addr: int, length: int) -> np.ndarray:
-    """A writable uint8 numpy view of `length` bytes of host memory at `addr` (no copy)."""
-    if addr == 0 or length < 0:
-        raise ValueError(f"host_view: bad address 0x{addr:x} or length {length}")
-    return np.ctypeslib.as_array((ctypes.c_uint8 * length).from_address(addr))
+def host_view(addr: int, nbytes: int, dtype: np.typing.DTypeLike = np.uint8) -> np.ndarray:
+    """A writable numpy array over `nbytes` of host memory at `addr` (no copy; valid while the
+    fabric that owns the memory is open)."""
+    if addr <= 0 or nbytes <= 0:
+        raise ValueError(f"host_view: need addr > 0 and nbytes > 0, got {addr:#x}, {nbytes}")
+    raw = (ctypes.c_uint8 * nbytes).from_address(addr)
+    return np.frombuffer(raw, dtype=np.uint8).view(dtype)

@@ -44,9 +44,9 @@ from ..base import (
     QueuePair,
     ReceiveQueue,
     SendQueue,
+    host_view,
 )
 from .janitor import janitor, segment_name
-from .memory import host_view
 
 ProgressMode = Literal["thread", "inline"]
 PROGRESS_MODES = ("thread", "inline")
