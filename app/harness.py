@@ -267,7 +267,7 @@ def _preamble(
         f"{b.seconds * 1e3:.1f} ms (create {b.create_s * 1e3:.1f}, exchange "
         f"{b.exchange_s * 1e3:.1f}, connect {b.connect_s * 1e3:.1f}); "
         f"{b.qps_per_second:,.0f} QPs/s per rank",
-        f"pairs: rank 2i sends to rank 2i+1; latency = median sender rank; trace: {run_dir}",
+        f"pairs: rank 2i sends to rank 2i+1; latency = median over sender ranks; trace: {run_dir}",
     ]
 
 

@@ -32,19 +32,20 @@ def latency_summary(ns: np.ndarray) -> dict[str, float]:
 
 
 def aggregate_senders(params: dict[str, Any], summaries: list[dict[str, Any]]) -> dict[str, Any]:
-    """One table row from the sender ranks' summaries: latency percentiles of the median rank
-    (by p50) and the slowest rank's p50, as the seeds report ranks; rates per pair (median) and
-    summed over pairs."""
+    """One table row from the sender ranks' summaries, aggregated as the seeds report ranks and
+    as `gicbench analyze` does: each statistic is the median over ranks of that rank's value; the
+    slowest rank is the one with the largest mean. Rates: per pair (median) and summed."""
     row: dict[str, Any] = dict(params)
     senders = [s for s in summaries if s.get("role") == "sender"]
     row["senders"] = len(senders)
-    with_lat = sorted((s for s in senders if "p50_us" in s), key=lambda s: s["p50_us"])
+    with_lat = [s for s in senders if "p50_us" in s]
     if with_lat:
-        median = with_lat[(len(with_lat) - 1) // 2]
         for k in ("p50_us", "p99_us", "p999_us", "mean_us", "min_us", "max_us", "count"):
-            row[k] = median[k]
-        row["worst_p50_us"] = with_lat[-1]["p50_us"]
-        row["worst_rank"] = with_lat[-1]["rank"]
+            row[k] = float(np.median([s[k] for s in with_lat]))
+        row["count"] = int(row["count"])
+        slowest = max(with_lat, key=lambda s: s["mean_us"])
+        row["slowest_p50_us"] = slowest["p50_us"]
+        row["slowest_rank"] = slowest["rank"]
     rates = [s["msg_rate_mps"] for s in senders if "msg_rate_mps" in s]
     if rates:
         row["msg_rate_mps"] = float(np.median(rates))

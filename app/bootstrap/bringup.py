@@ -157,7 +157,6 @@ def bring_up(
     assert fabric is not None
     try:
         with Phase(comm, "bring-up: create objects"):
-            infos = None
             for p in peers:
                 qps = []
                 for _ in range(cfg.qps_per_peer):

@@ -93,5 +93,5 @@ class SingleOp(Experiment):
             Column("p99(µs)", "p99_us"),
             Column("p99.9(µs)", "p999_us"),
             Column("mean(µs)", "mean_us"),
-            Column("worst-rank p50(µs)", "worst_p50_us"),
+            Column("slowest-rank p50(µs)", "slowest_p50_us"),
         ]
