@@ -244,11 +244,8 @@ void msg_rate_thread(std::vector<Lane>& lanes, const MsgRateArgs& a, uint32_t t,
   auto prog = [&] { shared(); };
   const uint64_t total = a.warmup_per_thread + a.messages_per_thread;
   const uint64_t nslots = std::max<uint64_t>(1, a.dst.length / a.size);
-  const uint32_t bbs = mlx5::ds_to_wqebbs(mlx5::ds_rc_write(a.inline_payload, a.size) +
-                                          (mine[0].lane->dc ? (mine[0].lane->compact_av
-                                                                   ? mlx5::kDsAvCompact
-                                                                   : mlx5::kDsAvFull)
-                                                            : 0));
+  const uint32_t bbs = SqProducer::write_wqebbs(a.inline_payload, a.size, mine[0].lane->dc,
+                                                mine[0].lane->compact_av);
   // Signal often enough that reclamation never starves the ring: every quarter SQ.
   const uint32_t signal_every = std::max<uint32_t>(1, mine[0].lane->sq.wqebb_cnt / (4 * bbs));
   const uint64_t nbatches = (total + a.batch - 1) / a.batch;

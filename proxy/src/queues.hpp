@@ -95,37 +95,25 @@ class SqProducer {
   uint32_t free_wqebbs() const { return d_.wqebb_cnt - outstanding(); }
   uint32_t posted_since_ring() const { return pi_ - rung_; }
 
-  // Build one write WQE at the producer index; returns its index, or UINT32_MAX when the SQ is
-  // full (the caller must reclaim first). Nothing is visible to the NIC until ring().
+  // WQEBBs of one RDMA write WQE (RC, or DC with its address vector).
+  static uint32_t write_wqebbs(bool inline_payload, uint32_t length, bool dc, bool compact_av) {
+    const uint32_t av = dc ? (compact_av ? m5::kDsAvCompact : m5::kDsAvFull) : 0;
+    return m5::ds_to_wqebbs(m5::ds_rc_write(inline_payload, length) + av);
+  }
+
+  // Build one write WQE at the producer index (mlx5::build_rdma_write); returns its index, or
+  // UINT32_MAX when the SQ is full (the caller must reclaim first). Nothing is visible to the NIC
+  // until ring().
   uint32_t post_write(const WriteOp& op) {
-    const bool dc = op.av != nullptr;
-    uint32_t ds = m5::ds_rc_write(op.inline_data != nullptr, op.length);
-    if (dc) ds += op.compact_av ? m5::kDsAvCompact : m5::kDsAvFull;
-    const uint32_t bbs = m5::ds_to_wqebbs(ds);
-    if (bbs > free_wqebbs()) return UINT32_MAX;
+    if (write_wqebbs(op.inline_data != nullptr, op.length, op.av != nullptr, op.compact_av) >
+        free_wqebbs())
+      return UINT32_MAX;
     const uint32_t idx = pi_;
-    uint32_t seg = 1;
-    if (dc) {
-      if (op.compact_av) {
-        m5::set_av_compact(ring_.seg(idx, seg), op.av->dc_key, op.av->dqp_dct, op.av->stat_rate_sl,
-                           op.av->fl_mlid, op.av->rlid);
-        seg += m5::kDsAvCompact;
-      } else {
-        m5::set_av_full(ring_, idx, seg, *op.av);
-        seg += m5::kDsAvFull;
-      }
-    }
-    m5::set_raddr_seg(ring_.seg(idx, seg++), op.raddr, op.rkey);
-    if (op.inline_data)
-      m5::set_inline_seg(ring_, idx, seg, op.inline_data, op.length);
-    else
-      m5::set_data_seg(ring_.seg(idx, seg), op.length, op.lkey, op.laddr);
     uint8_t flags = op.signaled ? m5::kCqUpdate : 0;
     if (op.fence) flags |= m5::kFence;
-    m5::set_ctrl_seg(ring_.wqe(idx), static_cast<uint16_t>(idx),
-                     op.with_imm ? m5::kOpRdmaWriteImm : m5::kOpRdmaWrite, 0, d_.qpn, flags,
-                     static_cast<uint8_t>(ds), 0, op.with_imm ? op.imm : 0);
-    finish(idx, bbs);
+    finish(idx, m5::build_rdma_write(ring_, idx, d_.qpn, op.raddr, op.rkey, op.inline_data,
+                                     op.length, op.lkey, op.laddr, flags, op.with_imm, op.imm,
+                                     op.av, op.compact_av));
     return idx;
   }
 
@@ -133,27 +121,11 @@ class SqProducer {
   uint32_t post_fetch_add(uint64_t raddr, uint32_t rkey, uint64_t add, uint64_t laddr,
                           uint32_t lkey, bool signaled, const m5::AvFields* av = nullptr,
                           bool compact_av = false) {
-    const uint32_t ds = m5::ds_fetch_add(av != nullptr, compact_av);
-    const uint32_t bbs = m5::ds_to_wqebbs(ds);
-    if (bbs > free_wqebbs()) return UINT32_MAX;
+    if (m5::ds_to_wqebbs(m5::ds_fetch_add(av != nullptr, compact_av)) > free_wqebbs())
+      return UINT32_MAX;
     const uint32_t idx = pi_;
-    uint32_t seg = 1;
-    if (av) {
-      if (compact_av) {
-        m5::set_av_compact(ring_.seg(idx, seg), av->dc_key, av->dqp_dct, av->stat_rate_sl,
-                           av->fl_mlid, av->rlid);
-        seg += m5::kDsAvCompact;
-      } else {
-        m5::set_av_full(ring_, idx, seg, *av);
-        seg += m5::kDsAvFull;
-      }
-    }
-    m5::set_raddr_seg(ring_.seg(idx, seg++), raddr, rkey);
-    m5::set_atomic_seg(ring_.seg(idx, seg++), add, 0);
-    m5::set_data_seg(ring_.seg(idx, seg), 8, lkey, laddr);
-    m5::set_ctrl_seg(ring_.wqe(idx), static_cast<uint16_t>(idx), m5::kOpAtomicFa, 0, d_.qpn,
-                     signaled ? m5::kCqUpdate : 0, static_cast<uint8_t>(ds), 0, 0);
-    finish(idx, bbs);
+    finish(idx, m5::build_fetch_add(ring_, idx, d_.qpn, raddr, rkey, add, lkey, laddr,
+                                    signaled ? m5::kCqUpdate : 0, av, compact_av));
     return idx;
   }
 
@@ -162,7 +134,7 @@ class SqProducer {
   void ring() {
     if (pi_ == rung_) return;
     std::atomic_thread_fence(std::memory_order_release);
-    __atomic_store_n(&d_.dbrec[m5::kSndDbr], m5::bswap32(pi_ & 0xffff), __ATOMIC_RELEASE);
+    __atomic_store_n(&d_.dbrec[m5::kSndDbr], m5::dbrec_value(pi_), __ATOMIC_RELEASE);
     __atomic_store_n(d_.doorbell, m5::doorbell_value(ring_.wqe(last_)), __ATOMIC_RELEASE);
     rung_ = pi_;
   }
@@ -207,7 +179,7 @@ class CqConsumer {
       return false;
     out = m5::get_cqe(cqe);
     ++ci_;
-    __atomic_store_n(&d_.dbrec[m5::kCqSetCi], m5::bswap32(ci_ & 0xffffff), __ATOMIC_RELEASE);
+    __atomic_store_n(&d_.dbrec[m5::kCqSetCi], m5::cq_ci_value(ci_), __ATOMIC_RELEASE);
     return true;
   }
 
