@@ -15,6 +15,10 @@ class ConfigError(GicbenchError, ValueError):
         super().__init__(f"invalid {field}={value!r}: allowed {allowed}")
 
 
+class Refused(GicbenchError):
+    """Another rank refused the run in pre-flight (it printed the reason); exit status 2."""
+
+
 class UnsupportedError(GicbenchError):
     """The platform lacks what a provider or submitter needs (named in the message)."""
 

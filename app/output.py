@@ -36,7 +36,7 @@ def aggregate_senders(params: dict[str, Any], summaries: list[dict[str, Any]]) -
     as `gicbench analyze` does: each statistic is the median over ranks of that rank's value; the
     slowest rank is the one with the largest mean. Rates: per pair (median) and summed."""
     row: dict[str, Any] = dict(params)
-    senders = [s for s in summaries if s.get("role") == "sender"]
+    senders = [s for s in summaries if s.get("role") in ("sender", "both")]
     row["senders"] = len(senders)
     with_lat = [s for s in senders if "p50_us" in s]
     if with_lat:

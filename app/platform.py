@@ -175,6 +175,27 @@ def gpu_nic_affinity(gpus: list[dict], nics: list[dict]) -> list[dict[str, Any]]
     return rows
 
 
+PROBES = {
+    "python": probe_python,
+    "mpi": probe_mpi,
+    "gpus": probe_gpus,
+    "nvcc": probe_cuda_toolkit,
+    "cupy": probe_cupy,
+    "pyverbs": probe_pyverbs,
+    "rdma": probe_rdma_devices,
+    "shm": probe_shm,
+}
+
+
+class LazyProbes(dict):
+    """Probes run on first use only: a run's pre-flight asks for the few it needs."""
+
+    def __missing__(self, name: str) -> Probe:
+        probe = PROBES[name]()
+        self[name] = probe
+        return probe
+
+
 def probe_all() -> dict[str, Probe]:
     probes = [
         probe_python(),

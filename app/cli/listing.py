@@ -1,4 +1,4 @@
-"""`gicbench list`: the experiments, their knobs and the suites."""
+"""`gicbench list`: the experiments, their knobs (from their Params), the submitters and suites."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import argparse
 import dataclasses
 import json
 
-from ..config import RunConfig
 from ..experiments import registry
-from .run import FLAGS
+from ..knobs import knob_fields
+from ..submit import base as submitters
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -17,26 +17,39 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=main)
 
 
+def _knobs(params: type) -> list[dict]:
+    out = []
+    for f, k in knob_fields(params):
+        default = f.default if f.default is not dataclasses.MISSING else None
+        out.append(
+            {
+                "field": f.name,
+                "flag": k.short or k.flag,
+                "long": k.flag,
+                "default": list(default) if isinstance(default, tuple) else default,
+                "allowed": k.describe_allowed(),
+                "help": k.help,
+            }
+        )
+    return out
+
+
 def describe() -> list[dict]:
-    defaults = {f.name: f.default for f in dataclasses.fields(RunConfig) if f.default is not None}
     out = []
     for name in registry.names():
         cls = registry.get(name)
-        knobs = [
-            {
-                "field": k,
-                "flag": FLAGS.get(k, "--" + k.replace("_", "-")),
-                "default": defaults.get(k),
-            }
-            for k in cls.knobs
-        ]
         out.append(
             {
                 "name": name,
                 "summary": cls.summary,
-                "method": cls.seed_section,
-                "submitters": list(cls.submitters),
-                "knobs": knobs,
+                "method": cls.method,
+                "shapes": sorted(s.value for s in cls.shapes),
+                "submitters": [
+                    s for s in submitters.names() if cls.shapes <= submitters.get(s).shapes
+                ],
+                "patterns": list(cls.patterns),
+                "fits": list(cls.fits),
+                "knobs": _knobs(cls.Params),
             }
         )
     return out
@@ -53,15 +66,19 @@ def main(args: argparse.Namespace) -> int:
     t = Table(title="gicbench experiments", show_lines=True)
     t.add_column("experiment", style="bold")
     t.add_column("what it measures")
-    t.add_column("submitters")
+    t.add_column("submitters / patterns")
     t.add_column("knobs (flag=default)")
     for e in exps:
         knobs = "  ".join(f"{k['flag']}={k['default']}" for k in e["knobs"])
         t.add_row(
-            e["name"], f"{e['summary']}\n[dim]{e['method']}[/dim]", ",".join(e["submitters"]), knobs
+            e["name"],
+            f"{e['summary']}\n[dim]{e['method']}[/dim]",
+            f"{','.join(e['submitters'])}\n[dim]{','.join(e['patterns'])}[/dim]",
+            knobs,
         )
     con = Console()
     con.print(t)
     for name, members in registry.SUITES.items():
         con.print(f"suite [bold]{name}[/bold]: {' '.join(members)}")
+    con.print("shared flags (every run): see `gicbench run --help`")
     return 0

@@ -6,13 +6,29 @@ import argparse
 import sys
 
 from .. import __version__
-from ..errors import ConfigError, GicbenchError
+from ..errors import ConfigError, GicbenchError, Refused, UnsupportedError
+
+REFUSALS = (ConfigError, UnsupportedError, Refused)  # bad input or a choice that cannot run: 2
+
+
+class UsageError(GicbenchError):
+    """argparse's own complaint (unknown flag, missing value), raised instead of exiting so
+    `run` reports it like any other refusal: once, with every rank exiting 2."""
+
+    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
+        self.parser = parser
+        super().__init__(message)
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # type: ignore[override]
+        raise UsageError(self, message)
 
 
 def build_parser() -> argparse.ArgumentParser:
     from . import doctor, jobs, listing, run
 
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="gicbench",
         description="Dissect GPU-initiated and CPU-proxy RDMA communication. Launch `run` under "
         "mpiexec/srun; analyse the per-rank HDF5 traces offline with `analyze`/`report`.",
@@ -47,12 +63,26 @@ def main(argv: list[str] | None = None) -> int:
     if "--" in argv:
         cut = argv.index("--")
         argv, passthrough = argv[:cut], argv[cut + 1 :]
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as e:
+        if argv[:1] == ["run"]:
+            # Under a launcher every rank sees the same bad flag: report it once, collectively.
+            from ..harness import refuse
+
+            try:
+                refuse(Refused(f"gicbench run: {e.args[0]} (see gicbench run --help)"))
+            except REFUSALS:
+                return 2
+        e.parser.print_usage(sys.stderr)
+        print(f"{e.parser.prog}: error: {e}", file=sys.stderr)
+        return 2
     args.passthrough = passthrough
     try:
         return int(args.func(args) or 0)
-    except ConfigError as e:
-        # Every rank validates the same input; one message is enough under mpiexec/srun.
+    except REFUSALS as e:
+        if getattr(e, "reported", False):
+            return 2  # the harness printed it once, on the rank that saw it first
         from ..bootstrap.launch import launcher_rank
 
         if launcher_rank() == 0:

@@ -1,98 +1,189 @@
-"""msg-rate: what message rate takes (seed 000, §4.3.1).
+"""msg-rate: what message rate takes (the paper, arXiv 2610.01380, §4.3.1).
 
-Submitting threads post writes with many outstanding: each thread owns QPs (t, t+T, ...),
-announces --batch WQEs per doorbell, reclaims periodically through signaled WQEs and drains at the
-end; the time includes the final drain. Samples are the durations of fixed windows of messages.
+Submitting threads post writes with many outstanding to every destination of the pattern at
+once: the lanes are `qps` QPs per destination, thread t owns lanes t, t+T, ...; each doorbell
+announces --batch WQEs, reclamation is periodic through signaled WQEs and the final drain is
+inside the timed region. Samples are the durations of fixed windows of messages.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import ConfigError
+from ..knobs import Knob
+from ..mlx5 import write_wqebbs
+from ..submit.base import RateWork, Shape
+from .common import (
+    BATCH,
+    MAX_MESSAGES,
+    PAYLOAD,
+    QPS,
+    THREADS,
+    TRANSPORT,
+    WARMUP,
+    SizeSweep,
+    field,
+)
 from .registry import Column, Experiment, PointResult, register
 
 if TYPE_CHECKING:
-    from ..config import RunConfig
-    from ..harness import RankContext
+    from .context import Layout, RankContext
 
 WINDOWS = 20  # recorded windows per thread and point
+MESSAGES = Knob("--messages", "messages per thread and point (after warm-up)", lo=1,
+                hi=MAX_MESSAGES)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class MsgRateParams(SizeSweep):
+    messages: int = field(MESSAGES, 200_000)
+    warmup: int = field(WARMUP, 100)
+    payload: str = field(PAYLOAD, "inline")
+    transport: str = field(TRANSPORT, "rc")
+    qps: int = field(QPS, 1)
+    threads: int = field(THREADS, 1)
+    batch: int = field(BATCH, 1)
+
+
+def lane_messages(lanes: int, threads: int, batch: int, per_thread: int) -> list[int]:
+    """Messages each lane carries, as the rate loop hands them out: thread t owns lanes t, t+T,
+    ... and sends batch b of its `per_thread` messages on its (b mod n)-th lane."""
+    counts = [0] * lanes
+    for t in range(threads):
+        mine = list(range(t, lanes, threads))
+        n = len(mine)
+        nbatches = -(-per_thread // batch)
+        for i, lane in enumerate(mine):
+            batches = len(range(i, nbatches, n))
+            counts[lane] = batches * batch
+            if per_thread % batch and (nbatches - 1) % n == i:
+                counts[lane] -= batch - per_thread % batch
+    return counts
 
 
 @register
 class MsgRate(Experiment):
     name = "msg-rate"
     summary = "message rate with many writes outstanding (threads, QPs, WQEs per doorbell)"
-    seed_section = "seed 000 §4.3.1 (Table 5)"
-    knobs: ClassVar[tuple[str, ...]] = (
-        "min_size",
-        "max_size",
-        "size_factor",
-        "messages",
-        "warmup",
-        "payload",
-        "transport",
-        "qps",
-        "threads",
-        "batch",
-    )
+    method = "the paper (arXiv 2610.01380) §4.3.1, Table 5"
+    Params = MsgRateParams
+    shapes = frozenset({Shape.RATE})
 
-    def points(self, cfg: RunConfig) -> list[dict[str, Any]]:
-        if cfg.threads > cfg.qps:
+    def check(self) -> None:
+        p = self.params
+        p.check_sizes(p.payload)
+        # One doorbell's WQEs must fit the SQ with room to reclaim: inline and DC WQEs take
+        # several 64-byte slots each, so the limit is in slots, not WQEs.
+        bbs = write_wqebbs(p.payload == "inline", p.top, p.transport == "dc")
+        limit = self.cfg.sq_depth // 2
+        if p.batch * bbs > limit:
             raise ConfigError(
-                "threads (-t)",
-                cfg.threads,
-                f"<= qps (-q) = {cfg.qps}: each host thread owns its QPs",
+                "batch (--batch)",
+                p.batch,
+                f"<= {max(0, limit // bbs)}: {p.batch} WQEs x {bbs} WQEBBs each "
+                f"({p.payload} {p.top} B, {p.transport}) exceed half the SQ "
+                f"(--sq-depth {self.cfg.sq_depth} WQEBBs)",
             )
+
+    @property
+    def max_message(self) -> int:
+        return self.params.top
+
+    def _lanes_total(self, destinations: int) -> int:
+        return self.params.qps * destinations
+
+    def points(self) -> list[dict[str, Any]]:
+        p = self.params
         # --messages per thread, at least one message per recorded window.
-        per_thread = max(cfg.messages, WINDOWS)
+        per_thread = max(p.messages, WINDOWS)
         return [
             {
                 "size": size,
-                "payload": cfg.payload,
-                "transport": cfg.transport,
-                "qps": cfg.qps,
-                "threads": cfg.threads,
-                "batch": cfg.batch,
+                "payload": p.payload,
+                "transport": p.transport,
+                "qps": p.qps,
+                "threads": p.threads,
+                "batch": p.batch,
                 "messages_per_thread": per_thread,
-                "warmup_per_thread": cfg.warmup,
+                "warmup_per_thread": p.warmup,
                 "window": max(1, per_thread // WINDOWS),
             }
-            for size in cfg.sizes
+            for size in p.sizes
         ]
 
-    def run_point(self, ctx: RankContext, params: dict[str, Any]) -> PointResult:
-        if not ctx.is_sender:
-            return PointResult(role="receiver")
-        windows, stats = ctx.submitter.msg_rate(ctx.lanes(params), params)
-        elapsed_s = stats["elapsed_ns"] / 1e9
-        msgs = stats["messages"]
+    def run_point(self, ctx: RankContext, point: dict[str, Any]) -> PointResult:
+        t = ctx.traffic
+        if not t.sends:
+            return PointResult(role=t.role)
+        lanes = tuple(
+            lane for d in t.sends_to for lane in ctx.lanes_to(d, point["transport"], point["qps"])
+        )
+        if point["threads"] > len(lanes):
+            raise ConfigError(
+                "threads (-t)",
+                point["threads"],
+                f"<= {len(lanes)} lanes on rank {t.rank} (qps x destinations): each thread "
+                "owns its QPs",
+            )
+        res = ctx.submitter.rate(
+            RateWork(
+                lanes=lanes,
+                threads=point["threads"],
+                batch=point["batch"],
+                size=point["size"],
+                inline=point["payload"] == "inline",
+                messages_per_thread=point["messages_per_thread"],
+                warmup_per_thread=point["warmup_per_thread"],
+                window=point["window"],
+            )
+        )
+        elapsed_s = res.elapsed_ns / 1e9
         return PointResult(
-            samples={"window_ns": windows},
+            samples={"window_ns": res.windows_ns},
             results={
-                "messages": msgs,
-                "elapsed_ns": stats["elapsed_ns"],
-                "doorbells": stats["doorbells"],
-                "cqes": stats["cqes"],
-                "msg_rate_mps": msgs / elapsed_s / 1e6 if elapsed_s > 0 else 0.0,
-                "gbps": msgs * params["size"] / elapsed_s / 1e9 if elapsed_s > 0 else 0.0,
+                "messages": res.messages,
+                "elapsed_ns": res.elapsed_ns,
+                "doorbells": res.doorbells,
+                "cqes": res.cqes,
+                "msg_rate_mps": res.messages / elapsed_s / 1e6 if elapsed_s > 0 else 0.0,
+                "gbps": res.messages * point["size"] / elapsed_s / 1e9 if elapsed_s > 0 else 0.0,
+                "destinations": len(t.sends_to),
             },
-            role="sender",
+            role=t.role,
         )
 
     def expected_landing(
-        self, params: dict[str, Any], is_sender: bool, peer_src: np.ndarray
-    ) -> np.ndarray | None:
-        # Message m of every thread writes slot m mod slots with the peer's pattern for that slot,
-        # so the slots written hold exactly the peer's source bytes whatever the order.
-        if is_sender:
-            return None
-        size = params["size"]
-        slots = max(1, peer_src.size // size)
-        written = min(slots, params["messages_per_thread"] + params["warmup_per_thread"])
-        return peer_src[: written * size]
+        self, ctx: RankContext, point: dict[str, Any], source: int, source_bytes: np.ndarray,
+        layout: Layout,
+    ) -> list[tuple[int, np.ndarray]]:  # fmt: skip
+        # The source's lanes towards us are lanes j*qps .. j*qps+qps-1 of its lane list (j: our
+        # place among its destinations); lane l's k-th message went to slot k mod slots of its
+        # slice, from the same offset of the source's slice l.
+        if source not in ctx.traffic.receives_from:
+            return []
+        from ..patterns import traffic
+
+        theirs = traffic(ctx.traffic.pattern, source, ctx.topo.size)
+        qps, size = point["qps"], point["size"]
+        counts = lane_messages(
+            qps * len(theirs.sends_to),
+            point["threads"],
+            point["batch"],
+            point["messages_per_thread"] + point["warmup_per_thread"],
+        )
+        j = theirs.sends_to.index(ctx.topo.rank)
+        slots = max(1, layout.lane_bytes // size)
+        pieces = []
+        for lane in range(qps):
+            written = min(slots, counts[j * qps + lane]) * size
+            start = lane * layout.lane_bytes
+            if written:
+                pieces.append((start, source_bytes[start : start + written]))
+        return pieces
 
     def columns(self) -> list[Column]:
         return [

@@ -1,25 +1,32 @@
-"""Experiment registry: each experiment module registers one class; the harness runs it by name.
+"""Experiment registry: each module in this package registers its experiment class on import;
+modules are discovered, not listed.
 
-An experiment declares its knobs (the RunConfig fields it reads, shown by `gicbench list`), the
-submitters it supports, and its sweep (`points`). The harness (app/harness.py) owns bring-up,
-warm-up, timing, validation, traces and printing; the experiment only fills the per-point contract.
+An experiment declares its parameters (a Params dataclass of knobs, app/knobs.py), the loop
+shapes it needs from a submitter, the traffic patterns it supports, the fits that apply to its
+results, its sweep (`points`), and what must land where (`expected_landing`). The harness owns
+bring-up, timing order, validation, traces and printing; the experiment fills this contract.
 """
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from ..config import PATTERNS
+from ..errors import ConfigError
+from ..knobs import build
+
 if TYPE_CHECKING:
     from ..config import RunConfig
-    from ..harness import RankContext
+    from ..submit.base import Shape
+    from .context import Layout, RankContext
 
-# Modules that hold experiments; importing one registers it.
-_MODULES = ("single_op", "msg_rate")
+_NOT_EXPERIMENTS = frozenset({"registry", "common", "context"})
 _REGISTRY: dict[str, type[Experiment]] = {}
 _loaded = False
 
@@ -30,12 +37,12 @@ class PointResult:
 
     samples: dict[str, np.ndarray] = field(default_factory=dict)  # metric -> int64 ns
     results: dict[str, Any] = field(default_factory=dict)  # derived numbers (rates, bytes)
-    role: str = "sender"  # sender ranks own the samples; receivers validate
+    role: str = "sender"  # see patterns.Traffic.role
 
 
 @dataclass(frozen=True)
 class Column:
-    """One column of the rank-0 table: header (with unit) and how to compute it from a row."""
+    """One column of the rank-0 table: header (with unit) and the aggregated row key."""
 
     header: str
     key: str
@@ -46,28 +53,67 @@ class Column:
 class Experiment(ABC):
     name: ClassVar[str]
     summary: ClassVar[str]
-    seed_section: ClassVar[str]  # where the method comes from
-    knobs: ClassVar[tuple[str, ...]]  # RunConfig fields this experiment reads
-    submitters: ClassVar[tuple[str, ...]] = ("host",)
+    method: ClassVar[str]  # where the method comes from (the paper and section)
+    Params: ClassVar[type]  # a dataclass of knobs
+    shapes: ClassVar[frozenset[Shape]]  # loop shapes it asks a submitter for
+    patterns: ClassVar[tuple[str, ...]] = PATTERNS
+    fits: ClassVar[tuple[str, ...]] = ()  # analysis fits that apply: clock|plateau|crossover|exposed
+
+    def __init__(self, params: Any, cfg: RunConfig) -> None:
+        self.params, self.cfg = params, cfg
+
+    @classmethod
+    def from_config(cls, cfg: RunConfig) -> Experiment:
+        """Build and check this experiment's Params from the run's knob values."""
+        if cfg.pattern not in cls.patterns:
+            raise ConfigError(
+                "pattern (--pattern)",
+                cfg.pattern,
+                f"one of {', '.join(cls.patterns)} for {cls.name}",
+            )
+        params = build(cls.Params, cfg.knobs, cls.name)
+        exp = cls(params, cfg)
+        exp.check()
+        return exp
+
+    def check(self) -> None:
+        """Checks across this experiment's fields and the shared config (raise ConfigError)."""
+        return None
+
+    # What bring-up must provide.
+    @property
+    def lanes_per_peer(self) -> int:
+        return int(getattr(self.params, "qps", 1))
+
+    @property
+    def transport(self) -> str:
+        return str(getattr(self.params, "transport", "rc"))
+
+    @property
+    @abstractmethod
+    def max_message(self) -> int:
+        """The largest message in the sweep (bytes): the landing layout is sized from it."""
 
     @abstractmethod
-    def points(self, cfg: RunConfig) -> list[dict[str, Any]]:
+    def points(self) -> list[dict[str, Any]]:
         """The sweep: one dict of parameters per point, in run order."""
 
     @abstractmethod
-    def run_point(self, ctx: RankContext, params: dict[str, Any]) -> PointResult:
-        """Measure one point on this rank (native loops do the timing)."""
+    def run_point(self, ctx: RankContext, point: dict[str, Any]) -> PointResult:
+        """Measure one point on this rank (a submitter's loops do the timing)."""
 
     @abstractmethod
     def columns(self) -> list[Column]:
         """Table columns for rank 0's output, computed from aggregated rows."""
 
     def expected_landing(
-        self, params: dict[str, Any], is_sender: bool, peer_src: np.ndarray
-    ) -> np.ndarray | None:
-        """What this rank's landing buffer must hold after the point, given the bytes the peer's
-        source buffer held before it (None: nothing lands here). The harness compares."""
-        return None
+        self, ctx: RankContext, point: dict[str, Any], source: int, source_bytes: np.ndarray,
+        layout: Layout,
+    ) -> list[tuple[int, np.ndarray]]:  # fmt: skip
+        """What must hold in this rank's landing region for `source` after the point, as
+        (offset in that region, bytes) pieces, given the bytes the source's send buffer held.
+        Empty: nothing from that source lands here. The harness compares and counts."""
+        return []
 
 
 def register(cls: type[Experiment]) -> type[Experiment]:
@@ -81,8 +127,15 @@ def _load() -> None:
     global _loaded
     if not _loaded:
         _loaded = True
-        for mod in _MODULES:
-            importlib.import_module(f"{__package__}.{mod}")
+        for mod in pkgutil.iter_modules(_package_path()):
+            if mod.name not in _NOT_EXPERIMENTS and not mod.name.startswith("_"):
+                importlib.import_module(f"{__package__}.{mod.name}")
+
+
+def _package_path() -> list[str]:
+    import os
+
+    return [os.path.dirname(__file__)]
 
 
 def names() -> tuple[str, ...]:
@@ -92,6 +145,8 @@ def names() -> tuple[str, ...]:
 
 def get(name: str) -> type[Experiment]:
     _load()
+    if name not in _REGISTRY:
+        raise ConfigError("experiment", name, "one of " + ", ".join(_REGISTRY))
     return _REGISTRY[name]
 
 

@@ -1,89 +1,137 @@
-"""single-op: the cost of one operation (seed 000, §4.1).
+"""single-op: the cost of one operation (the paper, arXiv 2610.01380, §4.1).
 
-One submitter issues 8 B (or swept) RDMA writes to its peer with at most one outstanding and
+A submitter issues RDMA writes to each of its destinations with at most one outstanding and
 times, per operation:
 - issue: WQE construction, doorbell record and doorbell store (completion excluded);
-- put+completion: issue plus the completion routine (selected QP, or every configured QP when
-  --scope all, as NVSHMEM's quiet walks them);
-- round trip: request to the peer and its reply observed through a polled data word.
-Sender ranks (even) measure; their peers (odd) answer the round trip and validate payloads.
+- put+completion: issue plus the completion routine (the selected QP, or every configured QP
+  when --scope all, each QP's CQ read from memory as NVSHMEM's quiet walks them);
+- round trip: request to the peer and its reply observed through a polled data word (pairs).
+With several destinations (fan-out, all-to-all) a sender measures them one after another; its
+samples hold `iters` operations per destination.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import ConfigError
+from ..knobs import KIND_STR, Knob
+from ..submit.base import LatencyWork, RespondWork, Shape
+from .common import ITERS, PAYLOAD, QPS, TRANSPORT, WARMUP, SizeSweep, field
 from .registry import Column, Experiment, PointResult, register
 
 if TYPE_CHECKING:
-    from ..config import RunConfig
-    from ..harness import RankContext
+    from .context import Layout, RankContext
 
 MODES = ("issue", "put_completion", "round_trip")
 METRIC = {"issue": "issue_ns", "put_completion": "completion_ns", "round_trip": "rtt_ns"}
+
+SCOPE = Knob("--scope", "completion scope: the selected QP, or all configured QPs (a quiet)",
+             KIND_STR, choices=("selected", "all"))  # fmt: skip
+MODES_K = Knob("--modes", "which timings to take, comma-separated", KIND_STR, choices=MODES,
+               many=True)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SingleOpParams(SizeSweep):
+    iters: int = field(ITERS, 1000)
+    warmup: int = field(WARMUP, 100)
+    payload: str = field(PAYLOAD, "inline")
+    transport: str = field(TRANSPORT, "rc")
+    scope: str = field(SCOPE, "selected")
+    qps: int = field(QPS, 1)
+    modes: tuple[str, ...] = field(MODES_K, MODES)
 
 
 @register
 class SingleOp(Experiment):
     name = "single-op"
     summary = "issue, put+completion and round-trip latency of one operation"
-    seed_section = "seed 000 §4.1 (Table 3, Fig. 3-4)"
-    knobs: ClassVar[tuple[str, ...]] = (
-        "min_size",
-        "max_size",
-        "size_factor",
-        "iters",
-        "warmup",
-        "payload",
-        "transport",
-        "scope",
-        "qps",
-    )
+    method = "the paper (arXiv 2610.01380) §4.1, Table 3, Figures 3-4"
+    Params = SingleOpParams
+    shapes = frozenset({Shape.LATENCY, Shape.RESPOND})
 
-    def points(self, cfg: RunConfig) -> list[dict[str, Any]]:
-        if cfg.min_size < 8:
+    def check(self) -> None:
+        p = self.params
+        p.check_sizes(p.payload)
+        if p.min_size < 8:
+            raise ConfigError("min_size (-b)", p.min_size,
+                              ">= 8 for single-op (the round trip polls an 8-byte word)")  # fmt: skip
+        if "round_trip" in p.modes and self.cfg.pattern != "pairs":
             raise ConfigError(
-                "min_size (-b)",
-                cfg.min_size,
-                ">= 8 for single-op (the round trip polls an 8-byte word)",
+                "modes (--modes)",
+                ",".join(p.modes),
+                "issue,put_completion with --pattern "
+                f"{self.cfg.pattern} (a round trip needs a partner that answers: --pattern pairs)",
             )
+
+    @property
+    def max_message(self) -> int:
+        return self.params.top
+
+    def points(self) -> list[dict[str, Any]]:
+        p = self.params
         return [
             {
                 "size": size,
-                "payload": cfg.payload,
-                "transport": cfg.transport,
-                "scope": cfg.scope,
-                "qps": cfg.qps,
+                "payload": p.payload,
+                "transport": p.transport,
+                "scope": p.scope,
+                "qps": p.qps,
                 "mode": mode,
-                "iters": cfg.iters,
-                "warmup": cfg.warmup,
+                "iters": p.iters,
+                "warmup": p.warmup,
             }
-            for size in cfg.sizes
+            for size in p.sizes
             for mode in MODES
+            if mode in p.modes
         ]
 
-    def run_point(self, ctx: RankContext, params: dict[str, Any]) -> PointResult:
-        mode = params["mode"]
-        if not ctx.is_sender:
-            if mode == "round_trip":
-                ctx.submitter.respond(ctx.lanes(params), params)
-            return PointResult(role="receiver")
-        samples = ctx.submitter.single_op(ctx.lanes(params), params, MODES.index(mode))
-        return PointResult(samples={METRIC[mode]: samples}, role="sender")
+    def run_point(self, ctx: RankContext, point: dict[str, Any]) -> PointResult:
+        mode, t = point["mode"], ctx.traffic
+        if not t.sends:
+            if mode == "round_trip" and t.receives_from:
+                (source,) = t.receives_from  # pairs only (check())
+                lane = ctx.lanes_to(source, point["transport"], point["qps"])[0]
+                ctx.submitter.respond(
+                    RespondWork(lane, ctx.landing_from(source), point["size"],
+                                point["payload"] == "inline",
+                                point["iters"] + point["warmup"])  # fmt: skip
+                )
+            return PointResult(role=t.role)
+        samples = []
+        for dest in t.sends_to:
+            lanes = ctx.configured_lanes(point["transport"], point["qps"], dest)
+            work = LatencyWork(
+                lanes=lanes,
+                selected=0,
+                mode=mode,
+                size=point["size"],
+                inline=point["payload"] == "inline",
+                scope_all=point["scope"] == "all",
+                iters=point["iters"],
+                warmup=point["warmup"],
+                reply=ctx.landing_from(dest) if mode == "round_trip" else None,
+            )
+            samples.append(ctx.submitter.latency(work))
+        return PointResult(samples={METRIC[mode]: np.concatenate(samples)}, role=t.role)
 
     def expected_landing(
-        self, params: dict[str, Any], is_sender: bool, peer_src: np.ndarray
-    ) -> np.ndarray | None:
-        # Requests land at the receiver; replies land at the sender in the round trip. The last
-        # 8 bytes carry the final sequence number, the rest is the peer's pattern.
-        if is_sender and params["mode"] != "round_trip":
-            return None
-        size, total = params["size"], params["iters"] + params["warmup"]
+        self, ctx: RankContext, point: dict[str, Any], source: int, source_bytes: np.ndarray,
+        layout: Layout,
+    ) -> list[tuple[int, np.ndarray]]:  # fmt: skip
+        # Requests land at destinations, replies at the requester (round trip). Lane 0 carries
+        # them; the last 8 bytes hold the final sequence number, the rest the source's pattern.
+        t = ctx.traffic
+        lands = source in t.receives_from or (point["mode"] == "round_trip" and source in t.sends_to)
+        if not lands:
+            return []
+        size, total = point["size"], point["iters"] + point["warmup"]
         seq = np.frombuffer(np.uint64(total).tobytes(), dtype=np.uint8)
-        return np.concatenate([peer_src[: size - 8], seq])
+        return [(0, np.concatenate([source_bytes[: size - 8], seq]))]
 
     def columns(self) -> list[Column]:
         return [

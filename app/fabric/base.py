@@ -26,6 +26,20 @@ class Access(enum.IntFlag):
     REMOTE_ATOMIC = 8
 
 
+class MemoryDomain(str, enum.Enum):
+    """Where a memory object lives (the paper's "memory geography").
+
+    HOST: pageable or shared host memory only the CPU touches. HOST_MAPPED: pinned host memory
+    mapped into the GPU's address space (a GPU kernel reaches it over PCIe/C2C; `device_addr` is
+    the GPU-side address). DEVICE: GPU memory (`device_addr` is its address; `addr` is 0 unless
+    the provider also maps it for the CPU).
+    """
+
+    HOST = "host"
+    HOST_MAPPED = "host-mapped"
+    DEVICE = "device"
+
+
 class QpState(enum.IntEnum):
     RESET = 0
     INIT = 1
@@ -46,6 +60,8 @@ class MemoryRegion:
     lkey: int
     rkey: int
     access: Access
+    domain: MemoryDomain = MemoryDomain.HOST
+    device_addr: int = 0  # the GPU's address of the buffer, 0 when the GPU cannot reach it
 
 
 @dataclass(frozen=True)
@@ -66,6 +82,9 @@ class CompletionQueue:
     buf: int
     ncqe: int
     dbrec: int
+    domain: MemoryDomain = MemoryDomain.HOST
+    device_buf: int = 0  # GPU addresses of the ring and the record, 0 when not mapped
+    device_dbrec: int = 0
 
 
 @dataclass(frozen=True)
@@ -83,6 +102,10 @@ class SendQueue:
     dbrec: int
     doorbell: int
     cq: CompletionQueue
+    domain: MemoryDomain = MemoryDomain.HOST
+    device_buf: int = 0  # GPU addresses of ring, record and doorbell, 0 when not mapped
+    device_dbrec: int = 0
+    device_doorbell: int = 0
 
 
 @dataclass(frozen=True)
@@ -116,9 +139,32 @@ class DcTarget:
     rq: ReceiveQueue | None = None
 
 
+class Posting(str, enum.Enum):
+    """How a submitter can hand work to a provider's NIC."""
+
+    MLX5_QUEUES = "mlx5-queues"  # WQEs written straight into SQ rings in memory (emu, mlx5)
+    POST_SEND = "post-send"  # a library call per chain (ibv_post_send on a generic verbs device)
+
+
+@dataclass(frozen=True)
+class ProgressPolicy:
+    """Who moves the NIC forward while a submitter waits.
+
+    autonomous: the NIC progresses on its own (hardware, or emu's engine thread); any submitter,
+        a GPU kernel included, may simply poll memory.
+    cpu_hook: otherwise, a C function `void(*)(void*)` and its context that a native CPU polling
+        loop calls while it waits (emu's inline mode). A GPU kernel cannot call it, so a GPU
+        submitter refuses a policy that is not autonomous.
+    """
+
+    mode: str
+    autonomous: bool
+    cpu_hook: tuple[int, int] = (0, 0)
+
+
 @dataclass
 class ProviderCaps:
-    """What this provider can do here; `gicbench doctor` prints it."""
+    """What this provider (or submitter) can do here; `gicbench doctor` prints it."""
 
     name: str
     available: bool
@@ -126,6 +172,8 @@ class ProviderCaps:
     multi_node: bool = False
     dc: bool = False
     gpu_queues: bool = False
+    posting: tuple[str, ...] = ()  # Posting values this provider offers
+    memory_domains: tuple[str, ...] = ("host",)
     details: dict[str, Any] = field(default_factory=dict)
 
 
@@ -144,11 +192,15 @@ class Fabric(ABC):
         """Make every rank's NIC reachable (infos[r] is rank r's local_info())."""
 
     @abstractmethod
-    def register(self, length: int, access: Access = ACCESS_ALL) -> MemoryRegion:
-        """Allocate and register `length` bytes of host memory reachable by peers' NICs."""
+    def register(
+        self, length: int, access: Access = ACCESS_ALL, domain: MemoryDomain = MemoryDomain.HOST
+    ) -> MemoryRegion:
+        """Allocate and register `length` bytes in `domain`, reachable by peers' NICs. A provider
+        refuses (UnsupportedError) a domain it cannot offer."""
 
     @abstractmethod
-    def create_cq(self, ncqe: int) -> CompletionQueue: ...
+    def create_cq(self, ncqe: int, domain: MemoryDomain = MemoryDomain.HOST) -> CompletionQueue:
+        """A CQ of `ncqe` CQEs whose ring and consumer record live in `domain`."""
 
     @abstractmethod
     def create_qp(
@@ -158,8 +210,10 @@ class Fabric(ABC):
         recv_cq: CompletionQueue | None = None,
         rq_wqes: int = 0,
         dci: bool = False,
+        domain: MemoryDomain = MemoryDomain.HOST,
     ) -> QueuePair:
-        """An RC QP (or a DCI with dci=True) in RESET."""
+        """An RC QP (or a DCI with dci=True) in RESET; its rings and doorbell record live in
+        `domain`."""
 
     @abstractmethod
     def create_dct(self, cq: CompletionQueue, dc_key: int) -> DcTarget: ...
@@ -181,12 +235,9 @@ class Fabric(ABC):
         """NIC counters of this rank: wqes, doorbells, bytes, messages, errors, stale_wqes, ..."""
 
     @abstractmethod
-    def progress_hook(self) -> int:
-        """Address of a C function `void(*)(void*)` a native polling loop calls while it waits,
-        and 0 when the NIC progresses on its own. Paired with progress_ctx()."""
-
-    @abstractmethod
-    def progress_ctx(self) -> int: ...
+    def progress_policy(self) -> ProgressPolicy:
+        """Who progresses this NIC (see ProgressPolicy); the harness matches it to the
+        submitter before any traffic."""
 
     @abstractmethod
     def close(self) -> None: ...

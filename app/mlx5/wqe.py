@@ -165,6 +165,15 @@ def ds_to_wqebbs(ds: int) -> int:
     return (int(ds) * SEG_BYTES + WQEBB_BYTES - 1) // WQEBB_BYTES
 
 
+def write_wqebbs(inline: bool, length: int, dc: bool = False, compact_av: bool = False) -> int:
+    """Basic blocks one RDMA write WQE takes (ctrl, raddr, inline data or a data segment, and
+    for DC the address vector): mlx5.cuh's ds_rc_write/ds_dc_write, in WQEBBs."""
+    ds = 2 + (inline_seg_ds(length) if inline else 1)
+    if dc:
+        ds += (AV_COMPACT_BYTES if compact_av else AV_FULL_BYTES) // SEG_BYTES
+    return ds_to_wqebbs(ds)
+
+
 # ---- decoders ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Ctrl:

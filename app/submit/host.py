@@ -1,77 +1,82 @@
 """The host submitter: Python configures, the native loops in proxy/ post and poll.
 
-Lanes (QPs with their CQs and, for DC, address vectors) travel to C++ as one uint64 table with
-the columns of `gicbench._native.host.LANE_COLUMNS`. A loop that fails returns the queue state;
-it is raised here as CompletionTimeout or CompletionError with rank, QP and indices.
+Lanes travel to C++ as one uint64 table with the columns of `gicbench._native.host.LANE_COLUMNS`
+(the submitter's own layout). A loop that fails returns the queue state; it is raised here as
+CompletionTimeout or CompletionError with rank, QP and indices.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from .. import _native
 from ..errors import CompletionError, CompletionTimeout, FabricError
-from ..fabric.base import MemoryRegion, QueuePair, RemoteBuffer
+from ..fabric.base import Posting
 from ..mlx5.constants import Syndrome
+from ..platform import Probe
+from .base import (
+    Buffer,
+    Lane,
+    LatencyWork,
+    RateResult,
+    RateWork,
+    RespondWork,
+    Shape,
+    Submitter,
+    register,
+)
 
-LANE_COLUMNS = tuple(_native.host.LANE_COLUMNS)
+MODE_CODES = {"issue": 0, "put_completion": 1, "round_trip": 2}
 
 
-def lane_row(
-    qp: QueuePair, dc_target: dict[str, Any] | None = None, compact_av: bool = False
-) -> list[int]:
-    sq, cq = qp.sq, qp.sq.cq
-    row = [
-        sq.buf,
-        sq.wqebb_cnt,
-        sq.dbrec,
-        sq.doorbell,
-        qp.qpn,
-        cq.buf,
-        cq.ncqe,
-        cq.dbrec,
-        0,
-        0,
-        0,
-        0,
-    ]
-    if dc_target is not None:
-        row[8:12] = [
-            1,
-            dc_target["dc_key"],
-            dc_target["dctn"],
-            (dc_target["lid"] & 0xFFFF) | (int(compact_av) << 32),
-        ]
+def _native_host() -> Any:
+    from .. import _native
+
+    return _native.host
+
+
+def lane_row(lane: Lane, compact_av: bool = False) -> list[int]:
+    sq, cq = lane.qp.sq, lane.qp.sq.cq
+    row = [sq.buf, sq.wqebb_cnt, sq.dbrec, sq.doorbell, lane.qp.qpn, cq.buf, cq.ncqe, cq.dbrec]
+    if lane.dc is not None:
+        row += [1, lane.dc.dc_key, lane.dc.dctn, (lane.dc.lid & 0xFFFF) | (int(compact_av) << 32)]
+    else:
+        row += [0, 0, 0, 0]
+    region = min(lane.src.length, lane.dst.length)
+    row += [lane.src.addr, lane.src.key, lane.dst.addr, lane.dst.key, region]
     return row
 
 
-def lane_table(rows: list[list[int]]) -> np.ndarray:
-    return np.ascontiguousarray(np.array(rows, dtype=np.uint64).reshape(-1, len(LANE_COLUMNS)))
+def lane_table(lanes: tuple[Lane, ...] | list[Lane]) -> np.ndarray:
+    width = len(_native_host().LANE_COLUMNS)
+    rows = [lane_row(lane) for lane in lanes]
+    return np.ascontiguousarray(np.array(rows, dtype=np.uint64).reshape(-1, width))
 
 
-def _buf(b: MemoryRegion | RemoteBuffer) -> tuple[int, int, int]:
-    key = b.lkey if isinstance(b, MemoryRegion) else b.rkey
-    return (b.addr, key, b.length)
+def _buf(b: Buffer) -> tuple[int, int, int]:
+    return (b.addr, b.key, b.length)
 
 
-class HostSubmitter:
+@register
+class HostSubmitter(Submitter):
     name = "host"
+    summary = "CPU threads post WQEs and poll CQEs directly (native C++ loops)"
+    shapes = frozenset({Shape.LATENCY, Shape.RESPOND, Shape.RATE})
+    posting = (Posting.MLX5_QUEUES.value,)
 
-    def __init__(
-        self,
-        *,
-        rank: int,
-        src: MemoryRegion,
-        landing: MemoryRegion,
-        peer_landing: RemoteBuffer | None,
-        timeout_s: float,
-        progress: tuple[int, int] = (0, 0),
-    ) -> None:
-        self.rank, self.src, self.landing, self.peer_landing = rank, src, landing, peer_landing
-        self.timeout_ns = int(timeout_s * 1e9)
-        self.progress_fn, self.progress_ctx = progress
+    @classmethod
+    def availability(cls, probes: Mapping[str, Probe]) -> str | None:
+        try:
+            _native_host()
+        except ImportError as e:
+            return f"native module missing ({e}); run `make setup`"
+        return None
+
+    @property
+    def _hook(self) -> tuple[int, int]:
+        return self.progress.cpu_hook
 
     def _raise(self, what: str, err: dict[str, Any]) -> None:
         where = (
@@ -102,63 +107,63 @@ class HostSubmitter:
             )
         raise FabricError(f"{what} failed: {err['kind']} ({where})")
 
-    def single_op(self, lanes: np.ndarray, params: dict[str, Any], mode: int) -> np.ndarray:
-        assert self.peer_landing is not None
-        ok, samples, err = _native.host.single_op(
-            lanes,
-            mode,
-            params["size"],
-            params["payload"] == "inline",
-            params["scope"] == "all",
-            0,
-            _buf(self.src),
-            _buf(self.peer_landing),
-            _buf(self.landing),
-            params["iters"],
-            params["warmup"],
+    def latency(self, work: LatencyWork) -> np.ndarray:
+        sel = work.lanes[work.selected]
+        reply = work.reply if work.reply is not None else sel.src
+        ok, samples, err = _native_host().single_op(
+            lane_table(work.lanes),
+            MODE_CODES[work.mode],
+            work.size,
+            work.inline,
+            work.scope_all,
+            work.selected,
+            _buf(sel.src),
+            _buf(sel.dst),
+            _buf(reply),
+            work.iters,
+            work.warmup,
             self.timeout_ns,
-            self.progress_fn,
-            self.progress_ctx,
+            *self._hook,
         )
         if not ok:
-            self._raise(f"single-op {params['mode']}", err)
+            self._raise(f"single-op {work.mode}", err)
         return samples
 
-    def respond(self, lanes: np.ndarray, params: dict[str, Any]) -> None:
-        assert self.peer_landing is not None
-        ok, err = _native.host.rtt_respond(
-            lanes,
+    def respond(self, work: RespondWork) -> None:
+        ok, err = _native_host().rtt_respond(
+            lane_table([work.lane]),
             0,
-            params["size"],
-            params["payload"] == "inline",
-            _buf(self.landing),
-            _buf(self.src),
-            _buf(self.peer_landing),
-            params["iters"] + params["warmup"],
+            work.size,
+            work.inline,
+            _buf(work.watch),
+            _buf(work.lane.src),
+            _buf(work.lane.dst),
+            work.count,
             self.timeout_ns,
-            self.progress_fn,
-            self.progress_ctx,
+            *self._hook,
         )
         if not ok:
             self._raise("round-trip responder", err)
 
-    def msg_rate(self, lanes: np.ndarray, params: dict[str, Any]) -> tuple[np.ndarray, dict]:
-        assert self.peer_landing is not None
-        ok, windows, stats, err = _native.host.msg_rate(
-            lanes,
-            params["threads"],
-            params["batch"],
-            params["size"],
-            params["payload"] == "inline",
-            _buf(self.src),
-            _buf(self.peer_landing),
-            params["messages_per_thread"],
-            params["warmup_per_thread"],
-            params["window"],
+    def rate(self, work: RateWork) -> RateResult:
+        ok, windows, stats, err = _native_host().msg_rate(
+            lane_table(work.lanes),
+            work.threads,
+            work.batch,
+            work.size,
+            work.inline,
+            work.messages_per_thread,
+            work.warmup_per_thread,
+            work.window,
             self.timeout_ns,
-            self.progress_fn,
-            self.progress_ctx,
+            *self._hook,
         )
         if not ok:
             self._raise("msg-rate", err)
-        return windows, stats
+        return RateResult(
+            windows_ns=windows,
+            elapsed_ns=int(stats["elapsed_ns"]),
+            messages=int(stats["messages"]),
+            doorbells=int(stats["doorbells"]),
+            cqes=int(stats["cqes"]),
+        )

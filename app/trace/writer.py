@@ -129,13 +129,20 @@ class TraceWriter:
         self.world_size = world_size
         self.final_path = schema.rank_file(self.run_dir, rank)
         self.partial_path = schema.partial_file(self.run_dir, rank)
-        if self.final_path.exists():
-            raise TraceError(
-                f"{self.final_path} already exists: refusing to overwrite a finished trace "
-                "(choose a new run directory)"
-            )
+        for existing in (self.final_path, self.partial_path):
+            if existing.exists():
+                raise TraceError(
+                    f"{existing} already exists: refusing to overwrite another run's trace "
+                    "(choose a new run directory)"
+                )
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self._file: h5py.File | None = h5py.File(self.partial_path, "w")
+        # "x": create exclusively, so a file that appeared since the check is never truncated.
+        try:
+            self._file: h5py.File | None = h5py.File(self.partial_path, "x")
+        except FileExistsError:
+            raise TraceError(
+                f"{self.partial_path} appeared while opening: another run writes this directory"
+            ) from None
         root = {
             "schema": schema.SCHEMA_VERSION,
             "tool_version": tool_version(),

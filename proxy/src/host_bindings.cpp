@@ -16,10 +16,15 @@ namespace nb = nanobind;
 namespace gicbench {
 namespace {
 
-using LaneTable = nb::ndarray<const uint64_t, nb::shape<-1, 12>, nb::c_contig, nb::device::cpu>;
-constexpr const char* kLaneColumns[12] = {"sq_buf", "wqebb_cnt", "sq_dbrec", "doorbell", "qpn",
-                                          "cq_buf", "ncqe", "cq_dbrec", "dc", "dc_key",
-                                          "dct_num", "rlid_compact"};
+// A row per lane: the QP's queues, its DC address vector, and the lane's own source and
+// destination regions (msg-rate cycles over the slots of each lane's region).
+constexpr size_t kLaneWidth = 17;
+using LaneTable =
+    nb::ndarray<const uint64_t, nb::shape<-1, kLaneWidth>, nb::c_contig, nb::device::cpu>;
+constexpr const char* kLaneColumns[kLaneWidth] = {
+    "sq_buf", "wqebb_cnt", "sq_dbrec", "doorbell", "qpn",     "cq_buf",  "ncqe",    "cq_dbrec",
+    "dc",     "dc_key",    "dct_num",  "rlid_compact",        "src_addr", "src_key", "dst_addr",
+    "dst_key", "region_len"};
 
 template <class T>
 T* ptr(uint64_t v) {
@@ -41,6 +46,8 @@ std::vector<host::Lane> lanes_from(const LaneTable& t) {
     l.av.dqp_dct = static_cast<uint32_t>(t(i, 10));
     l.av.rlid = static_cast<uint16_t>(t(i, 11) & 0xffff);
     l.compact_av = (t(i, 11) >> 32) != 0;
+    l.src = host::Buffer{t(i, 12), static_cast<uint32_t>(t(i, 13)), t(i, 16)};
+    l.dst = host::Buffer{t(i, 14), static_cast<uint32_t>(t(i, 15)), t(i, 16)};
   }
   return lanes;
 }
@@ -153,8 +160,7 @@ void bind_host(nb::module_ m) {
   m.def(
       "msg_rate",
       [](const LaneTable& table, uint32_t threads, uint32_t batch, uint32_t size,
-         bool inline_payload, std::tuple<uint64_t, uint32_t, uint64_t> src,
-         std::tuple<uint64_t, uint32_t, uint64_t> dst, uint64_t messages_per_thread,
+         bool inline_payload, uint64_t messages_per_thread,
          uint64_t warmup_per_thread, uint64_t window, int64_t timeout_ns, uint64_t progress_fn,
          uint64_t progress_ctx) {
         auto lanes = lanes_from(table);
@@ -163,8 +169,9 @@ void bind_host(nb::module_ m) {
         a.batch = batch;
         a.size = size;
         a.inline_payload = inline_payload;
-        a.src = buf(src);
-        a.dst = buf(dst);
+        for (const auto& l : lanes)
+          if (l.dst.length < size || l.src.length < size)
+            throw std::invalid_argument("msg_rate: every lane's region must hold one message");
         a.messages_per_thread = messages_per_thread;
         a.warmup_per_thread = warmup_per_thread;
         a.window = window == 0 ? messages_per_thread : window;
@@ -184,10 +191,11 @@ void bind_host(nb::module_ m) {
         return std::make_tuple(ok, to_numpy(std::move(res.windows_ns)), r, error_dict(err));
       },
       nb::arg("lanes"), nb::arg("threads"), nb::arg("batch"), nb::arg("size"),
-      nb::arg("inline_payload"), nb::arg("src"), nb::arg("dst"), nb::arg("messages_per_thread"),
+      nb::arg("inline_payload"), nb::arg("messages_per_thread"),
       nb::arg("warmup_per_thread"), nb::arg("window"), nb::arg("timeout_ns"),
       nb::arg("progress_fn") = 0, nb::arg("progress_ctx") = 0,
-      "Message rate with many writes outstanding. Returns (ok, windows_ns, stats, error).");
+      "Message rate with many writes outstanding, each lane writing its own region (slots of "
+      "`size` bytes, message m to slot m mod slots). Returns (ok, windows_ns, stats, error).");
 }
 
 }  // namespace gicbench

@@ -243,13 +243,13 @@ void msg_rate_thread(std::vector<Lane>& lanes, const MsgRateArgs& a, uint32_t t,
   for (size_t i = t; i < lanes.size(); i += a.threads) mine.emplace_back(lanes[i]);
   auto prog = [&] { shared(); };
   const uint64_t total = a.warmup_per_thread + a.messages_per_thread;
-  const uint64_t nslots = std::max<uint64_t>(1, a.dst.length / a.size);
   const uint32_t bbs = SqProducer::write_wqebbs(a.inline_payload, a.size, mine[0].lane->dc,
                                                 mine[0].lane->compact_av);
   // Signal often enough that reclamation never starves the ring: every quarter SQ.
   const uint32_t signal_every = std::max<uint32_t>(1, mine[0].lane->sq.wqebb_cnt / (4 * bbs));
   const uint64_t nbatches = (total + a.batch - 1) / a.batch;
   std::vector<uint32_t> since_signal(mine.size(), 0);
+  std::vector<uint64_t> lane_msgs(mine.size(), 0);
   const size_t n = mine.size();
   uint64_t ci_start = 0;  // CQ indices resume from the dbrec: count this call's CQEs only
   for (auto& s : mine) ci_start += s.cq.ci();
@@ -268,12 +268,15 @@ void msg_rate_thread(std::vector<Lane>& lanes, const MsgRateArgs& a, uint32_t t,
                     o.err))
       return;
     for (uint64_t j = 0; j < count; ++j) {
-      const uint64_t m = posted + j;
       const bool last = j + 1 == count;
       bool sig = ++since_signal[li] >= signal_every || (last && final_batch_of_lane);
       if (sig) since_signal[li] = 0;
-      const uint64_t off = (m % nslots) * a.size;
-      s.sq.post_write(make_write(*s.lane, a.src, a.dst, off, a.size, a.inline_payload, sig));
+      // The lane's k-th message goes to slot k mod slots: the first min(k, slots) slots of each
+      // lane's region are written, which the receiver validates.
+      const uint64_t nslots = std::max<uint64_t>(1, s.lane->dst.length / a.size);
+      const uint64_t off = (lane_msgs[li]++ % nslots) * a.size;
+      s.sq.post_write(
+          make_write(*s.lane, s.lane->src, s.lane->dst, off, a.size, a.inline_payload, sig));
     }
     s.sq.ring();
     ++o.doorbells;

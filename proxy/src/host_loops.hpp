@@ -12,14 +12,22 @@
 namespace gicbench {
 namespace host {
 
-// One queue pair as the submitter sees it: its SQ, its send CQ and, for DC, the address vector
-// of the target this QP sends to.
+struct Buffer {
+  uint64_t addr = 0;
+  uint32_t key = 0;  // lkey for local buffers, rkey for remote ones
+  uint64_t length = 0;
+};
+
+// One queue pair as the submitter sees it: its SQ, its send CQ, for DC the address vector of
+// the target this QP sends to, and the lane's own source and destination regions (msg-rate).
 struct Lane {
   SqDesc sq;
   CqDesc cq;
   bool dc = false;
   bool compact_av = false;
   mlx5::AvFields av{};
+  Buffer src;
+  Buffer dst;
 };
 
 // Set by a SIGTERM/SIGINT handler (install_interrupt_handler): loops give up promptly so the
@@ -40,12 +48,6 @@ struct LoopError {
   uint32_t wqe_counter = 0;
   uint64_t word_seen = 0;  // round trip: value last seen in the polled word
   uint64_t word_expected = 0;
-};
-
-struct Buffer {
-  uint64_t addr = 0;
-  uint32_t key = 0;  // lkey for local buffers, rkey for remote ones
-  uint64_t length = 0;
 };
 
 enum class SingleOpMode : int { kIssue = 0, kPutCompletion = 1, kRoundTrip = 2 };
@@ -78,8 +80,6 @@ struct MsgRateArgs {
   uint32_t batch = 1;  // WQEs per doorbell
   uint32_t size = 8;
   bool inline_payload = true;
-  Buffer src;          // pattern source, one slot per destination slot
-  Buffer dst;          // remote region; messages cycle over its slots
   uint64_t messages_per_thread = 0;
   uint64_t warmup_per_thread = 0;
   uint64_t window = 0;  // messages per recorded window
@@ -94,7 +94,8 @@ struct MsgRateResult {
   uint64_t cqes = 0;
 };
 
-// Many writes outstanding: thread t owns lanes t, t+T, ...; batches of `batch` WQEs per doorbell,
+// Many writes outstanding: thread t owns lanes t, t+T, ...; each lane writes slot m mod slots of
+// its own destination region from the same offset of its source region; batches of `batch` WQEs per doorbell,
 // periodic reclamation through signaled WQEs, final drain included in the time.
 bool msg_rate(std::vector<Lane>& lanes, const MsgRateArgs& a, Progress progress,
               MsgRateResult& res, LoopError& err);

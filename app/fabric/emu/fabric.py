@@ -38,7 +38,10 @@ from ..base import (
     CompletionQueue,
     DcTarget,
     Fabric,
+    MemoryDomain,
     MemoryRegion,
+    Posting,
+    ProgressPolicy,
     ProviderCaps,
     QpState,
     QueuePair,
@@ -176,6 +179,7 @@ class EmuFabric(Fabric):
     @staticmethod
     def caps() -> ProviderCaps:
         return ProviderCaps(name="emu", available=True, multi_node=False, dc=True,
+                            posting=(Posting.MLX5_QUEUES.value,),
                             details={"progress": list(PROGRESS_MODES)})  # fmt: skip
 
     def _live(self) -> Any:
@@ -223,7 +227,18 @@ class EmuFabric(Fabric):
         self._live().seal()
         self._sealed = True
 
-    def register(self, length: int, access: Access = ACCESS_ALL) -> MemoryRegion:
+    def _host_only(self, what: str, domain: MemoryDomain) -> None:
+        # The segment is host shared memory; GPU-resident objects need the CUDA engine.
+        if MemoryDomain(domain) is not MemoryDomain.HOST:
+            raise UnsupportedError(
+                f"emu rank {self.rank}: {what} in memory domain {MemoryDomain(domain).value!r} is "
+                "not available yet (emu's CPU engine serves host memory only)"
+            )
+
+    def register(
+        self, length: int, access: Access = ACCESS_ALL, domain: MemoryDomain = MemoryDomain.HOST
+    ) -> MemoryRegion:
+        self._host_only("register", domain)
         if not isinstance(length, int) or length <= 0:
             raise ConfigError("length", length, "an int >= 1 (bytes)")
         if not isinstance(access, int) or int(access) & ~int(ACCESS_ALL):
@@ -237,7 +252,8 @@ class EmuFabric(Fabric):
         self._live()
         return host_view(mr.addr, mr.length, dtype)
 
-    def create_cq(self, ncqe: int) -> CompletionQueue:
+    def create_cq(self, ncqe: int, domain: MemoryDomain = MemoryDomain.HOST) -> CompletionQueue:
+        self._host_only("create_cq", domain)
         if not isinstance(ncqe, int) or not _pow2(ncqe) or ncqe > (1 << 22):
             raise ConfigError("ncqe", ncqe, "a power of two in 1..4194304")
         with _checked("create_cq", self.rank):
@@ -258,7 +274,9 @@ class EmuFabric(Fabric):
         recv_cq: CompletionQueue | None = None,
         rq_wqes: int = 0,
         dci: bool = False,
+        domain: MemoryDomain = MemoryDomain.HOST,
     ) -> QueuePair:
+        self._host_only("create_qp", domain)
         self._own_cq("send_cq", send_cq)
         if not isinstance(sq_wqebbs, int) or not _pow2(sq_wqebbs) or sq_wqebbs > 32768:
             raise ConfigError("sq_wqebbs", sq_wqebbs, "a power of two in 1..32768")
@@ -385,6 +403,12 @@ class EmuFabric(Fabric):
         raise err
 
     # ---- progress -------------------------------------------------------------------------------
+    def progress_policy(self) -> ProgressPolicy:
+        if self.mode == "thread":
+            return ProgressPolicy("thread", autonomous=True)
+        return ProgressPolicy("inline", autonomous=False,
+                              cpu_hook=(self.progress_hook(), self.progress_ctx()))  # fmt: skip
+
     def progress_hook(self) -> int:
         return int(self._live().progress_hook) if self.mode == "inline" else 0
 

@@ -1,0 +1,67 @@
+"""Knobs that several experiments share, declared once (the same Knob object everywhere), and
+the sweep helpers built on them."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..config import size_sweep
+from ..errors import ConfigError
+from ..knobs import KIND_SIZE, KIND_STR, Knob
+
+MAX_SIZE = 1 << 30
+MAX_INLINE = 512  # bytes of inline payload a WQE may carry here (ds stays within 6 bits)
+MAX_QPS = 528  # the GPU submitter's largest QP count in the paper (one per block)
+MAX_THREADS = 16384
+MAX_BATCH = 256
+MAX_ITERS = 100_000_000  # samples are kept in memory: 8 bytes each
+MAX_MESSAGES = 1 << 40
+
+PAYLOADS = ("inline", "pointer")
+TRANSPORTS = ("rc", "dc")
+SCOPES = ("selected", "all")
+
+MIN_SIZE = Knob("--min-size", "smallest message size (8, 4K, 1M)", KIND_SIZE, "-b", lo=1,
+                hi=MAX_SIZE, unit="bytes")  # fmt: skip
+MAX_SIZE_K = Knob("--max-size", "largest message size (default: -b)", KIND_SIZE, "-e", lo=1,
+                  hi=MAX_SIZE, unit="bytes")  # fmt: skip
+FACTOR = Knob("--factor", "size multiplication factor", short="-f", lo=2, hi=1024)
+ITERS = Knob("--iters", "measured iterations per point", short="-n", lo=1, hi=MAX_ITERS)
+WARMUP = Knob("--warmup", "warm-up iterations per point, discarded", short="-w", lo=0,
+              hi=MAX_ITERS)  # fmt: skip
+PAYLOAD = Knob("--payload", "inline (in the WQE) or pointer (a data segment)", KIND_STR,
+               choices=PAYLOADS)  # fmt: skip
+TRANSPORT = Knob("--transport", "rc (a QP per peer) or dc (DCIs to DC targets)", KIND_STR,
+                 choices=TRANSPORTS)  # fmt: skip
+QPS = Knob("--qps", "QPs the experiment drives towards each destination", short="-q", lo=1,
+           hi=MAX_QPS)  # fmt: skip
+THREADS = Knob("--threads", "submitting threads per rank", short="-t", lo=1, hi=MAX_THREADS)
+BATCH = Knob("--batch", "WQEs per doorbell", lo=1, hi=MAX_BATCH)
+
+
+def field(k: Knob, default: Any) -> Any:
+    return dataclasses.field(default=default, metadata={"knob": k})
+
+
+@dataclasses.dataclass(frozen=True)
+class SizeSweep:
+    """-b/-e/-f, shared by every experiment that sweeps message sizes."""
+
+    min_size: int = field(MIN_SIZE, 8)
+    max_size: int | None = field(MAX_SIZE_K, None)
+    size_factor: int = field(FACTOR, 2)
+
+    @property
+    def top(self) -> int:
+        return self.max_size if self.max_size is not None else self.min_size
+
+    @property
+    def sizes(self) -> list[int]:
+        return size_sweep(self.min_size, self.top, self.size_factor)
+
+    def check_sizes(self, payload: str) -> None:
+        if self.top < self.min_size:
+            raise ConfigError("max_size (-e)", self.top, f">= min_size (-b) = {self.min_size}")
+        if payload == "inline" and self.top > MAX_INLINE:
+            raise ConfigError("max_size (-e)", self.top, f"<= {MAX_INLINE} with --payload inline")

@@ -1,0 +1,105 @@
+"""The emu provider: pre-flight (one node, progress mode against the CPU binding) and opening
+an EmuFabric sized for the plan."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from ...errors import UnsupportedError
+from ...platform import Probe
+from ..base import Fabric, MemoryDomain, Posting, ProviderCaps
+from ..registry import FabricPlan, Provider, register
+from .fabric import PROGRESS_MODES
+
+
+def resolve_progress(requested: str, local_size: int, rank: int, autonomous: bool) -> str:
+    """emu's engine: a spinning thread per rank needs a core of its own beside the rank's.
+
+    A rank bound to a CPU set (mpiexec binds to a core by default for 2 ranks; srun with
+    --cpus-per-task) owns that set; an unbound rank shares the machine with its node's ranks.
+    An engine thread squeezed onto the poller's core costs a scheduler time slice (~4 ms) per
+    hand-off: `thread` is refused there rather than measured wrong. A submitter that cannot call
+    a CPU hook (`autonomous`) needs the thread.
+    """
+    mine = len(os.sched_getaffinity(0))
+    bound = mine < (os.cpu_count() or mine)
+    fits = mine >= 2 if bound else 2 * local_size <= mine
+    where = f"bound to {mine} CPU(s)" if bound else f"{local_size} ranks share {mine} CPUs"
+    if autonomous and requested == "inline":
+        raise UnsupportedError(
+            "--progress inline needs the submitter's CPU loops to drive the NIC; this submitter "
+            "cannot (a GPU kernel cannot call a CPU hook): use --progress thread"
+        )
+    if requested == "auto":
+        return "thread" if fits or autonomous else "inline"
+    if requested == "thread" and not fits:
+        raise UnsupportedError(
+            f"--progress thread needs a free core for each rank's engine thread (rank "
+            f"{rank}: {where}). Launch with `mpiexec --bind-to none` (or "
+            f"`--map-by slot:PE=2`, `srun --cpus-per-task=2`), or use --progress inline"
+        )
+    return requested
+
+
+def segment_bytes(plan: FabricPlan) -> int:
+    """Shared memory the emu segment of one rank needs for rings and buffers, with slack."""
+    ring = plan.sq_depth * 64
+    per_qp = 2 * ring + 4096  # SQ + CQ + records and doorbell
+    dcts = plan.dcts * (ring + 4096)
+    total = plan.qps * per_qp + plan.mr_bytes + (1 << 16) + dcts + (8 << 20)
+    return (total + 4095) // 4096 * 4096
+
+
+@register
+class EmuProvider(Provider):
+    name = "emu"
+    summary = "software mlx5 NIC over POSIX shared memory (one node), the embedded default"
+
+    @classmethod
+    def caps(cls, probes: Mapping[str, Probe]) -> ProviderCaps:
+        try:
+            from ... import _native  # noqa: F401
+
+            why = ""
+        except ImportError as e:
+            why = f"native module missing ({e}); run `make setup`"
+        shm = probes["shm"]
+        return ProviderCaps(
+            cls.name,
+            not why and shm.ok,
+            why or ("" if shm.ok else shm.detail),
+            multi_node=False,
+            dc=True,
+            posting=(Posting.MLX5_QUEUES.value,),
+            memory_domains=(MemoryDomain.HOST.value,),
+            details={"what": cls.summary, "progress": list(PROGRESS_MODES)},
+        )
+
+    @classmethod
+    def preflight(cls, plan: FabricPlan, topo: Any, probes: Mapping[str, Probe]) -> dict[str, Any]:
+        super().preflight(plan, topo, probes)
+        if plan.nodes > 1:
+            raise UnsupportedError(
+                f"provider emu is one node only; this job spans {plan.nodes} nodes "
+                f"({', '.join(sorted(set(topo.hosts)))}): use a real NIC provider"
+            )
+        mode = resolve_progress(plan.progress, plan.local_size, topo.rank, plan.autonomous_progress)
+        return {"progress": mode}
+
+    @classmethod
+    def open(cls, plan: FabricPlan, topo: Any, job: str, settings: dict[str, Any]) -> Fabric:
+        from .fabric import EmuFabric
+
+        return EmuFabric(
+            rank=topo.rank,
+            world_size=topo.size,
+            job=job,
+            progress=settings["progress"],
+            segment_bytes=segment_bytes(plan),
+            max_qps=max(1, plan.qps),
+            max_cqs=max(1, plan.cqs),
+            max_dcts=max(1, plan.dcts),
+            max_mrs=8,
+        )

@@ -1,0 +1,94 @@
+"""Fabric providers by name: each declares what it offers here and opens a rank's NIC.
+
+Bring-up never names a provider: it asks the registry for `cfg.provider`, checks it in
+pre-flight (before any resource exists) and opens it with a FabricPlan, the counts of what it
+will create. A provider module registers itself on import; `PROVIDER_MODULES` lists them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ..errors import ConfigError, UnsupportedError
+from ..platform import Probe
+from .base import Fabric, ProviderCaps
+
+PROVIDER_MODULES = ("gicbench.fabric.emu.provider", "gicbench.fabric.planned")
+_REGISTRY: dict[str, type[Provider]] = {}
+
+
+@dataclass(frozen=True)
+class FabricPlan:
+    """What bring-up will create on one rank, known before anything is created."""
+
+    world_size: int
+    local_size: int  # ranks on this node
+    nodes: int
+    rc_peers: int  # ranks this rank has RC QPs towards
+    rc_qps_per_peer: int
+    dcis: int
+    dcts: int
+    sq_depth: int  # WQEBBs per SQ (and CQEs per CQ)
+    mr_bytes: int  # bytes of memory regions (source + landing)
+    progress: str  # requested: auto | thread | inline
+    autonomous_progress: bool  # the submitter cannot drive a CPU progress hook (a GPU kernel)
+
+    @property
+    def qps(self) -> int:
+        return self.rc_peers * self.rc_qps_per_peer + self.dcis
+
+    @property
+    def cqs(self) -> int:
+        return self.qps + self.dcts
+
+
+class Provider(ABC):
+    name: ClassVar[str]
+    summary: ClassVar[str]
+
+    @classmethod
+    @abstractmethod
+    def caps(cls, probes: Mapping[str, Probe]) -> ProviderCaps:
+        """What this provider offers, and whether it can run on this machine (and why not)."""
+
+    @classmethod
+    def preflight(cls, plan: FabricPlan, topo: Any, probes: Mapping[str, Probe]) -> dict[str, Any]:
+        """Refuse (UnsupportedError/ConfigError) what cannot run, before anything is created.
+        Returns the settings it resolved (recorded in the trace), e.g. the progress mode."""
+        caps = cls.caps(probes)
+        if not caps.available:
+            raise UnsupportedError(f"provider {cls.name} is not available here: {caps.reason}")
+        return {}
+
+    @classmethod
+    @abstractmethod
+    def open(cls, plan: FabricPlan, topo: Any, job: str, settings: dict[str, Any]) -> Fabric:
+        """This rank's NIC, sized for `plan`, with the settings preflight resolved."""
+
+
+def register(cls: type[Provider]) -> type[Provider]:
+    if cls.name in _REGISTRY:
+        raise RuntimeError(f"provider {cls.name!r} registered twice")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def _load() -> None:
+    for mod in PROVIDER_MODULES:
+        importlib.import_module(mod)
+
+
+def names() -> tuple[str, ...]:
+    _load()
+    return tuple(_REGISTRY)
+
+
+def get(name: str) -> type[Provider]:
+    _load()
+    if name not in _REGISTRY:
+        raise ConfigError("provider (--provider)", name, "one of " + ", ".join(_REGISTRY))
+    return _REGISTRY[name]

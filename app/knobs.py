@@ -1,0 +1,147 @@
+"""Knobs: the one place where a parameter's flag, help, type and bounds are declared.
+
+A knob is a dataclass field whose metadata holds a `Knob`. RunConfig (what every run shares),
+each experiment's Params and each submitter's Params declare their fields with `knob(...)`;
+the CLI, `gicbench list` and validation are generated from those declarations. The same field
+name in two classes must be the same Knob object (one place for each fact).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ConfigError
+
+KIND_INT, KIND_FLOAT, KIND_STR, KIND_SIZE, KIND_CHOICES = "int", "float", "str", "size", "choices"
+
+
+def parse_size(text: str | int, name: str = "size") -> int:
+    """'8', '4K', '1M', '2G' (powers of 1024, as perftest and OSU accept) -> bytes."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+    s = str(text).strip().upper().removesuffix("B").removesuffix("I")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1:], 1)
+    digits = s[:-1] if s[-1:] in "KMG" else s
+    try:
+        return int(digits) * mult
+    except ValueError:
+        raise ConfigError(name, text, "a byte count such as 8, 4K, 1M") from None
+
+
+@dataclass(frozen=True, eq=False)
+class Knob:
+    """How one parameter is named, typed, bounded and explained."""
+
+    flag: str  # the long flag, e.g. --min-size
+    help: str
+    kind: str = KIND_INT
+    short: str | None = None  # e.g. -b
+    choices: tuple[str, ...] | None = None
+    lo: float | None = None
+    hi: float | None = None
+    many: bool = False  # a comma-separated list of choices (e.g. --modes issue,round_trip)
+    unit: str = ""
+
+    def label(self, field: str) -> str:
+        """How errors name it: the field and the flag users type."""
+        return f"{field} ({self.short or self.flag})"
+
+    def parse(self, field: str, text: str) -> Any:
+        """A command-line string -> the typed value (ConfigError names the flag)."""
+        label = self.label(field)
+        if self.kind == KIND_SIZE:
+            return parse_size(text, label)
+        if self.kind == KIND_INT:
+            try:
+                return int(text, 0) if text.strip().lower().startswith("0x") else int(text)
+            except ValueError:
+                raise ConfigError(label, text, "an integer") from None
+        if self.kind == KIND_FLOAT:
+            try:
+                return float(text)
+            except ValueError:
+                raise ConfigError(label, text, "a number") from None
+        if self.many:
+            return tuple(p.strip() for p in text.split(",") if p.strip())
+        return text
+
+    def check(self, field: str, value: Any) -> None:
+        """Raise ConfigError naming the field and flag unless `value` is allowed."""
+        label = self.label(field)
+        if self.choices is not None:
+            values = value if self.many else (value,)
+            if self.many and (not isinstance(value, tuple | list) or not value):
+                raise ConfigError(label, value, "a comma-separated list of " + self._allowed())
+            for v in values:
+                if v not in self.choices:
+                    raise ConfigError(label, v, self._allowed())
+            return
+        if self.kind in (KIND_INT, KIND_SIZE):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(label, value, "an integer")
+        elif self.kind == KIND_FLOAT:
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(label, value, "a number")
+            if not math.isfinite(value):
+                raise ConfigError(label, value, "a finite number")
+        else:
+            return
+        if (self.lo is not None and value < self.lo) or (self.hi is not None and value > self.hi):
+            raise ConfigError(label, value, self._bounds(field))
+
+    def _allowed(self) -> str:
+        return "one of " + ", ".join(self.choices or ())
+
+    def _bounds(self, field: str) -> str:
+        lo = "" if self.lo is None else f"{_num(self.lo)} <= "
+        hi = "" if self.hi is None else f" <= {_num(self.hi)}"
+        return f"{lo}{field}{hi}{' ' + self.unit if self.unit else ''}"
+
+    def describe_allowed(self) -> str:
+        if self.choices is not None:
+            return ("list of " if self.many else "") + "|".join(self.choices)
+        if self.lo is None and self.hi is None:
+            return self.kind
+        return self._bounds("x")
+
+
+def _num(v: float) -> str:
+    return f"{int(v):,}" if float(v).is_integer() else f"{v:g}"
+
+
+def knob(default: Any, **kwargs: Any) -> Any:
+    """A dataclass field declared as a knob (see Knob for the keywords)."""
+    return dataclasses.field(default=default, metadata={"knob": Knob(**kwargs)})
+
+
+def knob_of(f: dataclasses.Field) -> Knob | None:
+    return f.metadata.get("knob")
+
+
+def knob_fields(cls_or_obj: Any) -> Iterator[tuple[dataclasses.Field, Knob]]:
+    for f in dataclasses.fields(cls_or_obj):
+        k = knob_of(f)
+        if k is not None:
+            yield f, k
+
+
+def check_knobs(obj: Any) -> None:
+    """Check every knob field of a dataclass instance; None means "as needed" and passes."""
+    for f, k in knob_fields(obj):
+        value = getattr(obj, f.name)
+        if value is not None:
+            k.check(f.name, value)
+
+
+def build(cls: type, values: dict[str, Any], owner: str, check: Callable | None = None) -> Any:
+    """An instance of the Params dataclass `cls` from the knob values that apply to it."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    obj = cls(**{k: v for k, v in values.items() if k in names})
+    check_knobs(obj)
+    if check is not None:
+        check(obj)
+    return obj

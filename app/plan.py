@@ -1,0 +1,166 @@
+"""A run's plan: the configuration checked against the experiments, the submitter and the
+provider, before MPI or any NIC resource exists.
+
+`make_plan(cfg)` builds each experiment's Params from the knob values, refuses knobs that no
+chosen experiment or submitter uses, checks the submitter against the experiments' loop shapes
+and its own availability here, and derives what bring-up must create. `fabric_plan` adds the
+facts only MPI knows (world size, ranks per node, nodes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from .config import RunConfig
+from .errors import ConfigError, UnsupportedError
+from .experiments import registry
+from .experiments.context import Layout, plan_layout
+from .experiments.registry import Experiment
+from .fabric import registry as providers
+from .fabric.registry import FabricPlan, Provider
+from .knobs import build, knob_fields
+from .patterns import max_neighbours
+from .platform import LazyProbes
+from .submit import base as submitters
+from .submit.base import Submitter
+
+DEFAULT_DCTS = 1
+
+
+@dataclass
+class RunPlan:
+    cfg: RunConfig
+    experiments: list[Experiment]
+    points: list[tuple[Experiment, list[dict[str, Any]]]]
+    submitter: type[Submitter]
+    submitter_params: Any
+    provider: type[Provider]
+    probes: LazyProbes
+
+    @property
+    def lanes(self) -> int:
+        """The most lanes any experiment drives towards one peer."""
+        return max(e.lanes_per_peer for e in self.experiments)
+
+    @property
+    def uses_dc(self) -> bool:
+        return any(e.transport == "dc" for e in self.experiments)
+
+    @property
+    def max_message(self) -> int:
+        return max(e.max_message for e in self.experiments)
+
+    def rc_qps_per_peer(self) -> int:
+        rc = [e.lanes_per_peer for e in self.experiments if e.transport == "rc"]
+        return max([self.cfg.qps_per_peer or 0, *rc, 1])
+
+    def layout(self, world_size: int) -> Layout:
+        return plan_layout(self.max_message, self.lanes, max_neighbours(self.cfg.pattern,
+                           world_size), self.cfg.landing_bytes)  # fmt: skip
+
+    def dci_count(self, neighbours: int) -> int:
+        if not self.uses_dc:
+            return 0
+        dc = [e.lanes_per_peer for e in self.experiments if e.transport == "dc"]
+        return max(self.cfg.dcis or 0, max(dc) * max(1, neighbours))
+
+    def dct_count(self) -> int:
+        return (self.cfg.dcts or DEFAULT_DCTS) if self.uses_dc else 0
+
+    def fabric_plan(self, topo: Any, neighbours: int) -> FabricPlan:
+        layout = self.layout(topo.size)
+        return FabricPlan(
+            world_size=topo.size,
+            local_size=topo.local_size,
+            nodes=topo.nodes,
+            rc_peers=neighbours,
+            rc_qps_per_peer=self.rc_qps_per_peer(),
+            dcis=self.dci_count(neighbours),
+            dcts=self.dct_count(),
+            sq_depth=self.cfg.sq_depth,
+            mr_bytes=layout.region_bytes * (1 + neighbours),
+            progress=self.cfg.progress,
+            autonomous_progress=not self.submitter.cpu_progress,
+        )
+
+
+def _used_knobs(exps: list[Experiment], sub: type[Submitter]) -> dict[str, list[str]]:
+    used: dict[str, list[str]] = {}
+    for e in exps:
+        for f in dataclasses.fields(e.Params):
+            used.setdefault(f.name, []).append(e.name)
+    for f in dataclasses.fields(sub.Params):
+        used.setdefault(f.name, []).append(f"--submitter {sub.name}")
+    return used
+
+
+def all_knobs() -> dict[str, Any]:
+    """Every knob a run can take, by field name (shared, experiments', submitters'); the same
+    name must be the same Knob object wherever it is declared."""
+    out: dict[str, Any] = {f.name: k for f, k in knob_fields(RunConfig)}
+    owners = [registry.get(n).Params for n in registry.names()]
+    owners += [submitters.get(n).Params for n in submitters.names()]
+    for cls in owners:
+        for f, k in knob_fields(cls):
+            if out.setdefault(f.name, k) is not k:
+                raise RuntimeError(f"knob {f.name!r} is declared twice with different meanings")
+    return out
+
+
+def make_plan(cfg: RunConfig, probes: LazyProbes | None = None) -> RunPlan:
+    probes = probes if probes is not None else LazyProbes()
+    sub = submitters.get(cfg.submitter)
+    why = sub.availability(probes)
+    if why is not None:
+        raise UnsupportedError(f"submitter {sub.name} is not available here: {why}")
+    provider = providers.get(cfg.provider)
+    caps = provider.caps(probes)
+    if not caps.available:
+        raise UnsupportedError(f"provider {provider.name} is not available here: {caps.reason}")
+    if not set(sub.posting) & set(caps.posting):
+        raise UnsupportedError(
+            f"submitter {sub.name} posts through {', '.join(sub.posting)}; provider "
+            f"{provider.name} offers {', '.join(caps.posting) or 'nothing'}"
+        )
+    exps = [registry.get(name).from_config(cfg) for name in cfg.experiments]
+    for e in exps:
+        missing = e.shapes - sub.shapes
+        if missing:
+            raise UnsupportedError(
+                f"experiment {e.name} needs {', '.join(sorted(m.value for m in missing))} loops, "
+                f"which submitter {sub.name} does not have"
+            )
+        if e.transport == "dc" and not caps.dc:
+            raise UnsupportedError(f"provider {provider.name} has no DC transport")
+    used = _used_knobs(exps, sub)
+    for name in cfg.knobs:
+        if name not in used:
+            known = all_knobs()
+            if name not in known:
+                raise ConfigError(name, cfg.knobs[name], "a knob of " + ", ".join(cfg.experiments))
+            raise ConfigError(
+                known[name].label(name),
+                cfg.knobs[name],
+                f"only with {_owners(name)} (it does nothing for "
+                f"{', '.join(cfg.experiments)} with --submitter {sub.name})",
+            )
+    sub_params = build(sub.Params, cfg.knobs, sub.name)
+    if not any(e.transport == "dc" for e in exps):
+        for name in ("dcis", "dcts"):
+            if getattr(cfg, name) is not None:
+                raise ConfigError(f"{name} (--{name})", getattr(cfg, name),
+                                  "only with --transport dc (no experiment here uses DC)")  # fmt: skip
+    points = [(e, e.points()) for e in exps]
+    plan = RunPlan(cfg, exps, points, sub, sub_params, provider, probes)
+    plan.layout(2)  # the smallest world: refuses a landing budget too small for any run
+    return plan
+
+
+def _owners(name: str) -> str:
+    owners = [n for n in registry.names() if name in {f.name for f in
+              dataclasses.fields(registry.get(n).Params)}]  # fmt: skip
+    owners += [f"--submitter {n}" for n in submitters.names()
+               if name in {f.name for f in dataclasses.fields(submitters.get(n).Params)}]  # fmt: skip
+    return ", ".join(owners)
