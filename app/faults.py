@@ -33,7 +33,8 @@ class Fault:
         elif self.action == "term":
             os.kill(os.getpid(), signal.SIGTERM)
         else:
-            raise RuntimeError(f"injected fault at {where}")
+            place = f"point {where}" if str(where).isdigit() else str(where)
+            raise RuntimeError(f"injected fault at {place}")
 
 
 def from_env() -> Fault | None:

@@ -54,7 +54,7 @@ ENV_KEYS = (
 )
 # How long rank 0 waits, when the launcher ends the job, for the other ranks to mark their
 # traces before it names the ranks that left none (the ones that died).
-ABORT_GRACE_S = 2.0
+ABORT_GRACE_S = 0.5
 
 
 class RunTerminated(BaseException):
@@ -114,6 +114,8 @@ def _preflight(cfg: RunConfig, comm, topo: Topology) -> Prepared:
     try:
         plan = make_plan(cfg)
         t = traffic(cfg.pattern, topo.rank, topo.size)
+        for exp in plan.experiments:
+            exp.check_rank(t)
         layout = plan.layout(topo.size)
         settings = plan.provider.preflight(plan.fabric_plan(topo, len(t.neighbours)), topo,
                                            plan.probes)  # fmt: skip
@@ -452,24 +454,11 @@ def _fail(
     finally:
         writer.abort(reason)
         if rank0:
-            if failed is None:
-                dead = _dead_ranks(run_dir, manifest["world_size"],
-                                   time.monotonic() + ABORT_GRACE_S)  # fmt: skip
-                failed_ranks = dead
-                if dead:
-                    reason += f"; rank(s) {', '.join(map(str, dead))} left no finished trace"
-            else:
-                failed_ranks = [r for r, _ in failed]
-            write_manifest(
-                run_dir,
-                {
-                    **manifest,
-                    "status": "incomplete",
-                    "reason": reason,
-                    "failed_ranks": failed_ranks,
-                    "end_utc": dt.datetime.now(dt.timezone.utc).isoformat(),
-                },
-            )
+            failed_ranks = None if failed is None else [r for r, _ in failed]
+            record = {**manifest, "status": "incomplete", "reason": reason,
+                      "failed_ranks": failed_ranks,
+                      "end_utc": dt.datetime.now(dt.timezone.utc).isoformat()}  # fmt: skip
+            write_manifest(run_dir, record)  # first, in case the launcher's SIGKILL follows
             print(
                 f"gicbench: run failed: {reason}\ngicbench: trace (incomplete): {run_dir}",
                 file=sys.stderr,
@@ -478,6 +467,16 @@ def _fail(
             if printer.fmt == "json":
                 printer.finish({"status": "incomplete", "reason": reason, "trace": str(run_dir),
                                 "failed_ranks": failed_ranks})  # fmt: skip
+            if failed is None:
+                # The launcher ends the job because ranks died: name those that leave no
+                # finished trace once the live ones have had a moment to close theirs.
+                dead = _dead_ranks(run_dir, manifest["world_size"],
+                                   time.monotonic() + ABORT_GRACE_S)  # fmt: skip
+                if dead:
+                    record["failed_ranks"] = dead
+                    record["reason"] = f"{reason}; rank(s) {', '.join(map(str, dead))} left " \
+                        "no finished trace (died)"
+                    write_manifest(run_dir, record)
     return 1
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..knobs import Knob
 from ..mlx5 import write_wqebbs
+from ..patterns import Traffic
 from ..submit.base import RateWork, Shape
 from .common import (
     BATCH,
@@ -73,7 +74,7 @@ class MsgRate(Experiment):
     Params = MsgRateParams
     shapes = frozenset({Shape.RATE})
 
-    def check(self) -> None:
+    def _check_batch(self) -> None:
         p = self.params
         p.check_sizes(p.payload)
         # One doorbell's WQEs must fit the SQ with room to reclaim: inline and DC WQEs take
@@ -89,12 +90,24 @@ class MsgRate(Experiment):
                 f"(--sq-depth {self.cfg.sq_depth} WQEBBs)",
             )
 
+    def check(self) -> None:
+        self._check_batch()
+        if self.cfg.pattern in ("pairs", "fan-in"):  # one destination per sender
+            self.check_rank(Traffic(self.cfg.pattern, 0, 2, (1,), ()))
+
+    def check_rank(self, traffic: Traffic) -> None:
+        lanes = self.params.qps * len(traffic.sends_to)
+        if traffic.sends and self.params.threads > lanes:
+            raise ConfigError(
+                "threads (-t)",
+                self.params.threads,
+                f"<= {lanes} on rank {traffic.rank} (-q {self.params.qps} QPs x "
+                f"{len(traffic.sends_to)} destinations): each thread owns its QPs",
+            )
+
     @property
     def max_message(self) -> int:
         return self.params.top
-
-    def _lanes_total(self, destinations: int) -> int:
-        return self.params.qps * destinations
 
     def points(self) -> list[dict[str, Any]]:
         p = self.params
@@ -122,13 +135,6 @@ class MsgRate(Experiment):
         lanes = tuple(
             lane for d in t.sends_to for lane in ctx.lanes_to(d, point["transport"], point["qps"])
         )
-        if point["threads"] > len(lanes):
-            raise ConfigError(
-                "threads (-t)",
-                point["threads"],
-                f"<= {len(lanes)} lanes on rank {t.rank} (qps x destinations): each thread "
-                "owns its QPs",
-            )
         res = ctx.submitter.rate(
             RateWork(
                 lanes=lanes,

@@ -23,6 +23,7 @@ from ..knobs import build
 
 if TYPE_CHECKING:
     from ..config import RunConfig
+    from ..patterns import Traffic
     from ..submit.base import Shape
     from .context import Layout, RankContext
 
@@ -78,6 +79,10 @@ class Experiment(ABC):
 
     def check(self) -> None:
         """Checks across this experiment's fields and the shared config (raise ConfigError)."""
+        return None
+
+    def check_rank(self, traffic: Traffic) -> None:
+        """Checks that need this rank's part in the pattern (pre-flight, once MPI is up)."""
         return None
 
     # What bring-up must provide.
