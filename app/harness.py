@@ -54,7 +54,7 @@ ENV_KEYS = (
 )
 # How long rank 0 waits, when the launcher ends the job, for the other ranks to mark their
 # traces before it names the ranks that left none (the ones that died).
-ABORT_GRACE_S = 0.5
+ABORT_GRACE_S = 3.0
 
 
 class RunTerminated(BaseException):
@@ -422,17 +422,26 @@ def _validate(
     return checked, sources
 
 
-def _dead_ranks(run_dir: Path, world: int, deadline: float) -> list[int]:
-    """Ranks whose trace is still being written (or absent) once the others had time to mark
-    theirs: the launcher ended the job because these died."""
+def _name_dead_ranks(run_dir: Path, record: dict[str, Any]) -> None:
+    """The launcher ends the job because ranks died: name those that leave no finished trace.
+    Live ranks close theirs within milliseconds of the SIGTERM; the launcher's SIGKILL may
+    follow soon, so the manifest is rewritten as soon as the list settles, then refined."""
+    world, reason = record["world_size"], record["reason"]
+    deadline, written = time.monotonic() + ABORT_GRACE_S, None
     while True:
-        left = [
-            r for r in range(world)
-            if not (run_dir / f"rank-{r:05d}.h5").exists()
-        ]  # fmt: skip
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.05)
+        dead = [r for r in range(world) if not (run_dir / f"rank-{r:05d}.h5").exists()]
+        if dead != written:
+            record["failed_ranks"] = dead
+            record["reason"] = (
+                f"{reason}; rank(s) {', '.join(map(str, dead))} left no finished trace "
+                "(died, or killed before closing it)"
+                if dead else reason
+            )
+            write_manifest(run_dir, record)
+            written = dead
+        if not dead or time.monotonic() > deadline:
+            return
+        time.sleep(0.02)
 
 
 def _fail(
@@ -468,15 +477,7 @@ def _fail(
                 printer.finish({"status": "incomplete", "reason": reason, "trace": str(run_dir),
                                 "failed_ranks": failed_ranks})  # fmt: skip
             if failed is None:
-                # The launcher ends the job because ranks died: name those that leave no
-                # finished trace once the live ones have had a moment to close theirs.
-                dead = _dead_ranks(run_dir, manifest["world_size"],
-                                   time.monotonic() + ABORT_GRACE_S)  # fmt: skip
-                if dead:
-                    record["failed_ranks"] = dead
-                    record["reason"] = f"{reason}; rank(s) {', '.join(map(str, dead))} left " \
-                        "no finished trace (died)"
-                    write_manifest(run_dir, record)
+                _name_dead_ranks(run_dir, record)
     return 1
 
 

@@ -50,6 +50,7 @@ def test_rank_killed_mid_run_ends_job_and_marks_trace_incomplete(tmp_path: Path)
     assert "incomplete" in text
     manifest = json.loads((out / "run.json").read_text())
     assert manifest["status"] == "incomplete"
+    assert 1 in manifest["failed_ranks"]  # named from the trace it never finished
     assert (out / "rank-00001.h5.partial").exists()  # SIGKILL: never renamed
     with h5py.File(out / "rank-00000.h5") as f:  # rank 0 was told to stop: it closed its file
         assert f.attrs["status"] == "incomplete"
