@@ -12,11 +12,29 @@ from typing import Any
 import numpy as np
 
 from .. import _native
-from ..errors import CompletionError, CompletionTimeout, FabricError
+from ..errors import CompletionError, CompletionTimeout, ConfigError, FabricError
 from ..fabric.base import MemoryRegion, QueuePair, RemoteBuffer
 from ..mlx5.constants import Syndrome
 
 LANE_COLUMNS = tuple(_native.host.LANE_COLUMNS)
+
+
+class LoopInterrupted(FabricError):
+    """SIGTERM/SIGINT ended a native loop early; `done` of `total` operations had been issued."""
+
+    def __init__(self, message: str, done: int, total: int) -> None:
+        self.done, self.total = done, total
+        super().__init__(message)
+
+
+def write_wqebbs(payload: str, size: int, transport: str = "rc", compact_av: bool = False) -> int:
+    """64-byte WQEBBs of one RDMA write as the native loops build it (ValueError if unbuildable)."""
+    return _native.host.write_wqebbs(payload == "inline", size, transport == "dc", compact_av)
+
+
+def max_batch(sq_wqebbs: int, payload: str, size: int, transport: str = "rc") -> int:
+    """The largest msg-rate batch (WQEs per doorbell) the native loop accepts on this SQ."""
+    return sq_wqebbs // write_wqebbs(payload, size, transport)
 
 
 def lane_row(
@@ -73,7 +91,7 @@ class HostSubmitter:
         self.timeout_ns = int(timeout_s * 1e9)
         self.progress_fn, self.progress_ctx = progress
 
-    def _raise(self, what: str, err: dict[str, Any]) -> None:
+    def _raise(self, what: str, err: dict[str, Any], params: dict[str, Any]) -> None:
         where = (
             f"rank {self.rank}, {what}, QP 0x{err['qpn']:06x}: SQ producer index "
             f"{err['pi']}, retired {err['retired']}, CQ consumer index {err['cq_ci']}"
@@ -100,7 +118,21 @@ class HostSubmitter:
                 err["wqe_counter"],
                 err["qpn"],
             )
-        raise FabricError(f"{what} failed: {err['kind']} ({where})")
+        if err["kind"] == "interrupted":
+            raise LoopInterrupted(
+                f"{what} interrupted by a signal after {err['done']} of {err['total']} "
+                f"operations ({where})",
+                err["done"],
+                err["total"],
+            )
+        if err["kind"] == "bad_arguments":
+            # refused before anything was posted: the field, what is allowed, and why
+            field = err["field"]
+            if field in params:
+                raise ConfigError(field, params[field], f"{err['allowed']} ({err['message']})")
+            raise ConfigError(field, err["message"], err["allowed"])
+        detail = f": {err['message']}" if err["message"] else ""
+        raise FabricError(f"{what} failed: {err['kind']}{detail} ({where})")
 
     def single_op(self, lanes: np.ndarray, params: dict[str, Any], mode: int) -> np.ndarray:
         assert self.peer_landing is not None
@@ -121,7 +153,7 @@ class HostSubmitter:
             self.progress_ctx,
         )
         if not ok:
-            self._raise(f"single-op {params['mode']}", err)
+            self._raise(f"single-op {params['mode']}", err, params)
         return samples
 
     def respond(self, lanes: np.ndarray, params: dict[str, Any]) -> None:
@@ -140,7 +172,7 @@ class HostSubmitter:
             self.progress_ctx,
         )
         if not ok:
-            self._raise("round-trip responder", err)
+            self._raise("round-trip responder", err, params)
 
     def msg_rate(self, lanes: np.ndarray, params: dict[str, Any]) -> tuple[np.ndarray, dict]:
         assert self.peer_landing is not None
@@ -160,5 +192,5 @@ class HostSubmitter:
             self.progress_ctx,
         )
         if not ok:
-            self._raise("msg-rate", err)
+            self._raise("msg-rate", err, params)
         return windows, stats

@@ -1,0 +1,61 @@
+"""SIGTERM/SIGINT end every native host loop promptly (issue 9 row 5).
+
+msg-rate checked the interrupt flag only inside a long wait, so a sender that never had to wait
+ignored SIGTERM until its messages ran out (114 s in the report). A child process runs a loop whose
+work cannot finish for days; the parent signals it once the loop is visibly running and expects
+the loop to return "interrupted" with less done than requested, the Python handler to have run
+too, and the process to exit on its own. No timing is asserted: a loop that ignores the signal
+simply never returns and the child is killed at the generous deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CHILD = Path(__file__).with_name("host_loop_child.py")
+DEADLINE_S = 120  # far beyond "promptly": only a loop that ignores the signal gets near it
+
+
+@pytest.mark.parametrize(
+    ("loop", "sig"),
+    [
+        ("msg_rate", signal.SIGTERM),
+        ("msg_rate", signal.SIGINT),
+        ("single_op", signal.SIGTERM),
+        ("rtt_respond", signal.SIGINT),
+    ],
+)
+def test_signal_ends_the_loop(loop: str, sig: signal.Signals) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, str(CHILD), loop],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], DEADLINE_S)
+        assert ready, "the child never started its loop"
+        line = proc.stdout.readline().strip()
+        assert line == "started", (line, proc.stderr.read() if proc.poll() is not None else "")
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=DEADLINE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail(f"{loop} ignored {sig.name}: still running {DEADLINE_S} s later")
+    assert proc.returncode == 0, err
+    res = json.loads(out.strip().splitlines()[-1])
+    assert res["ok"] is False and res["kind"] == "interrupted", res
+    assert res["done"] < res["total"], res
+    if loop != "rtt_respond":
+        assert res["done"] > 0, res  # it was interrupted while running, not before
+    assert res["handled"] == [int(sig)]  # Python's own handler still ran (chained)
