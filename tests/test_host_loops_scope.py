@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from host_world import cq_ci, emu_world, post_outside, sq_pi
 
-from gicbench.errors import CompletionError, ConfigError
-from gicbench.submit.host import lane_table
+from gicbench.errors import CompletionError, ConfigError, FabricError
+from gicbench.submit.host import lane_row, lane_table
 
 PUT = 1  # single_op mode: put + completion
 OFFSET = 2048  # where the outside write lands, away from the loop's own slot
@@ -109,3 +109,21 @@ def test_lanes_sharing_a_cq_are_refused_with_a_message() -> None:
         assert e.value.field == "lanes"
         assert "lanes 0 and 1 share a queue" in str(e.value)
         assert np.array_equal(w.landing()[:64], np.zeros(64, np.uint8))  # nothing was posted
+
+
+def test_a_queue_whose_memory_cannot_tell_is_refused_not_guessed() -> None:
+    # Two QPs on one CQ: after the first is used, the CQ's last completion is not the second's,
+    # so what the second has outstanding cannot be read from its CQ.
+    with emu_world(nqps=1) as w:
+        f0, f1 = w.fabrics
+        cq = f0.create_cq(64)
+        a, b = (f0.create_qp(cq, 64) for _ in range(2))
+        for q in (a, b):
+            peer = f1.create_qp(f1.create_cq(64), 64)
+            f0.connect(q, f1.endpoint(peer))
+            f1.connect(peer, f0.endpoint(q))
+        w.subs[0].single_op(lane_table([lane_row(a)]), params("selected", iters=3), PUT)
+        with pytest.raises(FabricError) as e:
+            w.subs[0].single_op(lane_table([lane_row(b)]), params("selected", iters=3), PUT)
+        assert "queue_state" in str(e.value) and "shared CQ" in str(e.value)
+        assert f"QP 0x{b.qpn:06x}" in str(e.value)

@@ -92,11 +92,9 @@ std::string hex_qpn(uint32_t qpn) {
   return b;
 }
 
-// Attach to lanes[first], lanes[first + step], ...: each SQ resumes where its memory says (see
-// attach_retired). Lanes must not share a CQ: a completion must name the lane it retires.
-bool attach(std::vector<Lane>& lanes, size_t first, size_t step, std::vector<LaneState>& out,
-            LoopError& err) {
-  // Sorted by queue address, a shared SQ or CQ shows up as neighbours (lanes may be thousands).
+// Lanes a loop uses must not share an SQ or a CQ: a completion must name the lane it retires.
+// Sorted by queue address, a shared queue shows up as neighbours (lanes may be thousands).
+bool distinct_queues(const std::vector<Lane>& lanes, LoopError& err) {
   std::vector<std::pair<const void*, size_t>> qs;
   qs.reserve(2 * lanes.size());
   for (size_t i = 0; i < lanes.size(); ++i) {
@@ -114,6 +112,13 @@ bool attach(std::vector<Lane>& lanes, size_t first, size_t step, std::vector<Lan
                     hex_qpn(lanes[j].sq.qpn) + ")");
       return false;
     }
+  return true;
+}
+
+// Attach to lanes[first], lanes[first + step], ...: each SQ resumes where its memory says (see
+// attach_retired in queues.hpp).
+bool attach(std::vector<Lane>& lanes, size_t first, size_t step, std::vector<LaneState>& out,
+            LoopError& err) {
   out.clear();
   out.reserve(lanes.size());
   for (size_t i = first; i < lanes.size(); i += step) {
@@ -241,9 +246,13 @@ bool single_op(std::vector<Lane>& lanes, const SingleOpArgs& a, Progress progres
               "an inline write of " + std::to_string(a.size) + " bytes does not fit one WQE");
     return false;
   }
+  // scope=all waits on every lane; otherwise only the selected lane is touched.
+  std::vector<Lane> one;
+  if (!a.scope_all) one.push_back(lanes[a.selected]);
+  std::vector<Lane>& used = a.scope_all ? lanes : one;
   std::vector<LaneState> states;
-  if (!attach(lanes, 0, 1, states, err)) return false;
-  LaneState& sel = states.at(a.selected);
+  if (!distinct_queues(used, err) || !attach(used, 0, 1, states, err)) return false;
+  LaneState& sel = states.at(a.scope_all ? a.selected : 0);
   auto prog = [&] { progress(); };
 
   for (uint64_t i = 0; i < total; ++i) {
@@ -523,6 +532,7 @@ bool msg_rate(std::vector<Lane>& lanes, const MsgRateArgs& a, Progress progress,
                          ", window=" + std::to_string(a.window)),
            false;
   std::vector<Reclaim> plan(lanes.size());
+  if (!distinct_queues(lanes, err)) return false;
   for (size_t i = 0; i < lanes.size(); ++i)
     if (!plan_reclaim(lanes[i], i, a, plan[i], err)) return false;
 
