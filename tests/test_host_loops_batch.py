@@ -76,6 +76,7 @@ def test_a_batch_larger_than_the_sq_is_refused_before_posting(transport, batch, 
         assert e.value.field == "batch" and e.value.value == batch
         assert f"at most {256 // bbs} WQEs per doorbell" in msg
         assert f"takes {bbs} WQEBBs" in msg and "the SQ holds 256" in msg
+        assert f"QP 0x{lanes[0][4]:06x}" in e.value.__notes__[0]  # which lane, as a note
         assert w.fabrics[0].counters()["wqes"] == before  # refused before anything was posted
         assert write_wqebbs("inline", size, transport) == bbs
         assert max_batch(256, "inline", size, transport) == 256 // bbs
@@ -117,18 +118,20 @@ def test_every_accepted_batch_completes(transport, payload, size, bbs, batch, th
 
 
 @pytest.mark.parametrize(
-    ("change", "field", "text"),
+    ("change", "field", "allowed", "note"),
     [
-        ({"threads": 3}, "threads", "threads=3 with 2 lanes"),
-        ({"threads": 0}, "threads", "threads=0 with 2 lanes"),
-        ({"size": SIZE + 1}, "size", "remote buffer of 4096 bytes"),
-        ({"payload": "inline", "size": 1000}, "size", "does not fit one WQE"),
-        ({"messages_per_thread": 0}, "messages_per_thread", "messages_per_thread=0"),
+        ({"threads": 3}, "threads", "1..2 (one thread owns one or more lanes)", "3 with 2 lanes"),
+        ({"threads": 0}, "threads", "1..2 (one thread owns", "threads=0 with 2 lanes"),
+        ({"size": SIZE + 1}, "size", "1..4096 (the remote buffer)", "buffer of 4096 bytes"),
+        ({"payload": "inline", "size": 1000}, "size", "fits one WQE", "does not fit one WQE"),
+        ({"messages_per_thread": 0}, "messages_per_thread", "at least 1", "=0, window=50"),
     ],
 )
-def test_bad_arguments_carry_a_message(change, field, text) -> None:
+def test_bad_arguments_carry_a_message(change, field, allowed, note) -> None:
     with emu_world(nqps=2) as w:
         p = {**msg_params(4, 64, "pointer"), **change}
+        p["window"] = 50
         with pytest.raises(ConfigError) as e:
             w.subs[0].msg_rate(w.lanes(2), p)
-        assert e.value.field == field and text in str(e.value)
+        assert e.value.field == field and e.value.value == p[field]
+        assert allowed in str(e.value) and note in e.value.__notes__[0]

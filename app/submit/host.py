@@ -126,11 +126,12 @@ class HostSubmitter:
                 err["total"],
             )
         if err["kind"] == "bad_arguments":
-            # refused before anything was posted: the field, what is allowed, and why
+            # refused before anything was posted: the field, what is allowed; the native
+            # sentence (lane, QP) rides along as a note
             field = err["field"]
-            if field in params:
-                raise ConfigError(field, params[field], f"{err['allowed']} ({err['message']})")
-            raise ConfigError(field, err["message"], err["allowed"])
+            exc = ConfigError(field, params.get(field, err["message"]), err["allowed"])
+            exc.add_note(err["message"])
+            raise exc
         detail = f": {err['message']}" if err["message"] else ""
         raise FabricError(f"{what} failed: {err['kind']}{detail} ({where})")
 
