@@ -38,6 +38,7 @@ def main(loop: str) -> None:
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, lambda signum, _frame: seen.append(signum))
     _native.host.install_interrupt_handler()
+    _native.host.install_interrupt_handler()  # idempotent: must not chain to itself
     with emu_world(nqps=2, depth=64, timeout_s=60.0) as w:
         src, landing = w.bufs[0][0], w.bufs[1][1]
         w.src()[:] = 0xA5

@@ -5,7 +5,9 @@ ignored SIGTERM until its messages ran out (114 s in the report). A child proces
 work cannot finish for days; the parent signals it once the loop is visibly running and expects
 the loop to return "interrupted" with less done than requested, the Python handler to have run
 too, and the process to exit on its own. No timing is asserted: a loop that ignores the signal
-simply never returns and the child is killed at the generous deadline.
+simply never returns and the child is killed at the generous deadline. The child installs the
+native handler twice: a second install used to save itself as the handler to chain to, so the
+first signal spun forever inside the handler.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ void on_signal(int sig) {
   // Chain to the previous handler (Python's, which schedules the Python-level handler).
   for (int i = 0; i < 2; ++i) {
     if (kSignals[i] != sig) continue;
+    if (g_previous[i].sa_flags & SA_SIGINFO) continue;  // not Python's: nothing to chain to
     const auto h = g_previous[i].sa_handler;
     if (h != SIG_DFL && h != SIG_IGN && h != nullptr) h(sig);
   }
@@ -35,6 +36,11 @@ void on_signal(int sig) {
 
 void install_interrupt_handler() {
   for (int i = 0; i < 2; ++i) {
+    struct sigaction cur {};
+    sigaction(kSignals[i], nullptr, &cur);
+    // Installed twice without Python replacing it in between: keep the handler we chain to
+    // (saving ourselves as "previous" would recurse on the next signal).
+    if (!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == on_signal) continue;
     struct sigaction sa {};
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
