@@ -135,3 +135,29 @@ def test_bad_arguments_carry_a_message(change, field, allowed, note) -> None:
             w.subs[0].msg_rate(w.lanes(2), p)
         assert e.value.field == field and e.value.value == p[field]
         assert allowed in str(e.value) and note in e.value.__notes__[0]
+
+
+def test_no_accepted_batch_deadlocks_on_a_small_sq() -> None:
+    # Every batch from 1 to the limit, for WQEs of 1 to 16 WQEBBs, two lanes on one thread and a
+    # message count that leaves a partial last batch: a wait for room that could never end would
+    # be a CompletionTimeout here.
+    cases = [
+        ("rc", "pointer", 64),  # 1 WQEBB
+        ("rc", "inline", 64),  # 2
+        ("dc", "inline", 64),  # 3
+        ("rc", "inline", 200),  # 4
+        ("dc", "inline", 200),  # 5
+        ("rc", "inline", 960),  # 16
+    ]
+    with emu_world(nqps=2, depth=64, dcis=2) as w:
+        for transport, payload, size in cases:
+            lanes = w.dc_lanes(2) if transport == "dc" else w.lanes(2)
+            top = max_batch(64, payload, size, transport)
+            for batch in range(1, top + 1):
+                n = 4 * batch + 7
+                p = {**msg_params(batch, size, payload), "messages_per_thread": n, "window": n}
+                _, stats = w.subs[0].msg_rate(lanes, p)
+                assert stats["messages"] == n, (transport, payload, size, batch)
+            with pytest.raises(ConfigError):
+                w.subs[0].msg_rate(lanes, msg_params(top + 1, size, payload))
+        w.fabrics[0].check()
