@@ -21,6 +21,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from host_world import emu_world, post_outside
+
+from gicbench import _native
 
 CHILD = Path(__file__).with_name("host_loop_child.py")
 DEADLINE_S = 120  # far beyond "promptly": only a loop that ignores the signal gets near it
@@ -61,3 +64,30 @@ def test_signal_ends_the_loop(loop: str, sig: signal.Signals) -> None:
     if loop != "rtt_respond":
         assert res["done"] > 0, res  # it was interrupted while running, not before
     assert res["handled"] == [int(sig)]  # Python's own handler still ran (chained)
+
+
+def test_a_failing_thread_stops_its_siblings() -> None:
+    # Lane 1 starts with an error completion pending (a bad rkey posted outside the loop): its
+    # thread fails on its first CQE, and the thread of lane 0 must stop too instead of sending
+    # its share of messages; the reported error is the real one, not the sibling's "stopped".
+    with emu_world(nqps=2, depth=64, timeout_s=60.0) as w:
+        src, landing = w.bufs[0][0], w.bufs[1][1]
+        post_outside(w.rc[1][0], landing.addr, landing.rkey ^ 0x100, b"q" * 8)
+        per_thread = 5_000_000
+        ok, _, _, err = _native.host.msg_rate(
+            w.lanes(2),
+            2,
+            4,
+            64,
+            True,
+            (src.addr, src.lkey, src.length),
+            (landing.addr, landing.rkey, landing.length),
+            per_thread,
+            0,
+            per_thread,
+            60 * 10**9,
+            w.fabrics[0].progress_hook(),
+            w.fabrics[0].progress_ctx(),
+        )
+        assert not ok and err["kind"] == "cqe_error" and err["qpn"] == w.rc[1][0].qpn
+        assert err["total"] == 2 * per_thread and err["done"] < per_thread
