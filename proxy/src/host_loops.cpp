@@ -246,8 +246,9 @@ bool single_op(std::vector<Lane>& lanes, const SingleOpArgs& a, Progress progres
                   std::to_string(lanes.size()));
     return false;
   }
-  if (write_wqebbs(a.inline_payload, a.size, lanes[a.selected].dc,
-                   lanes[a.selected].compact_av) == 0) {
+  const uint32_t bbs = write_wqebbs(a.inline_payload, a.size, lanes[a.selected].dc,
+                                    lanes[a.selected].compact_av);
+  if (bbs == 0) {
     fail_args(err, "size", "a payload that fits one WQE of 63 segments",
               "an inline write of " + std::to_string(a.size) + " bytes does not fit one WQE");
     return false;
@@ -270,12 +271,10 @@ bool single_op(std::vector<Lane>& lanes, const SingleOpArgs& a, Progress progres
     const uint64_t seq = i + 1;
     stamp_sequence(a.src, a.size, seq);
     const WriteOp op = make_write(*sel.lane, a.src, a.dst, 0, a.size, a.inline_payload, true);
-    if (!wait_until(sel, [&] { return sel.sq.free_wqebbs() >= write_wqebbs(a.inline_payload,
-                                                                            a.size, sel.lane->dc,
-                                                                            sel.lane->compact_av); },
-                    prog, a.timeout_ns, err)) {
+    // Untimed: work posted on this lane outside the loop must leave room first.
+    if (!wait_until(sel, [&] { return sel.sq.free_wqebbs() >= bbs; }, prog, a.timeout_ns, err)) {
       err.done = i;
-      return false;  // work posted on our lane outside the loop must retire first (untimed)
+      return false;
     }
     int64_t t0 = 0, t1 = 0;
     bool ok = true;
@@ -333,7 +332,8 @@ bool rtt_respond(Lane& lane, uint32_t size, bool inline_payload, Buffer watch, B
                  Buffer dst, uint32_t count, int64_t timeout_ns, Progress progress,
                  LoopError& err) {
   err.total = count;
-  if (write_wqebbs(inline_payload, size, lane.dc, lane.compact_av) == 0) {
+  const uint32_t bbs = write_wqebbs(inline_payload, size, lane.dc, lane.compact_av);
+  if (bbs == 0) {
     fail_args(err, "size", "a payload that fits one WQE of 63 segments",
               "an inline write of " + std::to_string(size) + " bytes does not fit one WQE");
     return false;
@@ -355,6 +355,9 @@ bool rtt_respond(Lane& lane, uint32_t size, bool inline_payload, Buffer watch, B
       err.word_expected = seq;
       return false;
     }
+    // Work posted on this lane outside the loop must leave room first.
+    if (!wait_until(s, [&] { return s.sq.free_wqebbs() >= bbs; }, prog, timeout_ns, err))
+      return false;
     stamp_sequence(src, size, seq);
     s.sq.post_write(make_write(*s.lane, src, dst, 0, size, inline_payload, true));
     s.sq.ring();
