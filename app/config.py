@@ -39,33 +39,69 @@ class RunConfig:
     """What one `gicbench run` needs besides the experiments' and submitter's own knobs."""
 
     experiments: list[str] = field(default_factory=lambda: ["single-op"])
-    provider: str = knob("emu", flag="--provider", kind=KIND_STR,
-                         help="NIC provider (see `gicbench doctor`)")  # fmt: skip
-    submitter: str = knob("host", flag="--submitter", kind=KIND_STR,
-                          help="who posts work (see `gicbench doctor`)")  # fmt: skip
-    pattern: str = knob("pairs", flag="--pattern", kind=KIND_STR, choices=PATTERNS,
-                        help="who sends to whom: pairs (rank 2i -> 2i+1), all-to-all, fan-in "
-                        "(every rank -> rank 0), fan-out (rank 0 -> every rank)")  # fmt: skip
-    progress: str = knob("auto", flag="--progress", kind=KIND_STR, choices=PROGRESS_MODES,
-                         help="emu engine: thread (a spinning thread per rank), inline (driven "
-                         "by the rank's own polling) or auto (from the CPU binding)")  # fmt: skip
-    qps_per_peer: int | None = knob(None, flag="--qps-per-peer", lo=1, hi=MAX_QPS_PER_PEER,
-                                    help="RC QPs brought up towards every peer (default: as "
-                                    "many as the experiments drive)")  # fmt: skip
-    dcis: int | None = knob(None, flag="--dcis", lo=1, hi=MAX_QPS_PER_PEER * 16,
-                            help="DCI pool per rank (with --transport dc; default: as the "
-                            "experiments need)")  # fmt: skip
-    dcts: int | None = knob(None, flag="--dcts", lo=1, hi=MAX_DCTS,
-                            help="DC targets per rank (with --transport dc; default 1)")  # fmt: skip
-    sq_depth: int = knob(256, flag="--sq-depth", lo=64, hi=32768,
-                         help="WQEBBs per send queue (a power of two)")  # fmt: skip
-    landing_bytes: int = knob(DEFAULT_LANDING_BYTES, flag="--landing-bytes", kind="size",
-                              lo=4096, hi=1 << 34,
-                              help="memory per rank that peers write into, split over sources "
-                              "and lanes")  # fmt: skip
-    timeout_s: float = knob(10.0, flag="--timeout", kind=KIND_FLOAT, lo=0.001, hi=MAX_TIMEOUT_S,
-                            unit="s", help="seconds before a missing completion is reported as "
-                            "a hang")  # fmt: skip
+    provider: str = knob(
+        "emu", flag="--provider", kind=KIND_STR, help="NIC provider (see `gicbench doctor`)"
+    )
+    submitter: str = knob(
+        "host", flag="--submitter", kind=KIND_STR, help="who posts work (see `gicbench doctor`)"
+    )
+    pattern: str = knob(
+        "pairs",
+        flag="--pattern",
+        kind=KIND_STR,
+        choices=PATTERNS,
+        help="who sends to whom: pairs (rank 2i -> 2i+1), all-to-all, fan-in "
+        "(every rank -> rank 0), fan-out (rank 0 -> every rank)",
+    )
+    progress: str = knob(
+        "auto",
+        flag="--progress",
+        kind=KIND_STR,
+        choices=PROGRESS_MODES,
+        help="emu engine: thread (a spinning thread per rank), inline (driven "
+        "by the rank's own polling) or auto (from the CPU binding)",
+    )
+    qps_per_peer: int | None = knob(
+        None,
+        flag="--qps-per-peer",
+        lo=1,
+        hi=MAX_QPS_PER_PEER,
+        help="RC QPs brought up towards every peer (default: as many as the experiments drive)",
+    )
+    dcis: int | None = knob(
+        None,
+        flag="--dcis",
+        lo=1,
+        hi=MAX_QPS_PER_PEER * 16,
+        help="DCI pool per rank (with --transport dc; default: as the experiments need)",
+    )
+    dcts: int | None = knob(
+        None,
+        flag="--dcts",
+        lo=1,
+        hi=MAX_DCTS,
+        help="DC targets per rank (with --transport dc; default 1)",
+    )
+    sq_depth: int = knob(
+        256, flag="--sq-depth", lo=64, hi=32768, help="WQEBBs per send queue (a power of two)"
+    )
+    landing_bytes: int = knob(
+        DEFAULT_LANDING_BYTES,
+        flag="--landing-bytes",
+        kind="size",
+        lo=4096,
+        hi=1 << 34,
+        help="memory per rank that peers write into, split over sources and lanes",
+    )
+    timeout_s: float = knob(
+        10.0,
+        flag="--timeout",
+        kind=KIND_FLOAT,
+        lo=0.001,
+        hi=MAX_TIMEOUT_S,
+        unit="s",
+        help="seconds before a missing completion is reported as a hang",
+    )
     seed: int = knob(1, flag="--seed", lo=0, hi=MAX_SEED, help="payload pattern seed")
     out: Path | None = None
     json: bool = False

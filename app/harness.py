@@ -39,7 +39,8 @@ from .experiments.context import Layout, RankContext
 from .experiments.registry import Experiment, PointResult
 from .fabric.base import Fabric, host_view
 from .output import Printer, SweepProgress, aggregate_senders, latency_summary
-from .patterns import Traffic, describe as describe_pattern, traffic
+from .patterns import Traffic, traffic
+from .patterns import describe as describe_pattern
 from .plan import RunPlan, make_plan
 from .trace import TraceWriter, write_manifest
 
@@ -117,8 +118,9 @@ def _preflight(cfg: RunConfig, comm, topo: Topology) -> Prepared:
         for exp in plan.experiments:
             exp.check_rank(t)
         layout = plan.layout(topo.size)
-        settings = plan.provider.preflight(plan.fabric_plan(topo, len(t.neighbours)), topo,
-                                           plan.probes)  # fmt: skip
+        settings = plan.provider.preflight(
+            plan.fabric_plan(topo, len(t.neighbours)), topo, plan.probes
+        )
         prepared = Prepared(plan, t, layout, settings, faults.from_env())
     except (ConfigError, UnsupportedError) as e:
         refusal = e
@@ -139,9 +141,11 @@ def _claim_run_dir(cfg: RunConfig, comm) -> Path:
             refusal = e
     path = comm.bcast(path, root=0)
     if refusal is None and comm.rank != 0 and not Path(path).is_dir():
-        refusal = ConfigError("out (-o)", str(path),
-                              "a directory on a filesystem every rank sees (rank "
-                              f"{comm.rank} does not see it)")  # fmt: skip
+        refusal = ConfigError(
+            "out (-o)",
+            str(path),
+            f"a directory on a filesystem every rank sees (rank {comm.rank} does not see it)",
+        )
     try:
         _report_refusal(comm, refusal, cfg.json)
     except GicbenchError:
@@ -284,14 +288,23 @@ def _run_rank(
         return _fail(e, writer, run_dir, manifest, rank0, fabric, printer, failed=e.failures)
     except RunTerminated as e:
         reason = f"rank {topo.rank} {e} (the launcher ends the job when a rank dies or on ^C)"
-        _fail(RunTerminated(e.signum, reason), writer, run_dir, manifest, rank0, fabric, printer,
-              failed=None)  # fmt: skip
+        _fail(
+            RunTerminated(e.signum, reason),
+            writer,
+            run_dir,
+            manifest,
+            rank0,
+            fabric,
+            printer,
+            failed=None,
+        )
         sys.stdout.flush()
         os._exit(128 + e.signum)  # peers may be gone: no MPI_Finalize
     except BaseException as e:  # a bug on this rank only: tell, record, and take the job down
         print(f"gicbench: rank {topo.rank}: {describe(e)}", file=sys.stderr, flush=True)
-        _fail(e, writer, run_dir, manifest, rank0, fabric, printer,
-              failed=[(topo.rank, describe(e))])  # fmt: skip
+        _fail(
+            e, writer, run_dir, manifest, rank0, fabric, printer, failed=[(topo.rank, describe(e))]
+        )
         comm.Abort(1)
     finally:
         if submitter is not None:
@@ -380,8 +393,15 @@ def _sweep(
                 index += 1
 
 
-def _print_row(comm, printer: Printer, exp: Experiment, point: dict, result: PointResult,
-               rank: int, rank0: bool) -> None:  # fmt: skip
+def _print_row(
+    comm,
+    printer: Printer,
+    exp: Experiment,
+    point: dict,
+    result: PointResult,
+    rank: int,
+    rank0: bool,
+) -> None:
     summary: dict[str, Any] = {"rank": rank, "role": result.role, **result.results}
     for ns in result.samples.values():
         summary.update(latency_summary(ns))
@@ -435,7 +455,8 @@ def _name_dead_ranks(run_dir: Path, record: dict[str, Any]) -> None:
             record["reason"] = (
                 f"{reason}; rank(s) {', '.join(map(str, dead))} left no finished trace "
                 "(died, or killed before closing it)"
-                if dead else reason
+                if dead
+                else reason
             )
             write_manifest(run_dir, record)
             written = dead
@@ -464,9 +485,13 @@ def _fail(
         writer.abort(reason)
         if rank0:
             failed_ranks = None if failed is None else [r for r, _ in failed]
-            record = {**manifest, "status": "incomplete", "reason": reason,
-                      "failed_ranks": failed_ranks,
-                      "end_utc": dt.datetime.now(dt.timezone.utc).isoformat()}  # fmt: skip
+            record = {
+                **manifest,
+                "status": "incomplete",
+                "reason": reason,
+                "failed_ranks": failed_ranks,
+                "end_utc": dt.datetime.now(dt.timezone.utc).isoformat(),
+            }
             write_manifest(run_dir, record)  # first, in case the launcher's SIGKILL follows
             print(
                 f"gicbench: run failed: {reason}\ngicbench: trace (incomplete): {run_dir}",
@@ -474,8 +499,14 @@ def _fail(
                 flush=True,
             )
             if printer.fmt == "json":
-                printer.finish({"status": "incomplete", "reason": reason, "trace": str(run_dir),
-                                "failed_ranks": failed_ranks})  # fmt: skip
+                printer.finish(
+                    {
+                        "status": "incomplete",
+                        "reason": reason,
+                        "trace": str(run_dir),
+                        "failed_ranks": failed_ranks,
+                    }
+                )
             if failed is None:
                 _name_dead_ranks(run_dir, record)
     return 1

@@ -67,8 +67,9 @@ def traffic(pattern: str, rank: int, size: int) -> Traffic:
         partner = rank ^ 1
         if partner >= size:
             return Traffic(pattern, rank, size, (), ())
-        return Traffic(pattern, rank, size, (partner,) if rank % 2 == 0 else (),
-                       (partner,) if rank % 2 else ())  # fmt: skip
+        return Traffic(
+            pattern, rank, size, (partner,) if rank % 2 == 0 else (), (partner,) if rank % 2 else ()
+        )
     if pattern == "all-to-all":
         return Traffic(pattern, rank, size, others, others)
     if pattern == "fan-in":

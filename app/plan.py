@@ -57,8 +57,12 @@ class RunPlan:
         return max([self.cfg.qps_per_peer or 0, *rc, 1])
 
     def layout(self, world_size: int) -> Layout:
-        return plan_layout(self.max_message, self.lanes, max_neighbours(self.cfg.pattern,
-                           world_size), self.cfg.landing_bytes)  # fmt: skip
+        return plan_layout(
+            self.max_message,
+            self.lanes,
+            max_neighbours(self.cfg.pattern, world_size),
+            self.cfg.landing_bytes,
+        )
 
     def dci_count(self, neighbours: int) -> int:
         if not self.uses_dc:
@@ -150,8 +154,11 @@ def make_plan(cfg: RunConfig, probes: LazyProbes | None = None) -> RunPlan:
     if not any(e.transport == "dc" for e in exps):
         for name in ("dcis", "dcts"):
             if getattr(cfg, name) is not None:
-                raise ConfigError(f"{name} (--{name})", getattr(cfg, name),
-                                  "only with --transport dc (no experiment here uses DC)")  # fmt: skip
+                raise ConfigError(
+                    f"{name} (--{name})",
+                    getattr(cfg, name),
+                    "only with --transport dc (no experiment here uses DC)",
+                )
     points = [(e, e.points()) for e in exps]
     plan = RunPlan(cfg, exps, points, sub, sub_params, provider, probes)
     plan.layout(2)  # the smallest world: refuses a landing budget too small for any run
@@ -159,8 +166,14 @@ def make_plan(cfg: RunConfig, probes: LazyProbes | None = None) -> RunPlan:
 
 
 def _owners(name: str) -> str:
-    owners = [n for n in registry.names() if name in {f.name for f in
-              dataclasses.fields(registry.get(n).Params)}]  # fmt: skip
-    owners += [f"--submitter {n}" for n in submitters.names()
-               if name in {f.name for f in dataclasses.fields(submitters.get(n).Params)}]  # fmt: skip
+    owners = [
+        n
+        for n in registry.names()
+        if name in {f.name for f in dataclasses.fields(registry.get(n).Params)}
+    ]
+    owners += [
+        f"--submitter {n}"
+        for n in submitters.names()
+        if name in {f.name for f in dataclasses.fields(submitters.get(n).Params)}
+    ]
     return ", ".join(owners)

@@ -7,6 +7,7 @@ refused before any resource exists, so an earlier run is never touched.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 from pathlib import Path
@@ -51,7 +52,5 @@ def claim(path: Path) -> bool:
 def release(path: Path, created: bool) -> None:
     """Undo claim() for a run that was refused before writing anything."""
     if created:
-        try:
+        with contextlib.suppress(OSError):
             path.rmdir()
-        except OSError:
-            pass

@@ -9,63 +9,23 @@ executed, state resumed between calls, and failures raised with rank, QP and que
 from __future__ import annotations
 
 import threading
-import uuid
 
 import numpy as np
 import pytest
+from host_world import SIZE, emu_world, lane_of
 
 from gicbench.errors import CompletionError, CompletionTimeout
-from gicbench.fabric.base import Access, RemoteBuffer, host_view
-from gicbench.fabric.emu import EmuFabric
-from gicbench.submit.host import HostSubmitter, lane_row, lane_table
-
-SIZE = 4096
+from gicbench.fabric.base import RemoteBuffer, host_view
 
 
 @pytest.fixture
 def world():
-    job = "h-" + uuid.uuid4().hex[:8]
-    fs = [EmuFabric(r, 2, job, progress="inline", segment_bytes=8 << 20) for r in range(2)]
-    infos = [f.local_info() for f in fs]
-    for f in fs:
-        f.add_peers(infos)
-    for f in fs:
-        f.seal()
-    qps = []
-    for _ in range(4):
-        cqs = [f.create_cq(64) for f in fs]
-        pair = [f.create_qp(cq, 64) for f, cq in zip(fs, cqs, strict=True)]
-        fs[0].connect(pair[0], fs[1].endpoint(pair[1]))
-        fs[1].connect(pair[1], fs[0].endpoint(pair[0]))
-        qps.append(pair)
-    bufs = []
-    for f in fs:
-        src = f.register(SIZE, Access.LOCAL_WRITE)
-        landing = f.register(SIZE, Access.LOCAL_WRITE | Access.REMOTE_WRITE)
-        bufs.append((src, landing))
-    subs = []
-    for r, f in enumerate(fs):
-        src, landing = bufs[r]
-        peer_landing = bufs[1 - r][1]
-        subs.append(
-            HostSubmitter(
-                rank=r,
-                src=src,
-                landing=landing,
-                peer_landing=RemoteBuffer(
-                    1 - r, peer_landing.addr, peer_landing.length, peer_landing.rkey
-                ),
-                timeout_s=2.0,
-                progress=(f.progress_hook(), f.progress_ctx()),
-            )
-        )
-    yield fs, qps, bufs, subs
-    for f in fs:
-        f.close()
+    with emu_world(nqps=4, depth=64, timeout_s=2.0) as w:
+        yield w.fabrics, w.rc, w.bufs, w.subs, w
 
 
-def lanes(qps, side: int, n: int = 1):
-    return lane_table([lane_row(pair[side]) for pair in qps[:n]])
+def lanes(w, side: int, n: int = 1):
+    return w.lanes(n, side)
 
 
 def params(**kw):
@@ -84,12 +44,12 @@ def params(**kw):
 @pytest.mark.parametrize("payload", ["inline", "pointer"])
 @pytest.mark.parametrize("mode", [0, 1])
 def test_issue_and_put_completion(world, payload, mode) -> None:
-    fs, qps, bufs, subs = world
+    fs, _qps, bufs, subs, w = world
     src = host_view(bufs[0][0].addr, SIZE)
     src[:] = np.arange(SIZE, dtype=np.uint64).astype(np.uint8)
     before = fs[0].counters()
     for _ in range(2):  # a second call resumes the queue where the first left it
-        ns = subs[0].single_op(lanes(qps, 0), params(payload=payload), mode)
+        ns = subs[0].single_op(lanes(w, 0), params(payload=payload), mode)
         assert ns.dtype == np.int64 and ns.size == 200 and (ns > 0).all()
     fs[0].check()
     after = fs[0].counters()
@@ -100,27 +60,21 @@ def test_issue_and_put_completion(world, payload, mode) -> None:
     assert landing[56:64].view(np.uint64)[0] == 210
 
 
-def test_scope_all_walks_every_queue(world) -> None:
-    _, qps, _, subs = world
-    ns = subs[0].single_op(lanes(qps, 0, n=4), params(scope="all", mode="put_completion"), 1)
-    assert ns.size == 200
-
-
 def test_round_trip_with_responder(world) -> None:
-    _, qps, _, subs = world
+    _, _qps, _, subs, w = world
     p = params(mode="round_trip", iters=300)
-    t = threading.Thread(target=subs[1].respond, args=(lanes(qps, 1), p))
+    t = threading.Thread(target=subs[1].respond, args=(lanes(w, 1), p))
     t.start()
-    ns = subs[0].single_op(lanes(qps, 0), p, 2)
+    ns = subs[0].single_op(lanes(w, 0), p, 2)
     t.join(timeout=10)
     assert not t.is_alive()
     assert ns.size == 300 and (ns > 0).all()
 
 
 def test_round_trip_without_responder_times_out_with_diagnostic(world) -> None:
-    _, qps, _, subs = world
+    _, qps, _, subs, w = world
     with pytest.raises(CompletionTimeout) as e:
-        subs[0].single_op(lanes(qps, 0), params(mode="round_trip", iters=5, warmup=0), 2)
+        subs[0].single_op(lanes(w, 0), params(mode="round_trip", iters=5, warmup=0), 2)
     msg = str(e.value)
     assert "rank 0" in msg and f"QP 0x{qps[0][0].qpn:06x}" in msg
     assert "SQ producer index" in msg and "CQ consumer index" in msg
@@ -128,18 +82,18 @@ def test_round_trip_without_responder_times_out_with_diagnostic(world) -> None:
 
 
 def test_bad_rkey_raises_the_error_cqe(world) -> None:
-    _, qps, bufs, subs = world
+    _, qps, bufs, subs, _w = world
     landing = bufs[1][1]
-    subs[0].peer_landing = RemoteBuffer(1, landing.addr, landing.length, landing.rkey ^ 0x100)
+    bad = RemoteBuffer(1, landing.addr, landing.length, landing.rkey ^ 0x100)
     with pytest.raises(CompletionError) as e:
-        subs[0].single_op(lanes(qps, 0), params(iters=3, warmup=0), 1)
+        subs[0].single_op((lane_of(qps[0][0], bufs[0][0], bad),), params(iters=3, warmup=0), 1)
     assert e.value.syndrome == 0x13  # REMOTE_ACCESS
     assert "REMOTE_ACCESS" in str(e.value) and "WQE 0" in str(e.value)
 
 
 @pytest.mark.parametrize(("threads", "batch"), [(1, 1), (2, 16), (4, 7)])
 def test_msg_rate_counts_and_payload(world, threads, batch) -> None:
-    fs, qps, bufs, subs = world
+    fs, _qps, bufs, subs, w = world
     src = host_view(bufs[0][0].addr, SIZE)
     src[:] = np.random.default_rng(threads).integers(0, 256, SIZE, dtype=np.uint8)
     host_view(bufs[1][1].addr, SIZE)[:] = 0
@@ -153,7 +107,7 @@ def test_msg_rate_counts_and_payload(world, threads, batch) -> None:
         "window": 150,
     }
     before = fs[0].counters()
-    windows, stats = subs[0].msg_rate(lanes(qps, 0, n=4), p)
+    windows, stats = subs[0].msg_rate(lanes(w, 0, n=4), p)
     fs[0].check()
     after = fs[0].counters()
     assert stats["messages"] == threads * 3000

@@ -79,7 +79,19 @@ def test_json_and_csv_output(tmp_path: Path) -> None:
     single = [row for row in doc["results"] if row["experiment"] == "single-op"]
     assert {row["mode"] for row in single} == {"issue", "put_completion", "round_trip"}
     assert all(row["p50_us"] > 0 and row["count"] == 200 for row in single)
-    r = launch(2, "run", "msg-rate", "-w", "10", "--messages", "2000", "--quiet", "--csv", "-o", str(tmp_path / "c"))
+    r = launch(
+        2,
+        "run",
+        "msg-rate",
+        "-w",
+        "10",
+        "--messages",
+        "2000",
+        "--quiet",
+        "--csv",
+        "-o",
+        str(tmp_path / "c"),
+    )
     assert r.returncode == 0, r.stderr
     rows = list(csv.DictReader(io.StringIO(r.stdout)))
     assert len(rows) == 1 and float(rows[0]["msg_rate_mps"]) > 0

@@ -73,8 +73,9 @@ def test_job_ending_during_bring_up_leaks_no_shared_memory(tmp_path: Path, actio
     started; segments of the other ranks leaked."""
     segments = shm_segments()
     out = tmp_path / action
-    r = launch(3, "run", *QUICK, "-o", str(out), env={"GICBENCH_FAULT": f"{action}:1:open"},
-               timeout=90)  # fmt: skip
+    r = launch(
+        3, "run", *QUICK, "-o", str(out), env={"GICBENCH_FAULT": f"{action}:1:open"}, timeout=90
+    )
     assert r.returncode != 0
     assert shm_segments() <= segments
     manifest = json.loads((out / "run.json").read_text())

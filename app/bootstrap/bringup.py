@@ -16,7 +16,6 @@ from typing import Any
 from ..errors import ConfigError
 from ..fabric.base import (
     Access,
-    CompletionQueue,
     DcTarget,
     Fabric,
     MemoryRegion,

@@ -58,7 +58,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     groups: dict[str, argparse._ArgumentGroup] = {}
     for name, k, default, owners in knob_catalog():
         group_name = "run" if owners == ["all"] else ", ".join(owners)
-        g = groups.get(group_name) or groups.setdefault(group_name, p.add_argument_group(group_name))
+        g = groups.get(group_name) or groups.setdefault(
+            group_name, p.add_argument_group(group_name)
+        )
         flags = [k.short, k.flag] if k.short else [k.flag]
         g.add_argument(
             *flags,
@@ -68,8 +70,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             help=f"{k.help} (default: {_default_text(default)}; {k.describe_allowed()})",
         )
     g = p.add_argument_group("output")
-    g.add_argument("-o", "--out", type=Path, help="run directory, new or empty "
-                   "(default runs/<exp>-<UTC>)")  # fmt: skip
+    g.add_argument(
+        "-o", "--out", type=Path, help="run directory, new or empty (default runs/<exp>-<UTC>)"
+    )
     g.add_argument("--json", action="store_true", help="print results as JSON (rank 0)")
     g.add_argument("--csv", action="store_true", help="print results as CSV (rank 0)")
     g.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -22,20 +22,36 @@ PAYLOADS = ("inline", "pointer")
 TRANSPORTS = ("rc", "dc")
 SCOPES = ("selected", "all")
 
-MIN_SIZE = Knob("--min-size", "smallest message size (8, 4K, 1M)", KIND_SIZE, "-b", lo=1,
-                hi=MAX_SIZE, unit="bytes")  # fmt: skip
-MAX_SIZE_K = Knob("--max-size", "largest message size (default: -b)", KIND_SIZE, "-e", lo=1,
-                  hi=MAX_SIZE, unit="bytes")  # fmt: skip
+MIN_SIZE = Knob(
+    "--min-size",
+    "smallest message size (8, 4K, 1M)",
+    KIND_SIZE,
+    "-b",
+    lo=1,
+    hi=MAX_SIZE,
+    unit="bytes",
+)
+MAX_SIZE_K = Knob(
+    "--max-size",
+    "largest message size (default: -b)",
+    KIND_SIZE,
+    "-e",
+    lo=1,
+    hi=MAX_SIZE,
+    unit="bytes",
+)
 FACTOR = Knob("--factor", "size multiplication factor", short="-f", lo=2, hi=1024)
 ITERS = Knob("--iters", "measured iterations per point", short="-n", lo=1, hi=MAX_ITERS)
-WARMUP = Knob("--warmup", "warm-up iterations per point, discarded", short="-w", lo=0,
-              hi=MAX_ITERS)  # fmt: skip
-PAYLOAD = Knob("--payload", "inline (in the WQE) or pointer (a data segment)", KIND_STR,
-               choices=PAYLOADS)  # fmt: skip
-TRANSPORT = Knob("--transport", "rc (a QP per peer) or dc (DCIs to DC targets)", KIND_STR,
-                 choices=TRANSPORTS)  # fmt: skip
-QPS = Knob("--qps", "QPs the experiment drives towards each destination", short="-q", lo=1,
-           hi=MAX_QPS)  # fmt: skip
+WARMUP = Knob("--warmup", "warm-up iterations per point, discarded", short="-w", lo=0, hi=MAX_ITERS)
+PAYLOAD = Knob(
+    "--payload", "inline (in the WQE) or pointer (a data segment)", KIND_STR, choices=PAYLOADS
+)
+TRANSPORT = Knob(
+    "--transport", "rc (a QP per peer) or dc (DCIs to DC targets)", KIND_STR, choices=TRANSPORTS
+)
+QPS = Knob(
+    "--qps", "QPs the experiment drives towards each destination", short="-q", lo=1, hi=MAX_QPS
+)
 THREADS = Knob("--threads", "submitting threads per rank", short="-t", lo=1, hi=MAX_THREADS)
 BATCH = Knob("--batch", "WQEs per doorbell", lo=1, hi=MAX_BATCH)
 

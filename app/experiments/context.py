@@ -78,8 +78,9 @@ class RankContext:
         targets round-robin."""
         assert self.res.src is not None
         remote = self.res.peer_landing[peer]
-        base = self.layout.region_offset(traffic(self.traffic.pattern, peer, self.topo.size),
-                                         self.topo.rank)  # fmt: skip
+        base = self.layout.region_offset(
+            traffic(self.traffic.pattern, peer, self.topo.size), self.topo.rank
+        )
         lanes = []
         step = self.layout.lane_bytes
         for i in range(count):

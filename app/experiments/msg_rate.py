@@ -35,8 +35,9 @@ if TYPE_CHECKING:
     from .context import Layout, RankContext
 
 WINDOWS = 20  # recorded windows per thread and point
-MESSAGES = Knob("--messages", "messages per thread and point (after warm-up)", lo=1,
-                hi=MAX_MESSAGES)  # fmt: skip
+MESSAGES = Knob(
+    "--messages", "messages per thread and point (after warm-up)", lo=1, hi=MAX_MESSAGES
+)
 
 
 @dataclass(frozen=True)
@@ -80,13 +81,13 @@ class MsgRate(Experiment):
         # One doorbell's WQEs must fit the SQ with room to reclaim: inline and DC WQEs take
         # several 64-byte slots each, so the limit is in slots, not WQEs.
         bbs = write_wqebbs(p.payload == "inline", p.top, p.transport == "dc")
-        limit = self.cfg.sq_depth // 2
+        limit = self.cfg.sq_depth
         if p.batch * bbs > limit:
             raise ConfigError(
                 "batch (--batch)",
                 p.batch,
                 f"<= {max(0, limit // bbs)}: {p.batch} WQEs x {bbs} WQEBBs each "
-                f"({p.payload} {p.top} B, {p.transport}) exceed half the SQ "
+                f"({p.payload} {p.top} B, {p.transport}) exceed the SQ "
                 f"(--sq-depth {self.cfg.sq_depth} WQEBBs)",
             )
 
@@ -163,9 +164,13 @@ class MsgRate(Experiment):
         )
 
     def expected_landing(
-        self, ctx: RankContext, point: dict[str, Any], source: int, source_bytes: np.ndarray,
+        self,
+        ctx: RankContext,
+        point: dict[str, Any],
+        source: int,
+        source_bytes: np.ndarray,
         layout: Layout,
-    ) -> list[tuple[int, np.ndarray]]:  # fmt: skip
+    ) -> list[tuple[int, np.ndarray]]:
         # The source's lanes towards us are lanes j*qps .. j*qps+qps-1 of its lane list (j: our
         # place among its destinations); lane l's k-th message went to slot k mod slots of its
         # slice, from the same offset of the source's slice l.

@@ -58,7 +58,9 @@ class Experiment(ABC):
     Params: ClassVar[type]  # a dataclass of knobs
     shapes: ClassVar[frozenset[Shape]]  # loop shapes it asks a submitter for
     patterns: ClassVar[tuple[str, ...]] = PATTERNS
-    fits: ClassVar[tuple[str, ...]] = ()  # analysis fits that apply: clock|plateau|crossover|exposed
+    fits: ClassVar[
+        tuple[str, ...]
+    ] = ()  # analysis fits that apply: clock|plateau|crossover|exposed
 
     def __init__(self, params: Any, cfg: RunConfig) -> None:
         self.params, self.cfg = params, cfg
@@ -112,9 +114,13 @@ class Experiment(ABC):
         """Table columns for rank 0's output, computed from aggregated rows."""
 
     def expected_landing(
-        self, ctx: RankContext, point: dict[str, Any], source: int, source_bytes: np.ndarray,
+        self,
+        ctx: RankContext,
+        point: dict[str, Any],
+        source: int,
+        source_bytes: np.ndarray,
         layout: Layout,
-    ) -> list[tuple[int, np.ndarray]]:  # fmt: skip
+    ) -> list[tuple[int, np.ndarray]]:
         """What must hold in this rank's landing region for `source` after the point, as
         (offset in that region, bytes) pieces, given the bytes the source's send buffer held.
         Empty: nothing from that source lands here. The harness compares and counts."""

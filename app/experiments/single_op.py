@@ -29,10 +29,15 @@ if TYPE_CHECKING:
 MODES = ("issue", "put_completion", "round_trip")
 METRIC = {"issue": "issue_ns", "put_completion": "completion_ns", "round_trip": "rtt_ns"}
 
-SCOPE = Knob("--scope", "completion scope: the selected QP, or all configured QPs (a quiet)",
-             KIND_STR, choices=("selected", "all"))  # fmt: skip
-MODES_K = Knob("--modes", "which timings to take, comma-separated", KIND_STR, choices=MODES,
-               many=True)  # fmt: skip
+SCOPE = Knob(
+    "--scope",
+    "completion scope: the selected QP, or all configured QPs (a quiet)",
+    KIND_STR,
+    choices=("selected", "all"),
+)
+MODES_K = Knob(
+    "--modes", "which timings to take, comma-separated", KIND_STR, choices=MODES, many=True
+)
 
 
 @dataclass(frozen=True)
@@ -58,8 +63,11 @@ class SingleOp(Experiment):
         p = self.params
         p.check_sizes(p.payload)
         if p.min_size < 8:
-            raise ConfigError("min_size (-b)", p.min_size,
-                              ">= 8 for single-op (the round trip polls an 8-byte word)")  # fmt: skip
+            raise ConfigError(
+                "min_size (-b)",
+                p.min_size,
+                ">= 8 for single-op (the round trip polls an 8-byte word)",
+            )
         if "round_trip" in p.modes and self.cfg.pattern != "pairs":
             raise ConfigError(
                 "modes (--modes)",
@@ -97,9 +105,13 @@ class SingleOp(Experiment):
                 (source,) = t.receives_from  # pairs only (check())
                 lane = ctx.lanes_to(source, point["transport"], point["qps"])[0]
                 ctx.submitter.respond(
-                    RespondWork(lane, ctx.landing_from(source), point["size"],
-                                point["payload"] == "inline",
-                                point["iters"] + point["warmup"])  # fmt: skip
+                    RespondWork(
+                        lane,
+                        ctx.landing_from(source),
+                        point["size"],
+                        point["payload"] == "inline",
+                        point["iters"] + point["warmup"],
+                    )
                 )
             return PointResult(role=t.role)
         samples = []
@@ -120,13 +132,19 @@ class SingleOp(Experiment):
         return PointResult(samples={METRIC[mode]: np.concatenate(samples)}, role=t.role)
 
     def expected_landing(
-        self, ctx: RankContext, point: dict[str, Any], source: int, source_bytes: np.ndarray,
+        self,
+        ctx: RankContext,
+        point: dict[str, Any],
+        source: int,
+        source_bytes: np.ndarray,
         layout: Layout,
-    ) -> list[tuple[int, np.ndarray]]:  # fmt: skip
+    ) -> list[tuple[int, np.ndarray]]:
         # Requests land at destinations, replies at the requester (round trip). Lane 0 carries
         # them; the last 8 bytes hold the final sequence number, the rest the source's pattern.
         t = ctx.traffic
-        lands = source in t.receives_from or (point["mode"] == "round_trip" and source in t.sends_to)
+        lands = source in t.receives_from or (
+            point["mode"] == "round_trip" and source in t.sends_to
+        )
         if not lands:
             return []
         size, total = point["size"], point["iters"] + point["warmup"]

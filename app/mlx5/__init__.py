@@ -51,13 +51,13 @@ from .wqe import (
     decode_data,
     decode_raddr,
     ds_to_wqebbs,
-    write_wqebbs,
     imm_from_host,
     imm_to_host,
     inline_header,
     inline_seg,
     inline_seg_ds,
     raddr_seg,
+    write_wqebbs,
 )
 
 __all__ = [
@@ -102,7 +102,6 @@ __all__ = [
     "decode_raddr",
     "doorbell_value",
     "ds_to_wqebbs",
-    "write_wqebbs",
     "err_cqe",
     "imm_from_host",
     "imm_to_host",
@@ -116,4 +115,5 @@ __all__ = [
     "ready_mask",
     "req_cqe",
     "resp_cqe",
+    "write_wqebbs",
 ]

@@ -159,9 +159,14 @@ class Submitter(ABC):
         )
 
     def __init__(
-        self, *, rank: int, fabric: Fabric, progress: ProgressPolicy, timeout_s: float,
+        self,
+        *,
+        rank: int,
+        fabric: Fabric,
+        progress: ProgressPolicy,
+        timeout_s: float,
         params: Any = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.rank, self.fabric, self.progress = rank, fabric, progress
         self.timeout_ns = int(timeout_s * 1e9)
         self.params = params if params is not None else self.Params()
@@ -203,4 +208,3 @@ def get(name: str) -> type[Submitter]:
     if name not in _REGISTRY:
         raise ConfigError("submitter (--submitter)", name, "one of " + ", ".join(_REGISTRY))
     return _REGISTRY[name]
-

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CompletionError, CompletionTimeout, FabricError
+from ..errors import CompletionError, CompletionTimeout, ConfigError, FabricError
 from ..fabric.base import Posting
 from ..mlx5.constants import Syndrome
 from ..platform import Probe
@@ -29,6 +29,24 @@ from .base import (
 )
 
 MODE_CODES = {"issue": 0, "put_completion": 1, "round_trip": 2}
+
+
+class LoopInterrupted(FabricError):
+    """SIGTERM/SIGINT ended a native loop early; `done` of `total` operations had been issued."""
+
+    def __init__(self, message: str, done: int, total: int) -> None:
+        self.done, self.total = done, total
+        super().__init__(message)
+
+
+def write_wqebbs(payload: str, size: int, transport: str = "rc", compact_av: bool = False) -> int:
+    """64-byte WQEBBs of one RDMA write as the native loops build it (ValueError if unbuildable)."""
+    return _native_host().write_wqebbs(payload == "inline", size, transport == "dc", compact_av)
+
+
+def max_batch(sq_wqebbs: int, payload: str, size: int, transport: str = "rc") -> int:
+    """The largest msg-rate batch (WQEs per doorbell) the native loop accepts on this SQ."""
+    return sq_wqebbs // write_wqebbs(payload, size, transport)
 
 
 def _native_host() -> Any:
@@ -78,7 +96,7 @@ class HostSubmitter(Submitter):
     def _hook(self) -> tuple[int, int]:
         return self.progress.cpu_hook
 
-    def _raise(self, what: str, err: dict[str, Any]) -> None:
+    def _raise(self, what: str, err: dict[str, Any], params: dict[str, Any]) -> None:
         where = (
             f"rank {self.rank}, {what}, QP 0x{err['qpn']:06x}: SQ producer index "
             f"{err['pi']}, retired {err['retired']}, CQ consumer index {err['cq_ci']}"
@@ -105,7 +123,22 @@ class HostSubmitter(Submitter):
                 err["wqe_counter"],
                 err["qpn"],
             )
-        raise FabricError(f"{what} failed: {err['kind']} ({where})")
+        if err["kind"] == "interrupted":
+            raise LoopInterrupted(
+                f"{what} interrupted by a signal after {err['done']} of {err['total']} "
+                f"operations ({where})",
+                err["done"],
+                err["total"],
+            )
+        if err["kind"] == "bad_arguments":
+            # refused before anything was posted: the field, what is allowed; the native
+            # sentence (lane, QP) rides along as a note
+            field = err["field"]
+            exc = ConfigError(field, params.get(field, err["message"]), err["allowed"])
+            exc.add_note(err["message"])
+            raise exc
+        detail = f": {err['message']}" if err["message"] else ""
+        raise FabricError(f"{what} failed: {err['kind']}{detail} ({where})")
 
     def latency(self, work: LatencyWork) -> np.ndarray:
         sel = work.lanes[work.selected]
@@ -126,7 +159,7 @@ class HostSubmitter(Submitter):
             *self._hook,
         )
         if not ok:
-            self._raise(f"single-op {work.mode}", err)
+            self._raise(f"single-op {work.mode}", err, {"size": work.size})
         return samples
 
     def respond(self, work: RespondWork) -> None:
@@ -143,7 +176,7 @@ class HostSubmitter(Submitter):
             *self._hook,
         )
         if not ok:
-            self._raise("round-trip responder", err)
+            self._raise("round-trip responder", err, {"size": work.size})
 
     def rate(self, work: RateWork) -> RateResult:
         ok, windows, stats, err = _native_host().msg_rate(
@@ -159,7 +192,18 @@ class HostSubmitter(Submitter):
             *self._hook,
         )
         if not ok:
-            self._raise("msg-rate", err)
+            self._raise(
+                "msg-rate",
+                err,
+                {
+                    "batch": work.batch,
+                    "threads": work.threads,
+                    "size": work.size,
+                    "messages_per_thread": work.messages_per_thread,
+                    "warmup_per_thread": work.warmup_per_thread,
+                    "window": work.window,
+                },
+            )
         return RateResult(
             windows_ns=windows,
             elapsed_ns=int(stats["elapsed_ns"]),

@@ -27,8 +27,13 @@ ORDERINGS = (
 
 @dataclass(frozen=True)
 class GpuParams:
-    ordering: str = knob("gpu-fence", flag="--ordering", kind=KIND_STR, choices=ORDERINGS,
-                         help="ordering before the doorbell (the paper's Table 4)")  # fmt: skip
+    ordering: str = knob(
+        "gpu-fence",
+        flag="--ordering",
+        kind=KIND_STR,
+        choices=ORDERINGS,
+        help="ordering before the doorbell (the paper's Table 4)",
+    )
 
 
 @register

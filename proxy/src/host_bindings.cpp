@@ -6,6 +6,7 @@
 #include <nanobind/stl/tuple.h>
 
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "bindings.hpp"
@@ -68,6 +69,11 @@ nb::dict error_dict(const host::LoopError& e) {
   d["wqe_counter"] = e.wqe_counter;
   d["word_seen"] = e.word_seen;
   d["word_expected"] = e.word_expected;
+  d["field"] = e.field;
+  d["allowed"] = e.allowed;
+  d["message"] = e.message;
+  d["done"] = e.done;
+  d["total"] = e.total;
   return d;
 }
 
@@ -91,6 +97,23 @@ void bind_host(nb::module_ m) {
   m.def("install_interrupt_handler", &host::install_interrupt_handler,
         "Make SIGTERM/SIGINT stop native loops (call after Python's own handlers are set).");
   m.def("clear_interrupt", [] { host::g_interrupt.store(0); });
+  m.def("interrupted", [] { return host::interrupted(); },
+        "True once SIGTERM/SIGINT reached the native handler (until clear_interrupt).");
+
+  m.def(
+      "write_wqebbs",
+      [](bool inline_payload, uint32_t size, bool dc, bool compact_av) {
+        const uint32_t n = host::write_wqebbs(inline_payload, size, dc, compact_av);
+        if (n == 0)
+          throw std::invalid_argument("an inline write of " + std::to_string(size) +
+                                      " bytes does not fit one WQE (63 segments of 16 bytes)");
+        return n;
+      },
+      nb::arg("inline_payload"), nb::arg("size"), nb::arg("dc") = false,
+      nb::arg("compact_av") = false,
+      "64-byte WQEBBs of one RDMA write WQE as the host loops build it (RC, or DC with a full or "
+      "compact address vector). msg_rate refuses a batch unless batch * this <= the SQ's "
+      "wqebb_cnt. Raises ValueError when the payload cannot go inline in one WQE.");
 
   m.def(
       "single_op",
@@ -169,9 +192,6 @@ void bind_host(nb::module_ m) {
         a.batch = batch;
         a.size = size;
         a.inline_payload = inline_payload;
-        for (const auto& l : lanes)
-          if (l.dst.length < size || l.src.length < size)
-            throw std::invalid_argument("msg_rate: every lane's region must hold one message");
         a.messages_per_thread = messages_per_thread;
         a.warmup_per_thread = warmup_per_thread;
         a.window = window == 0 ? messages_per_thread : window;

@@ -31,14 +31,24 @@ struct Lane {
 };
 
 // Set by a SIGTERM/SIGINT handler (install_interrupt_handler): loops give up promptly so the
-// rank can mark its trace incomplete instead of spinning until its completion timeout.
+// rank can mark its trace incomplete instead of spinning until its completion timeout. Every loop
+// reads it once per iteration (operation, request or batch) and every 256 polls while waiting.
 extern std::atomic<int> g_interrupt;
 void install_interrupt_handler();
+inline bool interrupted() { return g_interrupt.load(std::memory_order_relaxed) != 0; }
 
 // A failure inside a loop, reported to Python with everything needed to diagnose it.
 struct LoopError {
   bool failed = false;
-  std::string kind;  // "timeout" | "cqe_error" | "interrupted"
+  // "timeout" | "cqe_error" | "interrupted" | "bad_arguments" (field, allowed, message) |
+  // "queue_state" (a QP whose memory cannot say what is outstanding; message)
+  std::string kind;
+  std::string field;    // bad_arguments: the argument refused
+  std::string allowed;  // bad_arguments: what would be accepted
+  std::string message;  // a human sentence for bad_arguments and queue_state
+  uint64_t done = 0;    // operations (single-op, responder) or messages (msg-rate) completed or
+                        // posted before the failure, warm-up included
+  uint64_t total = 0;   // ... out of this many requested
   uint32_t qpn = 0;
   uint32_t pi = 0;        // SQ producer index (WQEBBs)
   uint32_t retired = 0;   // SQ index retired by CQEs
@@ -52,11 +62,17 @@ struct LoopError {
 
 enum class SingleOpMode : int { kIssue = 0, kPutCompletion = 1, kRoundTrip = 2 };
 
+// WQEBBs of one RDMA write as the loops build it (0: more than 63 segments, not buildable).
+uint32_t write_wqebbs(bool inline_payload, uint32_t size, bool dc, bool compact_av);
+
 struct SingleOpArgs {
   SingleOpMode mode = SingleOpMode::kIssue;
   uint32_t size = 8;
   bool inline_payload = true;
-  bool scope_all = false;  // completion walks every configured lane (NVSHMEM quiet), not just ours
+  // put-completion waits on every configured lane as NVSHMEM's quiet does: each QP's posted index
+  // is read from its doorbell record and its CQ is polled from the consumer index in memory until
+  // that work is retired (work posted outside this loop included); else the selected lane only.
+  bool scope_all = false;
   uint32_t selected = 0;   // lane that carries the operation
   Buffer src;              // local payload source (pattern + sequence in the last 8 bytes)
   Buffer dst;              // remote target
@@ -94,9 +110,11 @@ struct MsgRateResult {
   uint64_t cqes = 0;
 };
 
-// Many writes outstanding: thread t owns lanes t, t+T, ...; each lane writes slot m mod slots of
-// its own destination region from the same offset of its source region; batches of `batch` WQEs per doorbell,
-// periodic reclamation through signaled WQEs, final drain included in the time.
+// Many writes outstanding: thread t owns lanes t, t+T, ...; each lane writes slot k mod slots of
+// its own destination region (k: the lane's message count) from the same offset of its source
+// region; batches of `batch` WQEs per doorbell, periodic reclamation through signaled WQEs,
+// final drain included in the time. Refused (bad_arguments) unless every lane's SQ holds a
+// whole batch: batch x write_wqebbs <= wqebb_cnt.
 bool msg_rate(std::vector<Lane>& lanes, const MsgRateArgs& a, Progress progress,
               MsgRateResult& res, LoopError& err);
 

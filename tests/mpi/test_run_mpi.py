@@ -51,10 +51,18 @@ def check_common(run, world: int) -> None:
 def test_single_op_pairs(shared_dir, transport, payload, scope) -> None:
     world = comm().size
     run = run_and_open(
-        experiments=["single-op"], out=shared_dir / f"single-{transport}-{payload}",
-        min_size=8, max_size=64, size_factor=8, iters=50, warmup=5, transport=transport,
-        payload=payload, scope=scope, qps=2,
-    )  # fmt: skip
+        experiments=["single-op"],
+        out=shared_dir / f"single-{transport}-{payload}",
+        min_size=8,
+        max_size=64,
+        size_factor=8,
+        iters=50,
+        warmup=5,
+        transport=transport,
+        payload=payload,
+        scope=scope,
+        qps=2,
+    )
     check_common(run, world)
     for r in run.ranks:
         t = traffic("pairs", r.rank, world)
@@ -84,10 +92,18 @@ def test_single_op_pairs(shared_dir, transport, payload, scope) -> None:
 def test_msg_rate_every_pattern_validates_every_source(shared_dir, pattern) -> None:
     world = comm().size
     run = run_and_open(
-        experiments=["msg-rate"], pattern=pattern, out=shared_dir / f"rate-{pattern}",
-        min_size=8, max_size=32, size_factor=4, messages=3000, warmup=50, qps=2, threads=2,
+        experiments=["msg-rate"],
+        pattern=pattern,
+        out=shared_dir / f"rate-{pattern}",
+        min_size=8,
+        max_size=32,
+        size_factor=4,
+        messages=3000,
+        warmup=50,
+        qps=2,
+        threads=2,
         batch=4,
-    )  # fmt: skip
+    )
     check_common(run, world)
     for r in run.ranks:
         t = traffic(pattern, r.rank, world)
@@ -108,9 +124,13 @@ def test_msg_rate_every_pattern_validates_every_source(shared_dir, pattern) -> N
 def test_single_op_one_way_patterns(shared_dir, pattern) -> None:
     world = comm().size
     run = run_and_open(
-        experiments=["single-op"], pattern=pattern, modes=("issue", "put_completion"),
-        out=shared_dir / f"single-{pattern}", iters=40, warmup=4,
-    )  # fmt: skip
+        experiments=["single-op"],
+        pattern=pattern,
+        modes=("issue", "put_completion"),
+        out=shared_dir / f"single-{pattern}",
+        iters=40,
+        warmup=4,
+    )
     check_common(run, world)
     for r in run.ranks:
         t = traffic(pattern, r.rank, world)
@@ -125,9 +145,17 @@ def test_single_op_one_way_patterns(shared_dir, pattern) -> None:
 def test_msg_rate_pairs(shared_dir) -> None:
     world = comm().size
     run = run_and_open(
-        experiments=["msg-rate"], out=shared_dir / "msg-rate", min_size=8, max_size=32,
-        size_factor=4, messages=5000, warmup=100, qps=4, threads=2, batch=8,
-    )  # fmt: skip
+        experiments=["msg-rate"],
+        out=shared_dir / "msg-rate",
+        min_size=8,
+        max_size=32,
+        size_factor=4,
+        messages=5000,
+        warmup=100,
+        qps=4,
+        threads=2,
+        batch=8,
+    )
     check_common(run, world)
     for r in run.ranks:
         for pt in r.points():
