@@ -126,7 +126,7 @@ def rate_vs(table: pd.DataFrame, x: str, params: Sequence[str], y: str, title: s
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_ylim(bottom=0)
     ax.set_xlabel(x)
-    ax.set_ylabel(header(y) + " (sum over ranks)")
+    ax.set_ylabel(header(y))
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
@@ -141,8 +141,9 @@ def latency_bars(table: pd.DataFrame, title: str, out: Path) -> Path:
     metrics = list(dict.fromkeys(table["metric"]))
     fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(metrics) + 2), 4.2))
     width = 0.26
-    for j, (stat, alpha) in enumerate((("p50", 1.0), ("p99", 0.7), ("p99.9", 0.45))):
-        vals = [float(table.loc[table["metric"] == m, f"{stat}_us"].median()) for m in metrics]
+    for j, (stat, key, alpha) in enumerate((("p50", "p50_us", 1.0), ("p99", "p99_us", 0.7),
+                                            ("p99.9", "p999_us", 0.45))):
+        vals = [float(table.loc[table["metric"] == m, key].median()) for m in metrics]
         xs = [i + (j - 1) * width for i in range(len(metrics))]
         bars = ax.bar(xs, vals, width, color="C0", alpha=alpha, label=stat)
         ax.bar_label(bars, labels=[f"{v:.3g}" for v in vals], fontsize=7)
@@ -171,7 +172,7 @@ def rate_bars(table: pd.DataFrame, params: Sequence[str], y: str, title: str,
     ax.bar_label(bars, labels=[f"{v:.3g}" for v in table[y].astype(float)], fontsize=8)
     ax.set_xticks(range(len(labels)), labels, rotation=20 if len(labels) > 4 else 0)
     ax.set_xlim(-0.8, len(labels) - 0.2)
-    ax.set_ylabel(header(y) + " (sum over ranks)")
+    ax.set_ylabel(header(y))
     ax.set_title(title)
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
