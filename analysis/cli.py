@@ -1,14 +1,19 @@
 """`gicbench analyze RUN [RUN...]` and `gicbench report RUN` (wired into the CLI by app/cli).
 
-Exit status: 0 on success, 2 when a run is refused (missing, unknown schema, incomplete without
---allow-incomplete); the reason goes to stderr.
+Exit status: 0 on success, 2 when a run is refused (missing, unknown schema, damaged or
+incomplete without --allow-incomplete, an unknown --experiment); the reason goes to stderr as one
+message, never a traceback (GICBENCH_DEBUG=1 shows it for input nothing anticipated). report
+exits 1 when a plot could not be drawn (noted in report.md) unless --allow-incomplete is given.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -92,6 +97,10 @@ def _tables(args: argparse.Namespace) -> tuple[list[dict], dict[str, pd.DataFram
         aggs.append((label, aggregate_ranks(df)))
     experiments = list(dict.fromkeys(e for _, a in aggs if not a.empty for e in a["experiment"]))
     if args.experiment:
+        unknown = [e for e in args.experiment if e not in experiments]
+        if unknown:
+            raise ConfigError("--experiment (-x)", ",".join(unknown),
+                              f"experiments of the run(s): {experiments}")
         experiments = [e for e in experiments if e in args.experiment]
     tables: dict[str, pd.DataFrame] = {}
     fixed: dict[str, dict] = {}
@@ -159,12 +168,25 @@ def _print_rich(runs_meta: list[dict], tables: dict[str, pd.DataFrame],
             Console(width=max(width, 40)).print(t)
 
 
-def run_analyze(args: argparse.Namespace) -> int:
+def _guarded(command: str, work: Callable[[], object]) -> tuple[bool, object]:
+    """Run work(); a refusal or damaged input becomes one line on stderr, never a traceback."""
     try:
-        runs_meta, tables, fixed = _tables(args)
+        return True, work()
     except GicbenchError as exc:
-        print(f"gicbench analyze: {exc}", file=sys.stderr)
+        print(f"gicbench {command}: {exc}", file=sys.stderr)
+    except Exception as exc:
+        if os.environ.get("GICBENCH_DEBUG"):
+            traceback.print_exc()
+        print(f"gicbench {command}: cannot {command} this input ({type(exc).__name__}: {exc}); "
+              "the trace may be damaged (GICBENCH_DEBUG=1 shows where)", file=sys.stderr)
+    return False, None
+
+
+def run_analyze(args: argparse.Namespace) -> int:
+    ok, got = _guarded("analyze", lambda: _tables(args))
+    if not ok:
         return EXIT_REFUSED
+    runs_meta, tables, fixed = got  # type: ignore[misc]
     if args.json:
         doc = {"runs": runs_meta, "rank_stat": args.rank_stat,
                "experiments": {e: records(t) for e, t in tables.items()}}
@@ -184,14 +206,16 @@ def run_analyze(args: argparse.Namespace) -> int:
 def run_report(args: argparse.Namespace) -> int:
     from .report import write_report  # matplotlib only when a report is asked for
 
-    try:
-        out = write_report(args.run, args.out, allow_incomplete=args.allow_incomplete,
-                           workers=args.jobs)
-    except GicbenchError as exc:
-        print(f"gicbench report: {exc}", file=sys.stderr)
+    failures: list[str] = []
+    ok, out = _guarded("report", lambda: write_report(
+        args.run, args.out, allow_incomplete=args.allow_incomplete, workers=args.jobs,
+        failures=failures))
+    if not ok:
         return EXIT_REFUSED
+    for f in failures:
+        print(f"gicbench report: {f}", file=sys.stderr)
     print(f"wrote {out}")
-    return 0
+    return 1 if failures and not args.allow_incomplete else 0
 
 
 def main(argv: list[str] | None = None) -> int:

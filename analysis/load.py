@@ -37,6 +37,7 @@ from gicbench.aggregate import (
 )
 from gicbench.errors import ConfigError, TraceError
 from gicbench.trace import Point, RankTrace, open_run
+from gicbench.trace.reader import READ_ERRORS
 
 STATS = ("count", *SAMPLE_STATS)
 ID_COLUMNS = ("experiment", "point", "rank", "role", "metric")
@@ -87,26 +88,36 @@ def _rank_rows(rank: RankTrace, allow_incomplete: bool) -> tuple[list[dict[str, 
     problems: list[str] = []
     with rank:
         try:
-            for point in rank.points():
-                extra = _columns(point, names)
-                role = point.results.get("role") or DEFAULT_ROLE
-                base = {"experiment": point.experiment, "point": point.index,
-                        "rank": rank.rank, "role": str(role), "closed": point.closed}
-                for metric in point.metrics or [""]:
-                    stats = summarize_samples(rank.samples(point.index, metric) if metric
-                                              else np.empty(0, dtype=np.int64))
-                    rows.append({**base, "metric": metric, **stats, **extra})
-        except (OSError, KeyError, ValueError, RuntimeError) as exc:  # a .partial cut mid-point
+            points = list(rank.points())
+        except READ_ERRORS as exc:
             if not allow_incomplete:
                 raise TraceError(f"{rank.path}: unreadable: {exc}") from exc
             problems.append(f"rank {rank.rank}: stopped reading {rank.path.name}: {exc}")
+            points = []
+        for point in points:
+            role = point.results.get("role") or DEFAULT_ROLE
+            base = {"experiment": point.experiment, "point": point.index,
+                    "rank": rank.rank, "role": str(role), "closed": point.closed}
+            try:  # a damaged dataset loses its point, not the rank's other points
+                stats = [(m, summarize_samples(rank.samples(point.index, m))) for m in
+                         point.metrics] or [("", summarize_samples(np.empty(0, np.int64)))]
+            except READ_ERRORS as exc:
+                if not allow_incomplete:
+                    raise TraceError(f"{rank.path}: point {point.index} unreadable: {exc}") \
+                        from exc
+                problems.append(f"rank {rank.rank}: point {point.index} of {rank.path.name} "
+                                f"unreadable: {exc}")
+                continue
+            extra = _columns(point, names)
+            for metric, st in stats:
+                rows.append({**base, "metric": metric, **st, **extra})
     return rows, names, problems
 
 
-def _rank_rows_job(job: tuple[Path, int, dict[str, Any], bool, bool]) -> tuple[
+def _rank_rows_job(job: tuple[Path, int, dict[str, Any], bool, frozenset[str], bool]) -> tuple[
         list[dict[str, Any]], Names, list[str]]:
-    path, rank, attrs, partial, allow_incomplete = job
-    return _rank_rows(RankTrace(path, rank, attrs, partial), allow_incomplete)
+    path, rank, attrs, partial, unreadable, allow_incomplete = job
+    return _rank_rows(RankTrace(path, rank, attrs, partial, unreadable), allow_incomplete)
 
 
 def load_run(path: Path | str, allow_incomplete: bool = False, workers: int = 1) -> pd.DataFrame:
@@ -126,7 +137,8 @@ def load_run(path: Path | str, allow_incomplete: bool = False, workers: int = 1)
     if workers == 1 or len(run.ranks) < 2:
         parts = [_rank_rows(rank, allow_incomplete) for rank in run.ranks]
     else:
-        jobs = [(r.path, r.rank, r.attrs, r.partial, allow_incomplete) for r in run.ranks]
+        jobs = [(r.path, r.rank, r.attrs, r.partial, r.unreadable, allow_incomplete)
+                for r in run.ranks]
         ctx = mp.get_context("spawn")  # no fork: h5py and threads do not survive it well
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
             parts = list(pool.map(_rank_rows_job, jobs))
