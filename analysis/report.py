@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from . import plots
+from .fits import apply as fit_apply
 from .load import aggregate_ranks, load_run
 from .tables import (
     caption_candidates,
@@ -109,6 +110,24 @@ def _msg_rate(agg: pd.DataFrame, plot_dir: Path, section: Section) -> None:
                      plot_dir / "msg-rate.png")
 
 
+def _fit_block(agg: pd.DataFrame, experiment: str, plot_dir: Path, section: Section) -> None:
+    """The fits the experiment declares: parameters, uncertainties, R², flags, and a plot of
+    the fitted curve over the data."""
+    names = fit_apply.declared_fits(experiment)
+    if not names:
+        return
+    full = experiment_table(agg, experiment)
+    params = [p for p in param_columns(agg) if p in full.columns]
+    for name in names:
+        outcomes = fit_apply.fit_table(name, full, params)
+        section.lines += ["", f"### {name} fit", ""]
+        for o in outcomes:
+            section.lines += ["    " + line for line in fit_apply.outcome_lines(o)]
+        if name != "exposed" and any(o.error is None for o in outcomes):
+            section.plot(plots.fit_curves, outcomes, f"{experiment}: {name} fit",
+                         plot_dir / f"{experiment}-fit-{name}.png")
+
+
 def _generic(experiment: str) -> Callable[[pd.DataFrame, Path, Section], None]:
     def write(agg: pd.DataFrame, _plot_dir: Path, section: Section) -> None:
         section.lines += _table_block(agg, experiment)[1]
@@ -158,6 +177,7 @@ def write_report(run_dir: Path, out: Path | None = None, allow_incomplete: bool 
     for experiment in experiments:
         section = Section(experiment)
         SECTIONS.get(experiment, _generic(experiment))(agg, plot_dir, section)
+        _fit_block(agg, experiment, plot_dir, section)
         lines += [f"## {experiment}", "", *section.lines, ""]
         if failures is not None:
             failures += section.failures
