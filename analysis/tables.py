@@ -115,7 +115,8 @@ def experiment_table(agg: pd.DataFrame, experiment: str, rank_stat: str = "media
             out["slowest_rank"] = _integral(rows["slowest_rank"].astype(float))
         out["count"] = _integral(rows["count"].astype(float))
     for r in results:
-        out[r] = _integral(rows[r]) if r in ("messages", "bytes_moved") else rows[r]
+        counts = r in RESULTS and RESULTS[r].integer
+        out[r] = _integral(rows[r]) if counts else rows[r]
     if "role" in rows.columns and rows["role"].nunique() > 1:
         out["role"] = rows["role"]
     if "ranks" in rows.columns:

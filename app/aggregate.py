@@ -100,6 +100,7 @@ class Result:
     combine: str  # SUM, MEDIAN, MAX or ALL
     measured: bool = True  # False: bookkeeping, combined over every rank, not only measuring
     per_rank: bool = False  # also <name>_per_rank = median over the measuring ranks
+    integer: bool = False  # a count: combined values are ints
 
 
 RESULTS: dict[str, Result] = {
@@ -107,11 +108,11 @@ RESULTS: dict[str, Result] = {
     for r in (
         Result("msg_rate_mps", "M msg/s", "M msg/s (sum)", SUM, per_rank=True),
         Result("gbps", "GB/s", "GB/s (sum)", SUM, per_rank=True),
-        Result("messages", "messages", "messages", SUM),
-        Result("bytes_moved", "B", "bytes", SUM),
-        Result("doorbells", "doorbells", "doorbells", SUM),
-        Result("cqes", "CQEs", "CQEs", SUM),
-        Result("elapsed_ns", "ns", "elapsed (ns, slowest rank)", MAX),
+        Result("messages", "messages", "messages", SUM, integer=True),
+        Result("bytes_moved", "B", "bytes", SUM, integer=True),
+        Result("doorbells", "doorbells", "doorbells", SUM, integer=True),
+        Result("cqes", "CQEs", "CQEs", SUM, integer=True),
+        Result("elapsed_ns", "ns", "elapsed (ns, slowest rank)", MAX, integer=True),
         Result("validated", "", "validated", ALL, measured=False),
         Result("wall_s", "s", "wall (s, slowest rank)", MAX, measured=False),
     )
@@ -237,6 +238,8 @@ def _role_columns(summaries: Sequence[dict[str, Any]], metric: str) -> dict[str,
             continue  # bookkeeping: combined over every rank by the caller
         vals = [s.get(k) for s in ranks]
         out[k] = combine(vals, decl.combine if decl else MEDIAN)
+        if decl is not None and decl.integer and _finite([out[k]]):
+            out[k] = round(float(out[k]))
         if decl is not None and decl.per_rank:
             out[k + "_per_rank"] = combine(vals, MEDIAN)
     return out
