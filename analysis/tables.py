@@ -36,8 +36,8 @@ def header(col: str) -> str:
     uses), including per-run and ratio columns."""
     if col.startswith("ratio "):  # "ratio p50_us B/A" -> "p50 B/A"
         _, base, runs = col.split(" ", 2)
-        return f"{header(base).split(' (')[0]} {runs}"
-    if " [" in col:  # "p50_us [B]" -> "p50 (µs) B"
+        return f"{header(base).split('(')[0].rstrip()} {runs}"
+    if " [" in col:  # "p50_us [B]" -> "p50(µs) B"
         base, run = col.split(" [", 1)
         return f"{header(base)} {run.rstrip(']')}"
     return _HEADERS.get(col) or _row_header(col)

@@ -36,14 +36,15 @@ NS_PER_US = 1e3
 
 # ---- samples ----------------------------------------------------------------------------------
 
-# Statistic key -> human header. Values are µs (count: samples).
+# Statistic key -> human header (perftest/OSU style: unit in parentheses, no space). Values are
+# µs (count: samples).
 SAMPLE_STATS: dict[str, str] = {
-    "p50_us": "p50 (µs)",
-    "p99_us": "p99 (µs)",
-    "p999_us": "p99.9 (µs)",
-    "mean_us": "mean (µs)",
-    "min_us": "min (µs)",
-    "max_us": "max (µs)",
+    "p50_us": "p50(µs)",
+    "p99_us": "p99(µs)",
+    "p999_us": "p99.9(µs)",
+    "mean_us": "mean(µs)",
+    "min_us": "min(µs)",
+    "max_us": "max(µs)",
 }
 _PERCENTILES = (("p50_us", 50.0), ("p99_us", 99.0), ("p999_us", 99.9))
 
@@ -125,7 +126,7 @@ DEFAULT_ROLE = "sender"
 
 # Columns of an aggregated row that are neither parameters nor results.
 ROW_HEADERS: dict[str, str] = {
-    "size": "size (B)",
+    "size": "size(B)",
     "metric": "metric",
     "role": "role",
     "ranks": "ranks",
