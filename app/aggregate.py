@@ -181,8 +181,9 @@ def combine(values: Sequence[Any], how: str) -> Any:
         uniq = list(dict.fromkeys(str(v) for v in present))
         return present[0] if len(uniq) == 1 else "mixed"
     if how == SUM:
-        total = float(np.sum(nums))
-        return int(total) if all(isinstance(v, (int, np.integer)) for v in present) else total
+        if all(isinstance(v, (int, np.integer)) for v in present):
+            return int(sum(int(v) for v in present))  # exact, past 2**53 too
+        return float(np.sum(nums))
     if how == MAX:
         return float(np.max(nums))
     return float(np.median(nums))

@@ -172,3 +172,10 @@ def test_empty_statistics_are_null_in_live_json() -> None:
     printer.row("x", {"p50_us": math.nan, "size": 8})
     printer.finish({})
     assert json.loads(out.getvalue())["results"][0]["p50_us"] is None
+
+
+def test_counts_sum_exactly_as_ints() -> None:
+    big = 2**53 + 1
+    summaries = [{"rank": r, "role": "sender", "metric": "", "messages": big} for r in (0, 1)]
+    row = aggregate_rows({}, summaries)
+    assert row["messages"] == 2 * big and isinstance(row["messages"], int)
