@@ -240,7 +240,7 @@ def _role_columns(summaries: Sequence[dict[str, Any]], metric: str) -> dict[str,
             continue  # bookkeeping: combined over every rank by the caller
         vals = [s.get(k) for s in ranks]
         out[k] = combine(vals, decl.combine if decl else MEDIAN)
-        if decl is not None and decl.integer and _finite([out[k]]):
+        if decl is not None and decl.integer and _finite([out[k]]) and not isinstance(out[k], int):
             out[k] = round(float(out[k]))
         if decl is not None and decl.per_rank:
             out[k + "_per_rank"] = combine(vals, MEDIAN)
