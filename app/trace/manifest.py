@@ -17,7 +17,7 @@ MANIFEST_FIELDS = (
     "schema", "tool_version", "git_rev", "experiments", "config", "world_size", "provider",
     "submitter", "argv", "start_utc", "end_utc", "status", "hosts",
 )
-OPTIONAL_FIELDS = ("failed_ranks", "reason")
+OPTIONAL_FIELDS = ("failed_ranks", "reason", schema.RUN_ID, schema.POINTS_PER_RANK)
 
 
 def manifest_path(run_dir: Path) -> Path:

@@ -342,7 +342,7 @@ def _rank_problems(rank: int, path: Path, attrs: dict[str, Any], manifest: dict[
     if not is_partial and attrs.get("status") != schema.STATUS_COMPLETE:
         why = f" ({attrs['failure']})" if attrs.get("failure") else ""
         problems.append(f"rank {rank}: status {attrs.get('status')!r}{why}")
-    run_id, own = manifest.get("run_id"), attrs.get("run_id")
+    run_id, own = manifest.get(schema.RUN_ID), attrs.get(schema.RUN_ID)
     if (run_id is not None or own is not None) and own != run_id:
         problems.append(f"rank {rank}: {path.name} belongs to run {own!r}, run.json is run "
                             f"{run_id!r} (a file from another run?)")
@@ -361,7 +361,7 @@ def _canonical(value: Any) -> str:
 def _count_problems(manifest: dict[str, Any], inventories: dict[int, _Inventory]) -> list[str]:
     """Points per rank, the same points on every rank, and sample counts."""
     problems: list[str] = []
-    expected = manifest.get("points_per_rank")
+    expected = manifest.get(schema.POINTS_PER_RANK)
     if expected is not None and (not isinstance(expected, int) or isinstance(expected, bool)
                                  or expected < 0):
         problems.append(f"run.json: invalid points_per_rank={expected!r}")
