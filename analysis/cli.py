@@ -1,14 +1,19 @@
 """`gicbench analyze RUN [RUN...]` and `gicbench report RUN` (wired into the CLI by app/cli).
 
-Exit status: 0 on success, 2 when a run is refused (missing, unknown schema, incomplete without
---allow-incomplete); the reason goes to stderr.
+Exit status: 0 on success, 2 when a run is refused (missing, unknown schema, damaged or
+incomplete without --allow-incomplete, an unknown --experiment); the reason goes to stderr as one
+message, never a traceback (GICBENCH_DEBUG=1 shows it for input nothing anticipated). report
+exits 1 when a plot could not be drawn (noted in report.md) unless --allow-incomplete is given.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -17,6 +22,8 @@ from rich.table import Table
 
 from gicbench.errors import ConfigError, GicbenchError
 
+from .fit_cli import print_outcome
+from .fits import apply as fit_apply
 from .load import aggregate_ranks, load_run
 from .tables import (
     caption_candidates,
@@ -80,9 +87,22 @@ def _labels(paths: list[Path]) -> list[str]:
     return out
 
 
+Fits = dict[str, list[tuple[str, fit_apply.FitOutcome]]]
+
+
+def _fits(exp: str, per_run: list[tuple[str, pd.DataFrame]], params: list[str]) -> list[
+        tuple[str, fit_apply.FitOutcome]]:
+    """The fits the experiment declares, applied to each run's table."""
+    return [(label, outcome)
+            for name in fit_apply.declared_fits(exp)
+            for label, table in per_run
+            for outcome in fit_apply.fit_table(name, table, params)]
+
+
 def _tables(args: argparse.Namespace) -> tuple[list[dict], dict[str, pd.DataFrame],
-                                                 dict[str, dict]]:
-    """Load every run; per experiment one table (several runs: joined, with ratios)."""
+                                                 dict[str, dict], Fits]:
+    """Load every run; per experiment one table (several runs: joined, with ratios), and the
+    fits the experiment declares."""
     runs_meta: list[dict] = []
     aggs: list[tuple[str, pd.DataFrame]] = []
     for label, path in zip(_labels(args.runs), args.runs, strict=True):
@@ -92,15 +112,21 @@ def _tables(args: argparse.Namespace) -> tuple[list[dict], dict[str, pd.DataFram
         aggs.append((label, aggregate_ranks(df)))
     experiments = list(dict.fromkeys(e for _, a in aggs if not a.empty for e in a["experiment"]))
     if args.experiment:
+        unknown = [e for e in args.experiment if e not in experiments]
+        if unknown:
+            raise ConfigError("--experiment (-x)", ",".join(unknown),
+                              f"experiments of the run(s): {experiments}")
         experiments = [e for e in experiments if e in args.experiment]
     tables: dict[str, pd.DataFrame] = {}
     fixed: dict[str, dict] = {}
+    fits: Fits = {}
     for exp in experiments:
         compact = not (args.json or args.csv)
         per_run = [(label, experiment_table(a, exp, args.rank_stat, compact=compact))
                    for label, a in aggs
                    if not a.empty and exp in set(a["experiment"])]
         params = [p for p in dict.fromkeys(p for _, a in aggs for p in param_columns(a))]
+        fits[exp] = _fits(exp, per_run, params)
         if len(aggs) == 1:
             tables[exp] = per_run[0][1]
             _, fixed[exp] = split_constant(per_run[0][1], caption_candidates(aggs[0][1]))
@@ -112,7 +138,7 @@ def _tables(args: argparse.Namespace) -> tuple[list[dict], dict[str, pd.DataFram
                 keys = [c for c in per_run[0][1].columns if c in params or c == "metric"]
             tables[exp] = compare_tables(per_run, keys)
             _, fixed[exp] = split_constant(tables[exp], keys)
-    return runs_meta, tables, fixed
+    return runs_meta, tables, fixed, fits
 
 
 def _check_unique(exp: str, per_run: list[tuple[str, pd.DataFrame]], keys: list[str]) -> None:
@@ -130,7 +156,7 @@ def _check_unique(exp: str, per_run: list[tuple[str, pd.DataFrame]], keys: list[
 
 
 def _print_rich(runs_meta: list[dict], tables: dict[str, pd.DataFrame],
-                fixed: dict[str, dict], rank_stat: str) -> None:
+                fixed: dict[str, dict], rank_stat: str, fits: Fits) -> None:
     console = Console()
     if len(runs_meta) > 1:
         for meta in runs_meta:
@@ -157,17 +183,36 @@ def _print_rich(runs_meta: list[dict], tables: dict[str, pd.DataFrame],
             wide = Console(width=1000)
             width = wide.measure(t).maximum
             Console(width=max(width, 40)).print(t)
+        for label, outcome in fits.get(exp, []):
+            if len(runs_meta) > 1:
+                console.print(f"run {label}:", markup=False)
+            print_outcome(outcome, console)
+
+
+def _guarded(command: str, work: Callable[[], object]) -> tuple[bool, object]:
+    """Run work(); a refusal or damaged input becomes one line on stderr, never a traceback."""
+    try:
+        return True, work()
+    except GicbenchError as exc:
+        print(f"gicbench {command}: {exc}", file=sys.stderr)
+    except Exception as exc:
+        if os.environ.get("GICBENCH_DEBUG"):
+            traceback.print_exc()
+        print(f"gicbench {command}: cannot {command} this input ({type(exc).__name__}: {exc}); "
+              "the trace may be damaged (GICBENCH_DEBUG=1 shows where)", file=sys.stderr)
+    return False, None
 
 
 def run_analyze(args: argparse.Namespace) -> int:
-    try:
-        runs_meta, tables, fixed = _tables(args)
-    except GicbenchError as exc:
-        print(f"gicbench analyze: {exc}", file=sys.stderr)
+    ok, got = _guarded("analyze", lambda: _tables(args))
+    if not ok:
         return EXIT_REFUSED
+    runs_meta, tables, fixed, fits = got  # type: ignore[misc]
     if args.json:
         doc = {"runs": runs_meta, "rank_stat": args.rank_stat,
-               "experiments": {e: records(t) for e, t in tables.items()}}
+               "experiments": {e: records(t) for e, t in tables.items()},
+               "fits": {e: [{"run": label, **o.to_json()} for label, o in fs]
+                        for e, fs in fits.items() if fs}}
         print(json.dumps(doc, indent=2, allow_nan=False))
     elif args.csv:
         for meta in runs_meta:
@@ -177,21 +222,23 @@ def run_analyze(args: argparse.Namespace) -> int:
         if frames:
             sys.stdout.write(pd.concat(frames, ignore_index=True).to_csv(index=False))
     else:
-        _print_rich(runs_meta, tables, fixed, args.rank_stat)
+        _print_rich(runs_meta, tables, fixed, args.rank_stat, fits)
     return 0
 
 
 def run_report(args: argparse.Namespace) -> int:
     from .report import write_report  # matplotlib only when a report is asked for
 
-    try:
-        out = write_report(args.run, args.out, allow_incomplete=args.allow_incomplete,
-                           workers=args.jobs)
-    except GicbenchError as exc:
-        print(f"gicbench report: {exc}", file=sys.stderr)
+    failures: list[str] = []
+    ok, out = _guarded("report", lambda: write_report(
+        args.run, args.out, allow_incomplete=args.allow_incomplete, workers=args.jobs,
+        failures=failures))
+    if not ok:
         return EXIT_REFUSED
+    for f in failures:
+        print(f"gicbench report: {f}", file=sys.stderr)
     print(f"wrote {out}")
-    return 0
+    return 1 if failures and not args.allow_incomplete else 0
 
 
 def main(argv: list[str] | None = None) -> int:

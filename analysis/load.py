@@ -1,20 +1,25 @@
-"""Load a run directory into a tidy table and aggregate ranks the way the seeds report them.
+"""Load a run directory into a tidy table and aggregate ranks with gicbench.aggregate.
 
 load_run streams: one rank file open at a time and one sample dataset in memory at a time, so
-128 ranks x 10^6 samples need about one dataset's worth of memory. Sample statistics are in
-nanoseconds, like the samples (df.attrs["unit"] == "ns").
+128 ranks x 10^6 samples need about one dataset's worth of memory. Per-rank sample statistics
+are those of gicbench.aggregate.summarize_samples, in µs (df.attrs["unit"] == "us").
 
-Columns of load_run: experiment, point, rank, metric, count, mean, min, p50, p99, p99.9, max,
-closed, then one column per parameter, per result and per NIC counter delta (counter_<name>).
-A point with no sample datasets still gets one row (metric "", statistics NaN) so its results
-are kept. Names of the parameter/result/counter columns are in df.attrs["params"/"results"/
-"counters"]; a parameter or result whose name collides with a fixed column is prefixed with
-"param_" / "result_". Non-scalar values (lists, dicts) are stored as JSON strings.
+Columns of load_run: experiment, point, rank, role, metric, count, p50_us, p99_us, p999_us,
+mean_us, min_us, max_us, closed, then one column per parameter, per result and per NIC counter
+delta (counter_<name>). A point with no sample datasets still gets one row (metric "",
+statistics NaN) so its results are kept. Names of the parameter/result/counter columns are in
+df.attrs["params"/"results"/"counters"]; a parameter or result whose name collides with a fixed
+column is prefixed with "param_" / "result_". Non-scalar values (lists, dicts) are stored as
+JSON strings.
+
+aggregate_ranks turns it into one row per (experiment, point, metric) with exactly the rule rank
+0's live table uses (gicbench.aggregate.aggregate_point), so the two agree number for number.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing as mp
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -23,28 +28,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gicbench.aggregate import (
+    DEFAULT_ROLE,
+    NOT_RESULTS,
+    SAMPLE_STATS,
+    aggregate_point,
+    summarize_samples,
+)
 from gicbench.errors import ConfigError, TraceError
 from gicbench.trace import Point, RankTrace, open_run
+from gicbench.trace.reader import READ_ERRORS
 
-PERCENTILES = {"p50": 50.0, "p99": 99.0, "p99.9": 99.9}
-STATS = ("count", "mean", "min", "p50", "p99", "p99.9", "max")
-LATENCY_STATS = ("p50", "p99", "p99.9", "mean", "min", "max")
-ID_COLUMNS = ("experiment", "point", "rank", "metric")
+STATS = ("count", *SAMPLE_STATS)
+ID_COLUMNS = ("experiment", "point", "rank", "role", "metric")
 FIXED_COLUMNS = frozenset((*ID_COLUMNS, *STATS, "closed", "ranks", "slowest_rank"))
-
-
-def summarize(ns: np.ndarray) -> dict[str, float]:
-    """count, mean, min, p50, p99, p99.9 and max of one sample array (NaN when empty)."""
-    if ns.size == 0:
-        return {"count": 0, **{k: float("nan") for k in STATS if k != "count"}}
-    qs = np.percentile(ns, list(PERCENTILES.values()))
-    return {
-        "count": int(ns.size),
-        "mean": float(ns.mean(dtype=np.float64)),
-        "min": float(ns.min()),
-        **{name: float(q) for name, q in zip(PERCENTILES, qs, strict=True)},
-        "max": float(ns.max()),
-    }
 
 
 def _cell(value: Any) -> Any:
@@ -59,6 +56,8 @@ def _columns(point: Point, names: dict[str, dict[str, str]]) -> dict[str, Any]:
     for kind, values in (("params", point.params), ("results", point.results)):
         prefix = "param_" if kind == "params" else "result_"
         for key, value in values.items():
+            if kind == "results" and key in NOT_RESULTS:
+                continue  # the role is its own column
             col = names[kind].get(key)
             if col is None:
                 col = prefix + key if key in FIXED_COLUMNS or key in out else key
@@ -89,25 +88,36 @@ def _rank_rows(rank: RankTrace, allow_incomplete: bool) -> tuple[list[dict[str, 
     problems: list[str] = []
     with rank:
         try:
-            for point in rank.points():
-                extra = _columns(point, names)
-                base = {"experiment": point.experiment, "point": point.index,
-                        "rank": rank.rank, "closed": point.closed}
-                for metric in point.metrics or [""]:
-                    stats = (summarize(rank.samples(point.index, metric)) if metric
-                             else summarize(np.empty(0, dtype=np.int64)))
-                    rows.append({**base, "metric": metric, **stats, **extra})
-        except (OSError, KeyError, ValueError, RuntimeError) as exc:  # a .partial cut mid-point
+            points = list(rank.points())
+        except READ_ERRORS as exc:
             if not allow_incomplete:
                 raise TraceError(f"{rank.path}: unreadable: {exc}") from exc
             problems.append(f"rank {rank.rank}: stopped reading {rank.path.name}: {exc}")
+            points = []
+        for point in points:
+            role = point.results.get("role") or DEFAULT_ROLE
+            base = {"experiment": point.experiment, "point": point.index,
+                    "rank": rank.rank, "role": str(role), "closed": point.closed}
+            try:  # a damaged dataset loses its point, not the rank's other points
+                stats = [(m, summarize_samples(rank.samples(point.index, m))) for m in
+                         point.metrics] or [("", summarize_samples(np.empty(0, np.int64)))]
+            except READ_ERRORS as exc:
+                if not allow_incomplete:
+                    raise TraceError(f"{rank.path}: point {point.index} unreadable: {exc}") \
+                        from exc
+                problems.append(f"rank {rank.rank}: point {point.index} of {rank.path.name} "
+                                f"unreadable: {exc}")
+                continue
+            extra = _columns(point, names)
+            for metric, st in stats:
+                rows.append({**base, "metric": metric, **st, **extra})
     return rows, names, problems
 
 
-def _rank_rows_job(job: tuple[Path, int, dict[str, Any], bool, bool]) -> tuple[
+def _rank_rows_job(job: tuple[Path, int, dict[str, Any], bool, frozenset[str], bool]) -> tuple[
         list[dict[str, Any]], Names, list[str]]:
-    path, rank, attrs, partial, allow_incomplete = job
-    return _rank_rows(RankTrace(path, rank, attrs, partial), allow_incomplete)
+    path, rank, attrs, partial, unreadable, allow_incomplete = job
+    return _rank_rows(RankTrace(path, rank, attrs, partial, unreadable), allow_incomplete)
 
 
 def load_run(path: Path | str, allow_incomplete: bool = False, workers: int = 1) -> pd.DataFrame:
@@ -127,7 +137,8 @@ def load_run(path: Path | str, allow_incomplete: bool = False, workers: int = 1)
     if workers == 1 or len(run.ranks) < 2:
         parts = [_rank_rows(rank, allow_incomplete) for rank in run.ranks]
     else:
-        jobs = [(r.path, r.rank, r.attrs, r.partial, allow_incomplete) for r in run.ranks]
+        jobs = [(r.path, r.rank, r.attrs, r.partial, r.unreadable, allow_incomplete)
+                for r in run.ranks]
         ctx = mp.get_context("spawn")  # no fork: h5py and threads do not survive it well
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
             parts = list(pool.map(_rank_rows_job, jobs))
@@ -146,7 +157,7 @@ def load_run(path: Path | str, allow_incomplete: bool = False, workers: int = 1)
     df = df[order + extra_cols]
     df.attrs.update({
         "run": str(path), "status": "incomplete" if problems else "complete",
-        "problems": problems, "unit": "ns", "manifest": run.manifest,
+        "problems": problems, "unit": "us", "manifest": run.manifest,
         "params": list(dict.fromkeys(names["params"].values())),
         "results": list(dict.fromkeys(names["results"].values())),
         "counters": list(dict.fromkeys(names["counters"].values())),
@@ -154,55 +165,44 @@ def load_run(path: Path | str, allow_incomplete: bool = False, workers: int = 1)
     return df
 
 
-def _combine(series: pd.Series) -> Any:
-    """Median of numbers, all() of booleans, the common value (or "mixed") of anything else."""
-    vals = series.dropna()
-    if vals.empty:
-        return np.nan
-    if pd.api.types.is_bool_dtype(vals) or all(isinstance(v, (bool, np.bool_)) for v in vals):
-        return bool(vals.astype(bool).all())
-    if pd.api.types.is_numeric_dtype(vals):
-        return float(vals.median())
-    uniq = vals.unique()
-    return uniq[0] if len(uniq) == 1 else "mixed"
+def _value(v: Any) -> Any:
+    """A cell as the live harness had it: NaN/None -> None, numpy scalars -> Python."""
+    if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
+        return None
+    return v.item() if isinstance(v, np.generic) else v
 
 
 def aggregate_ranks(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per (experiment, point, metric) over ranks, as the seeds report:
-
-    - median rank: each statistic is the median over ranks (p50, p99, ... stay ordered);
-    - slowest rank: the rank with the largest mean; its statistics as slowest_<stat>;
-    - count: samples over all ranks; ranks: how many ranks contributed;
-    - results: median over ranks (booleans: all ranks), numeric results also as <name>_sum
-      (the aggregate over ranks, e.g. a message rate summed over senders);
-    - counter deltas: summed over ranks.
+    """One row per (experiment, point, metric) over ranks, by gicbench.aggregate.aggregate_point
+    (the rule of rank 0's live table; see that module): per role, measuring roles only; sample
+    statistics are the median over ranks of each rank's value, the slowest rank the one with the
+    largest mean; each result combines as declared there (rates summed, with <name>_per_rank the
+    median). Also: experiment, point, closed (all ranks closed the point) and NIC counter deltas
+    summed over ranks.
     """
     params = [c for c in df.attrs.get("params", []) if c in df.columns]
     results = [c for c in df.attrs.get("results", []) if c in df.columns]
     counters = [c for c in df.attrs.get("counters", []) if c in df.columns]
     out: list[dict[str, Any]] = []
-    for (experiment, point, metric), g in df.groupby(["experiment", "point", "metric"],
-                                                     sort=True, dropna=False):
-        row: dict[str, Any] = {"experiment": experiment, "point": point, "metric": metric}
-        for p in params:
-            row[p] = _combine(g[p])
-        row["ranks"] = int(g["rank"].nunique())
-        row["count"] = int(g["count"].sum())
-        for s in LATENCY_STATS:
-            row[s] = float(g[s].median()) if g[s].notna().any() else np.nan
-        means = g["mean"]
-        slow = g.loc[means.idxmax()] if means.notna().any() else None
-        row["slowest_rank"] = int(slow["rank"]) if slow is not None else -1
-        for s in LATENCY_STATS:
-            row["slowest_" + s] = float(slow[s]) if slow is not None else np.nan
-        for r in results:
-            row[r] = _combine(g[r])
-            if pd.api.types.is_numeric_dtype(g[r]) and not pd.api.types.is_bool_dtype(g[r]):
-                row[r + "_sum"] = float(g[r].sum(min_count=1))
-        for c in counters:
-            row[c] = float(g[c].sum(min_count=1))
-        row["closed"] = bool(g["closed"].all())
-        out.append(row)
+    for (experiment, point), g in df.groupby(["experiment", "point"], sort=True):
+        first = g.iloc[0]
+        point_params = {p: _value(first[p]) for p in params if _value(first[p]) is not None}
+        summaries: list[dict[str, Any]] = []
+        for rec in g.to_dict(orient="records"):
+            s: dict[str, Any] = {"rank": int(rec["rank"]), "role": rec["role"],
+                                 "metric": rec["metric"]}
+            if rec["metric"]:
+                s.update({k: _value(rec[k]) for k in STATS})
+            for r in results:
+                v = _value(rec[r])
+                if v is not None:
+                    s[r] = v
+            summaries.append(s)
+        closed = bool(g["closed"].all())
+        sums = {c: float(g.drop_duplicates("rank")[c].sum(min_count=1)) for c in counters}
+        for row in aggregate_point(point_params, summaries):
+            out.append({"experiment": experiment, "point": int(point), **row, **sums,
+                        "closed": closed})
     agg = pd.DataFrame(out)
     if not agg.empty:  # the run's own order: experiments and metrics as they were measured
         agg = agg.sort_values(["point"], kind="stable").reset_index(drop=True)

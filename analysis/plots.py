@@ -1,6 +1,6 @@
 """PNG plots for the report (matplotlib, Agg backend: no display needed).
 
-Latency against size is log-log with sizes on a base-2 axis, as in the seeds' figures; rates
+Latency against size is log-log with sizes on a base-2 axis, as in the papers' figures; rates
 against batch or QPs use a base-2 x axis and a linear rate axis.
 """
 
@@ -17,13 +17,14 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from .fits.apply import FitOutcome
 from .tables import header
 
 DPI = 120
 
 
 def size_label(value: float, _pos: object = None) -> str:
-    """8, 64, 1K, 4K, 1M: the byte labels of the seeds' size axes."""
+    """8, 64, 1K, 4K, 1M: the byte labels of the papers' size axes."""
     for unit, div in (("M", 1 << 20), ("K", 1 << 10)):
         if value >= div and value % div == 0:
             return f"{int(value // div)}{unit}"
@@ -78,7 +79,7 @@ def latency_vs_size(table: pd.DataFrame, params: Sequence[str], title: str,
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         sizes = sorted(rows["size"].dropna().unique())
-        if len(sizes) <= 12:  # label every sampled size, as the seeds' size axes do
+        if len(sizes) <= 12:  # label every sampled size, as the papers' size axes do
             ax.set_xticks([float(v) for v in sizes])
         ax.xaxis.set_major_formatter(FuncFormatter(size_label))
         ax.xaxis.set_minor_formatter(NullFormatter())
@@ -126,7 +127,7 @@ def rate_vs(table: pd.DataFrame, x: str, params: Sequence[str], y: str, title: s
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_ylim(bottom=0)
     ax.set_xlabel(x)
-    ax.set_ylabel(header(y) + " (sum over ranks)")
+    ax.set_ylabel(header(y))
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
@@ -141,8 +142,9 @@ def latency_bars(table: pd.DataFrame, title: str, out: Path) -> Path:
     metrics = list(dict.fromkeys(table["metric"]))
     fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(metrics) + 2), 4.2))
     width = 0.26
-    for j, (stat, alpha) in enumerate((("p50", 1.0), ("p99", 0.7), ("p99.9", 0.45))):
-        vals = [float(table.loc[table["metric"] == m, f"{stat}_us"].median()) for m in metrics]
+    for j, (stat, key, alpha) in enumerate((("p50", "p50_us", 1.0), ("p99", "p99_us", 0.7),
+                                            ("p99.9", "p999_us", 0.45))):
+        vals = [float(table.loc[table["metric"] == m, key].median()) for m in metrics]
         xs = [i + (j - 1) * width for i in range(len(metrics))]
         bars = ax.bar(xs, vals, width, color="C0", alpha=alpha, label=stat)
         ax.bar_label(bars, labels=[f"{v:.3g}" for v in vals], fontsize=7)
@@ -171,9 +173,44 @@ def rate_bars(table: pd.DataFrame, params: Sequence[str], y: str, title: str,
     ax.bar_label(bars, labels=[f"{v:.3g}" for v in table[y].astype(float)], fontsize=8)
     ax.set_xticks(range(len(labels)), labels, rotation=20 if len(labels) > 4 else 0)
     ax.set_xlim(-0.8, len(labels) - 0.2)
-    ax.set_ylabel(header(y) + " (sum over ranks)")
+    ax.set_ylabel(header(y))
     ax.set_title(title)
     ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=DPI)
+    plt.close(fig)
+    return out
+
+
+def fit_curves(outcomes: Sequence[FitOutcome], title: str, out: Path) -> Path:
+    """Data (markers) and the fitted curve (line) of each fitted group, one colour per group;
+    a crossover marks its threshold and crossing instead of a curve."""
+    fitted = [o for o in outcomes if o.error is None and o.data is not None]
+    if not fitted:
+        raise ValueError("no fitted group to plot")
+    first = fitted[0]
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for i, o in enumerate(fitted):
+        c = f"C{i % 10}"
+        label = ", ".join(f"{k}={v}" for k, v in o.group.items()) or "data"
+        xs, ys = o.data  # type: ignore[misc]
+        ax.plot(xs, ys, "o", color=c, label=label)
+        if o.curve is not None:
+            ax.plot(o.curve[0], o.curve[1], "-", color=c, alpha=0.8)
+        if o.fit == "crossover":
+            ax.axhline(o.params["threshold"].value, color=c, ls=":", alpha=0.7)
+            size = o.params["size"].value
+            if size is not None:
+                ax.axvline(size, color=c, ls="--", alpha=0.7)
+    if first.fit in ("plateau", "crossover"):
+        ax.set_xscale("log", base=2)
+    if first.fit == "plateau":
+        ax.set_yscale("log")
+    ax.set_xlabel(first.x)
+    ax.set_ylabel(header(first.y))
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=DPI)
     plt.close(fig)

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from . import plots
+from .fits import apply as fit_apply
 from .load import aggregate_ranks, load_run
 from .tables import (
     caption_candidates,
@@ -32,6 +33,24 @@ class Section:
     title: str
     lines: list[str] = field(default_factory=list)
     images: list[Path] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+    def plot(self, draw: Callable[..., Path], *args: Any) -> None:
+        """Draw one figure; data matplotlib cannot draw becomes a note, not a traceback."""
+        try:
+            self.images.append(draw(*args))
+        except Exception as exc:
+            plt_close_all()
+            why = f"{self.title}: plot {draw.__name__} could not be drawn: " \
+                  f"{type(exc).__name__}: {exc}"
+            self.failures.append(why)
+            self.lines += ["", f"> Plot missing: {why}"]
+
+
+def plt_close_all() -> None:
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
 
 
 def markdown_table(table: pd.DataFrame) -> list[str]:
@@ -71,9 +90,9 @@ def _single_op(agg: pd.DataFrame, plot_dir: Path, section: Section) -> None:
     out = plot_dir / "single-op-latency.png"
     title = "single-op latency (median rank)"
     if "size" in full.columns and full["size"].nunique() > 1:
-        section.images.append(plots.latency_vs_size(full, params, title, out))
+        section.plot(plots.latency_vs_size, full, params, title, out)
     else:  # one size: a line per metric would be a dot; compare the percentiles instead
-        section.images.append(plots.latency_bars(full, title, out))
+        section.plot(plots.latency_bars, full, title, out)
 
 
 def _msg_rate(agg: pd.DataFrame, plot_dir: Path, section: Section) -> None:
@@ -84,12 +103,29 @@ def _msg_rate(agg: pd.DataFrame, plot_dir: Path, section: Section) -> None:
     params = [p for p in param_columns(agg) if p in full.columns]
     axes = [x for x in ("batch", "qps", "threads") if x in full.columns and full[x].nunique() > 1]
     for x in axes:
-        section.images.append(plots.rate_vs(
-            full, x, params, "msg_rate_mps", f"msg-rate against {x}",
-            plot_dir / f"msg-rate-vs-{x}.png"))
+        section.plot(plots.rate_vs, full, x, params, "msg_rate_mps", f"msg-rate against {x}",
+                     plot_dir / f"msg-rate-vs-{x}.png")
     if not axes:
-        section.images.append(plots.rate_bars(full, params, "msg_rate_mps", "msg-rate",
-                                              plot_dir / "msg-rate.png"))
+        section.plot(plots.rate_bars, full, params, "msg_rate_mps", "msg-rate",
+                     plot_dir / "msg-rate.png")
+
+
+def _fit_block(agg: pd.DataFrame, experiment: str, plot_dir: Path, section: Section) -> None:
+    """The fits the experiment declares: parameters, uncertainties, R², flags, and a plot of
+    the fitted curve over the data."""
+    names = fit_apply.declared_fits(experiment)
+    if not names:
+        return
+    full = experiment_table(agg, experiment)
+    params = [p for p in param_columns(agg) if p in full.columns]
+    for name in names:
+        outcomes = fit_apply.fit_table(name, full, params)
+        section.lines += ["", f"### {name} fit", ""]
+        for o in outcomes:
+            section.lines += ["    " + line for line in fit_apply.outcome_lines(o)]
+        if name != "exposed" and any(o.error is None for o in outcomes):
+            section.plot(plots.fit_curves, outcomes, f"{experiment}: {name} fit",
+                         plot_dir / f"{experiment}-fit-{name}.png")
 
 
 def _generic(experiment: str) -> Callable[[pd.DataFrame, Path, Section], None]:
@@ -118,8 +154,10 @@ def _provenance(df: pd.DataFrame) -> list[str]:
 
 
 def write_report(run_dir: Path, out: Path | None = None, allow_incomplete: bool = False,
-                 workers: int = 1) -> Path:
-    """Write report.md (default RUN/report.md) and its PNGs (in plots/ next to it)."""
+                 workers: int = 1, failures: list[str] | None = None) -> Path:
+    """Write report.md (default RUN/report.md) and its PNGs (in plots/ next to it).
+
+    Figures that could not be drawn are noted in the report and appended to `failures`."""
     run_dir = Path(run_dir)
     out = Path(out) if out is not None else run_dir / "report.md"
     plot_dir = out.parent / "plots"
@@ -139,7 +177,10 @@ def write_report(run_dir: Path, out: Path | None = None, allow_incomplete: bool 
     for experiment in experiments:
         section = Section(experiment)
         SECTIONS.get(experiment, _generic(experiment))(agg, plot_dir, section)
+        _fit_block(agg, experiment, plot_dir, section)
         lines += [f"## {experiment}", "", *section.lines, ""]
+        if failures is not None:
+            failures += section.failures
         for image in section.images:
             rel = image.relative_to(out.parent)
             lines += [f"![{experiment}: {image.stem}]({rel.as_posix()})", ""]

@@ -1,5 +1,6 @@
 """Summary tables in the users' conventions: size first (bytes), latency in µs, p50/p99/p99.9,
-rate in M msg/s, bandwidth in GB/s. Tables carry machine column names (for JSON/CSV); header()
+rate in M msg/s, bandwidth in GB/s; headers, units and the rank rule from gicbench.aggregate.
+Tables carry machine column names (for JSON/CSV); header()
 gives the human header (for the terminal and report.md)."""
 
 from __future__ import annotations
@@ -11,41 +12,35 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-NS_PER_US = 1e3
-LAT_STATS = ("p50", "p99", "p99.9")
-# Results with a known unit, and how ranks combine: "sum" = aggregate over ranks.
-KNOWN_RESULTS: dict[str, tuple[str, str]] = {
-    "msg_rate_mps": ("M msg/s", "sum"),
-    "gbps": ("GB/s", "sum"),
-    "messages": ("messages", "sum"),
-    "bytes_moved": ("bytes", "sum"),
-}
-RESULT_ORDER = ("msg_rate_mps", "gbps", "messages", "bytes_moved")
+from gicbench.aggregate import RESULTS
+from gicbench.aggregate import header as _row_header
+
+LAT_STATS = ("p50_us", "p99_us", "p999_us")
+# Results people look for first, in this order; any other result follows.
+RESULT_ORDER = ("msg_rate_mps", "msg_rate_mps_per_rank", "gbps", "gbps_per_rank", "messages",
+                "bytes_moved")
 # Bookkeeping results left out of tables for people (still in JSON/CSV and the data frame).
-HIDDEN_RESULTS = frozenset({"role", "wall_s", "elapsed_ns"})
+HIDDEN_RESULTS = frozenset({"wall_s", "elapsed_ns"})
 # Always a column, even when constant: users look for the size first.
 ALWAYS_SHOWN = frozenset({"size"})
-_HEADERS = {
-    "size": "size (B)", "metric": "metric", "count": "samples", "ranks": "ranks",
-    "p50_us": "p50 (µs)", "p99_us": "p99 (µs)", "p99.9_us": "p99.9 (µs)",
-    "mean_us": "mean (µs)", "slowest_p50_us": "slowest-rank p50 (µs)",
-    "slowest_rank": "slowest rank", "interrupted": "interrupted",
-}
+_HEADERS = {"interrupted": "interrupted"}
+
+
+def _known(col: str) -> bool:
+    base = col[: -len("_per_rank")] if col.endswith("_per_rank") else col
+    return base in RESULTS and base not in ("validated",)
 
 
 def header(col: str) -> str:
-    """Human header of a machine column name, including per-run and ratio columns."""
+    """Human header of a machine column name (gicbench.aggregate.header, the one the live table
+    uses), including per-run and ratio columns."""
     if col.startswith("ratio "):  # "ratio p50_us B/A" -> "p50 B/A"
         _, base, runs = col.split(" ", 2)
-        return f"{header(base).split(' (')[0]} {runs}"
-    if " [" in col:  # "p50_us [B]" -> "p50 (µs) B"
+        return f"{header(base).split('(')[0].rstrip()} {runs}"
+    if " [" in col:  # "p50_us [B]" -> "p50(µs) B"
         base, run = col.split(" [", 1)
         return f"{header(base)} {run.rstrip(']')}"
-    if col in _HEADERS:
-        return _HEADERS[col]
-    if col in KNOWN_RESULTS:
-        return KNOWN_RESULTS[col][0]
-    return col
+    return _HEADERS.get(col) or _row_header(col)
 
 
 def fmt(value: Any, col: str = "") -> str:
@@ -61,7 +56,7 @@ def fmt(value: Any, col: str = "") -> str:
         base = col.split(" [")[0]
         if col.startswith("ratio"):
             return f"{value:.3f}"
-        if base.endswith("_us") or base in KNOWN_RESULTS:
+        if base.endswith("_us") or _known(base):
             return f"{value:,.3f}" if abs(value) < 1 else f"{value:,.2f}"
         if value.is_integer() and abs(value) < 1e15:
             return str(int(value))
@@ -79,7 +74,11 @@ def _params_of(agg: pd.DataFrame) -> list[str]:
 
 
 def _results_of(agg: pd.DataFrame) -> list[str]:
-    names = [c for c in agg.attrs.get("results", []) if c in agg.columns and agg[c].notna().any()]
+    """Result columns of aggregated rows (with <name>_per_rank), known ones first."""
+    names: list[str] = []
+    for c in agg.attrs.get("results", []):
+        names += [c, c + "_per_rank"]
+    names = [c for c in names if c in agg.columns and agg[c].notna().any()]
     known = [r for r in RESULT_ORDER if r in names]
     return known + [r for r in names if r not in known]
 
@@ -94,16 +93,13 @@ def experiment_table(agg: pd.DataFrame, experiment: str, rank_stat: str = "media
                      with_slowest: bool = False, compact: bool = False) -> pd.DataFrame:
     """One experiment's rows of aggregate_ranks() as a display table (machine column names).
 
-    rank_stat "median" shows the median rank's statistics, "slowest" the slowest rank's.
-    Ranks without samples at a point that other ranks measured (the receivers of a
-    sender/receiver pair) are left out; a point nobody sampled keeps its row. compact drops
-    the bookkeeping results (HIDDEN_RESULTS) for tables meant for people.
+    rank_stat "median" shows the median rank's statistics, "slowest" the slowest rank's (under
+    the same column names). compact drops the bookkeeping results (HIDDEN_RESULTS) for tables
+    meant for people.
     """
     if rank_stat not in ("median", "slowest"):
         raise ValueError(f"invalid rank_stat={rank_stat!r}: allowed ['median', 'slowest']")
     rows = agg[agg["experiment"] == experiment]
-    sampled = rows.loc[rows["metric"] != "", "point"].unique()
-    rows = rows[~((rows["metric"] == "") & rows["point"].isin(sampled))]
     params = [p for p in _params_of(agg) if rows[p].notna().any()]
     results = [r for r in _results_of(agg) if rows[r].notna().any()]
     if compact:
@@ -113,15 +109,16 @@ def experiment_table(agg: pd.DataFrame, experiment: str, rank_stat: str = "media
     if rows["metric"].ne("").any():
         out["metric"] = rows["metric"]
         for s in LAT_STATS:
-            out[f"{s}_us"] = rows[src + s] / NS_PER_US
-        if with_slowest:
-            out["slowest_p50_us"] = rows["slowest_p50"] / NS_PER_US
-            out["slowest_rank"] = rows["slowest_rank"]
-        out["count"] = rows["count"]
+            out[s] = rows[src + s] if src + s in rows.columns else np.nan
+        if with_slowest and "slowest_p50_us" in rows.columns:
+            out["slowest_p50_us"] = rows["slowest_p50_us"]
+            out["slowest_rank"] = _integral(rows["slowest_rank"].astype(float))
+        out["count"] = _integral(rows["count"].astype(float))
     for r in results:
-        how = KNOWN_RESULTS.get(r, ("", "median"))[1]
-        col = r + "_sum" if how == "sum" and r + "_sum" in rows.columns else r
-        out[r] = _integral(rows[col]) if r in ("messages", "bytes_moved") else rows[col]
+        counts = r in RESULTS and RESULTS[r].integer
+        out[r] = _integral(rows[r]) if counts else rows[r]
+    if "role" in rows.columns and rows["role"].nunique() > 1:
+        out["role"] = rows["role"]
     if "ranks" in rows.columns:
         out["ranks"] = rows["ranks"]
     if "closed" in rows.columns and not rows["closed"].all():
@@ -158,7 +155,7 @@ def param_columns(agg: pd.DataFrame) -> list[str]:
 def caption_candidates(agg: pd.DataFrame) -> list[str]:
     """Columns that move to the caption when constant: parameters, rank count and results
     without a known unit (validated, role ...); rates and bandwidths always stay columns."""
-    extra = [r for r in _results_of(agg) if r not in KNOWN_RESULTS]
+    extra = [r for r in _results_of(agg) if not _known(r)]
     return [*_params_of(agg), "ranks", *extra]
 
 

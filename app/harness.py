@@ -38,7 +38,8 @@ from .errors import ConfigError, GicbenchError, Refused, UnsupportedError, Valid
 from .experiments.context import Layout, RankContext
 from .experiments.registry import Experiment, PointResult
 from .fabric.base import Fabric, host_view
-from .output import Printer, SweepProgress, aggregate_senders, latency_summary
+from .aggregate import aggregate_point, rank_summaries
+from .output import Printer, SweepProgress
 from .patterns import Traffic, traffic
 from .patterns import describe as describe_pattern
 from .plan import RunPlan, make_plan
@@ -402,12 +403,10 @@ def _print_row(
     rank: int,
     rank0: bool,
 ) -> None:
-    summary: dict[str, Any] = {"rank": rank, "role": result.role, **result.results}
-    for ns in result.samples.values():
-        summary.update(latency_summary(ns))
-    rows = comm.gather(summary, root=0)
+    rows = comm.gather(rank_summaries(rank, result.role, result.results, result.samples), root=0)
     if rank0:
-        printer.row(exp.name, aggregate_senders(point, rows))
+        for row in aggregate_point(point, [s for r in rows for s in r]):
+            printer.row(exp.name, row)
 
 
 def _label(point: dict[str, Any]) -> str:

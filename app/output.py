@@ -5,53 +5,16 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import sys
 from contextlib import AbstractContextManager
 from typing import Any, TextIO
 
 import numpy as np
 
+from .aggregate import header
 from .experiments.registry import Column
 
-
-def latency_summary(ns: np.ndarray) -> dict[str, float]:
-    """p50/p99/p99.9/mean/min/max of nanosecond samples, in µs."""
-    if ns.size == 0:
-        return {}
-    us = ns.astype(np.float64) / 1e3
-    p50, p99, p999 = np.percentile(us, [50, 99, 99.9])
-    return {
-        "p50_us": float(p50),
-        "p99_us": float(p99),
-        "p999_us": float(p999),
-        "mean_us": float(us.mean()),
-        "min_us": float(us.min()),
-        "max_us": float(us.max()),
-        "count": int(us.size),
-    }
-
-
-def aggregate_senders(params: dict[str, Any], summaries: list[dict[str, Any]]) -> dict[str, Any]:
-    """One table row from the sender ranks' summaries, aggregated as the seeds report ranks and
-    as `gicbench analyze` does: each statistic is the median over ranks of that rank's value; the
-    slowest rank is the one with the largest mean. Rates: per pair (median) and summed."""
-    row: dict[str, Any] = dict(params)
-    senders = [s for s in summaries if s.get("role") in ("sender", "both")]
-    row["senders"] = len(senders)
-    with_lat = [s for s in senders if "p50_us" in s]
-    if with_lat:
-        for k in ("p50_us", "p99_us", "p999_us", "mean_us", "min_us", "max_us", "count"):
-            row[k] = float(np.median([s[k] for s in with_lat]))
-        row["count"] = int(row["count"])
-        slowest = max(with_lat, key=lambda s: s["mean_us"])
-        row["slowest_p50_us"] = slowest["p50_us"]
-        row["slowest_rank"] = slowest["rank"]
-    rates = [s["msg_rate_mps"] for s in senders if "msg_rate_mps" in s]
-    if rates:
-        row["msg_rate_mps"] = float(np.median(rates))
-        row["sum_msg_rate_mps"] = float(np.sum(rates))
-        row["gbps"] = float(np.median([s["gbps"] for s in senders]))
-    return row
 
 
 class Printer:
@@ -73,7 +36,7 @@ class Printer:
         self._cols[name] = columns
         if self.fmt == "table":
             print(f"\n# {name}", file=self.out)
-            print("  ".join(f"{c.header:>{_width(c)}}" for c in columns), file=self.out)
+            print("  ".join(f"{_header(c):>{_width(c)}}" for c in columns), file=self.out)
 
     def row(self, experiment: str, row: dict[str, Any]) -> None:
         self.rows.append({"experiment": experiment, **row})
@@ -84,7 +47,8 @@ class Printer:
     def finish(self, footer: dict[str, Any]) -> None:
         if self.fmt == "json":
             doc = {**self.header, **footer, "results": self.rows}
-            print(json.dumps(doc, indent=2, default=_json_default), file=self.out)
+            print(json.dumps(_clean(doc), indent=2, default=_json_default, allow_nan=False),
+                  file=self.out)
         elif self.fmt == "csv":
             keys: list[str] = []
             for r in self.rows:
@@ -99,14 +63,32 @@ class Printer:
                 print(f"# {k}: {v}", file=self.out)
 
 
+def _header(c: Column) -> str:
+    """The header gicbench.aggregate gives the key (the one analyze prints), else the column's."""
+    known = header(c.key)
+    return c.header if known == c.key else known
+
+
 def _width(c: Column) -> int:
-    return max(len(c.header), c.width)
+    return max(len(_header(c)), c.width)
 
 
 def _cell(c: Column, row: dict[str, Any]) -> str:
     v = row.get(c.key)
-    text = "-" if v is None else c.fmt.format(v)
+    missing = v is None or (isinstance(v, float) and math.isnan(v))
+    text = "-" if missing else c.fmt.format(v)
     return f"{text:>{_width(c)}}"
+
+
+def _clean(o: Any) -> Any:
+    """NaN/inf (a statistic nobody measured) as null: JSON has no NaN."""
+    if isinstance(o, float | np.floating) and not math.isfinite(float(o)):
+        return None
+    if isinstance(o, dict):
+        return {k: _clean(v) for k, v in o.items()}
+    if isinstance(o, list | tuple):
+        return [_clean(v) for v in o]
+    return o
 
 
 def _json_default(o: Any) -> Any:

@@ -43,8 +43,8 @@ def test_analyze_prints_size_first_tables(run_a: Path, capsys) -> None:
     assert run_analyze(_analyze([str(run_a)])) == 0
     out = capsys.readouterr().out
     assert "single-op (median rank)" in out and "msg-rate (median rank)" in out
-    header = next(line for line in out.splitlines() if "size (B)" in line)
-    assert header.index("size (B)") < header.index("p50 (µs)") < header.index("p99.9 (µs)")
+    header = next(line for line in out.splitlines() if "size(B)" in line)
+    assert header.index("size(B)") < header.index("p50(µs)") < header.index("p99.9(µs)")
     assert "M msg/s" in out and "GB/s" in out
 
 
@@ -114,7 +114,7 @@ def test_report_writes_markdown_and_pngs(run_a: Path) -> None:
     assert run_report(_report([str(run_a)])) == 0
     text = (run_a / "report.md").read_text()
     assert "## single-op" in text and "## msg-rate" in text
-    assert "| size (B) |" in text and "p99.9 (µs)" in text
+    assert "| size(B) |" in text and "p99.9(µs)" in text
     images = [
         line.split("](")[1].rstrip(")") for line in text.splitlines() if line.startswith("![")
     ]
@@ -135,7 +135,7 @@ def test_new_experiment_gets_a_generic_section(tmp_path: Path) -> None:
     out = tmp_path / "elsewhere" / "r.md"
     assert run_report(_report([str(tmp_path), "-o", str(out)])) == 0
     text = out.read_text()
-    assert "## clock-sweep" in text and "| size (B) | sm_clock_mhz |" in text
+    assert "## clock-sweep" in text and "| size(B) | sm_clock_mhz |" in text
     assert "| 8 | 502 | issue_ns |" in text and "Fixed: ranks=1." in text
 
 

@@ -59,12 +59,67 @@ def test_clock_fit_exact_and_degenerate() -> None:
     with pytest.raises(AnalysisError, match="non-finite"):
         fit_clock([1e9, 2e9, 3e9], [1.0, np.nan, 3.0])
     with pytest.raises(AnalysisError, match="f_unit"):
-        fit_clock([1.0, 2.0], [1.0, 2.0], f_unit="GHz")
+        fit_clock([1.0, 2.0], [1.0, 2.0], f_unit="THz")
     flat = fit_clock(CLOCKS_MHZ, np.full(6, 4.0), f_unit="MHz")
     assert np.isnan(flat.r2) and any("constant latency" in f for f in flat.flags)
     assert flat.c_cycles == pytest.approx(0.0, abs=1e-6)
     rising = fit_clock(CLOCKS_MHZ, 1.0 + CLOCKS_MHZ / 1000, f_unit="MHz")
     assert any("negative C" in f for f in rising.flags)
+
+
+def test_clock_fit_refuses_frequencies_impossible_in_the_unit() -> None:
+    t = 10313.0 / CLOCKS_MHZ + 1.44
+    # MHz numbers with the default unit (Hz) used to give C off by 10^6 without a word.
+    with pytest.raises(AnalysisError, match=r"not processor clocks.*look like MHz"):
+        fit_clock(CLOCKS_MHZ, t)
+    with pytest.raises(AnalysisError, match="look like Hz"):
+        fit_clock(CLOCKS_MHZ * 1e6, t, f_unit="MHz")
+    ghz = fit_clock(CLOCKS_MHZ / 1e3, t, f_unit="GHz")
+    assert ghz.c_cycles == pytest.approx(10313.0, rel=1e-9)
+
+
+def test_predict_and_clock_fraction_honour_the_unit() -> None:
+    t = 10313.0 / CLOCKS_MHZ + 1.44
+    mhz = fit_clock(CLOCKS_MHZ, t, f_unit="MHz")
+    assert mhz.f_unit == "MHz"
+    assert mhz.predict_us(1845.0) == pytest.approx(10313.0 / 1845.0 + 1.44)
+    assert mhz.clock_fraction(1845.0) == pytest.approx(
+        (10313.0 / 1845.0) / (10313.0 / 1845.0 + 1.44))
+    hz = fit_clock(CLOCKS_MHZ * 1e6, t)
+    assert hz.predict_us(1845e6) == pytest.approx(mhz.predict_us(1845.0))
+
+
+def test_clock_fit_uncertainty_matches_a_monte_carlo_under_relative_noise() -> None:
+    """1 % relative noise per clock median: the reported standard errors match the spread of
+    the estimates over 2000 repetitions (within 10 %); the equal-noise model would under-state
+    C's error by about 1.5x, which the test also shows."""
+    rng = np.random.default_rng(11)
+    truth = 10313.0 / CLOCKS_MHZ + 1.44
+    est = {"relative": ([], [], []), "absolute": ([], [], [])}
+    for _ in range(2000):
+        t = truth * (1 + rng.normal(0, 0.01, truth.size))
+        for noise, (cs, c_errs, b_errs) in est.items():
+            fit = fit_clock(CLOCKS_MHZ, t, f_unit="MHz", noise=noise)
+            cs.append((fit.c_cycles, fit.b_us))
+            c_errs.append(fit.c_err)
+            b_errs.append(fit.b_err)
+    cs, c_errs, b_errs = (np.array(v) for v in est["relative"])
+    assert np.sqrt(np.mean(c_errs**2)) == pytest.approx(cs[:, 0].std(), rel=0.1)
+    assert np.sqrt(np.mean(b_errs**2)) == pytest.approx(cs[:, 1].std(), rel=0.1)
+    acs, ac_errs, _ = (np.array(v) for v in est["absolute"])
+    assert acs[:, 0].std() / np.sqrt(np.mean(ac_errs**2)) > 1.3
+
+
+def test_clock_fit_with_given_sigma_uses_it() -> None:
+    t = 10313.0 / CLOCKS_MHZ + 1.44
+    sigma = np.full(6, 0.1)
+    fit = fit_clock(CLOCKS_MHZ, t, f_unit="MHz", sigma=sigma)
+    x = 1.0 / CLOCKS_MHZ
+    design = np.column_stack([x, np.ones(6)])
+    want = np.sqrt(np.diag(np.linalg.inv(design.T @ design / 0.01)))
+    assert (fit.c_err, fit.b_err) == pytest.approx(tuple(want))
+    with pytest.raises(AnalysisError, match="noise"):
+        fit_clock(CLOCKS_MHZ, t, f_unit="MHz", noise="loud")
 
 
 # ---- plateau + power-law decline -------------------------------------------------------------
@@ -117,6 +172,33 @@ def test_plateau_fit_flags_no_decline_and_rise() -> None:
     assert not rising.declines and "rises" in rising.flags[0]
     late = _plateau_data(100.0, 20000.0, 1.0, noise=0.0, seed=0)  # one point past the onset
     assert not fit_plateau_power_law(CONNECTIONS, late).declines
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.03])
+def test_plateau_fit_flags_a_u_shape(noise: float) -> None:
+    """A rate that declines, then recovers: the model only declines, so the fit is flagged
+    (it used to come back without a flag)."""
+    rng = np.random.default_rng(5)
+    y = 100.0 * np.minimum(1.0, (CONNECTIONS / 300.0) ** -0.4)
+    y = y * np.where(CONNECTIONS > 4000, (CONNECTIONS / 4000) ** 0.5, 1.0)
+    y = y * np.exp(rng.normal(0, noise, y.size))
+    fit = fit_plateau_power_law(CONNECTIONS, y)
+    assert any(f.startswith("rises again after x = 4096") for f in fit.flags), fit.flags
+
+
+def test_plateau_fit_flags_are_rare_on_good_data() -> None:
+    flagged = 0
+    for seed in range(100):
+        y = _plateau_data(152.0, 1350.0, 0.45, noise=0.02, seed=seed)
+        flagged += bool(fit_plateau_power_law(CONNECTIONS, y).flags)
+    assert flagged <= 5
+
+
+def test_plateau_runs_test_flags_systematic_residuals() -> None:
+    from gicbench.analysis.fits.plateau import runs_z
+
+    assert runs_z(np.array([1.0, 1, 1, 1, -1, -1, -1, -1, 1, 1, 1, 1]), 1.0)[2] < -2
+    assert runs_z(np.array([1.0, -1] * 6), 1.0)[2] > 2
 
 
 def test_plateau_fit_pure_power_law_is_flagged() -> None:
@@ -230,6 +312,18 @@ def test_exposed_model_broadcasts_and_validates() -> None:
         exposed_model(0.0, 1.0, -1.0, 1.0)
     with pytest.raises(AnalysisError, match="NaN"):
         exposed_model(np.nan, 1.0, 1.0, 1.0)
+
+
+@pytest.mark.parametrize(("args", "match"), [
+    ((0.0, np.inf, 1.0, 1.0), r"release \(R\) has infinite"),
+    ((0.0, 1.0, np.inf, 1.0), r"in_flight \(I\) has infinite"),
+    ((-np.inf, 1.0, 1.0, 1.0), r"ready \(A\) has infinite"),
+    ((0.0, -2.0, 1.0, 1.0), r"release \(R\) is a time after dispatch send starts"),
+])
+def test_exposed_model_refuses_infinite_and_negative_release(args: tuple, match: str) -> None:
+    with pytest.raises(AnalysisError, match=match):
+        exposed_model(*args)
+    assert exposed_model(-3.0, 1.0, 1.0, 1.0).start == 1.0  # work ready before send: allowed
 
 
 def test_release_advance() -> None:

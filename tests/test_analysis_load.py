@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 from trace_helpers import SIZES, make_run
 
-from gicbench.analysis.load import STATS, aggregate_ranks, load_run, summarize
+from gicbench.aggregate import summarize_samples
+from gicbench.analysis.load import STATS, aggregate_ranks, load_run
 from gicbench.errors import TraceError
 from gicbench.trace import RankTrace, TraceWriter, open_run, write_manifest
 
@@ -20,7 +21,7 @@ def test_tidy_table_matches_the_raw_samples(tmp_path: Path) -> None:
     assert df.attrs["status"] == "complete" and df.attrs["problems"] == []
     # 9 single-op points (one metric each) + 6 msg-rate points, on 3 ranks.
     assert len(df) == 3 * 15
-    assert list(df.columns[:11]) == ["experiment", "point", "rank", "metric", *STATS]
+    assert list(df.columns[:12]) == ["experiment", "point", "rank", "role", "metric", *STATS]
     assert {"size", "payload", "mode", "qps", "batch"} <= set(df.attrs["params"])
     assert {"msg_rate_mps", "gbps", "validated"} <= set(df.attrs["results"])
     assert sorted(df.attrs["counters"]) == ["counter_doorbells", "counter_wqes"]
@@ -28,9 +29,9 @@ def test_tidy_table_matches_the_raw_samples(tmp_path: Path) -> None:
         raw = run.ranks[2].samples(4, "completion_ns")
     row = df[(df["rank"] == 2) & (df["point"] == 4)].iloc[0]
     assert row["metric"] == "completion_ns" and row["count"] == 500
-    assert row["p50"] == pytest.approx(np.percentile(raw, 50))
-    assert row["p99.9"] == pytest.approx(np.percentile(raw, 99.9))
-    assert row["mean"] == pytest.approx(raw.mean()) and row["max"] == raw.max()
+    assert row["p50_us"] == pytest.approx(np.percentile(raw, 50) / 1e3)
+    assert row["p999_us"] == pytest.approx(np.percentile(raw, 99.9) / 1e3)
+    assert row["mean_us"] == pytest.approx(raw.mean() / 1e3) and row["max_us"] == raw.max() / 1e3
     assert row["counter_wqes"] == 500 and row["size"] == 64
     single = df[df["experiment"] == "single-op"]
     assert sorted(single["size"].unique()) == list(SIZES)
@@ -44,10 +45,10 @@ def test_parallel_workers_give_the_same_table(tmp_path: Path) -> None:
 
 
 def test_summarize_empty_and_values() -> None:
-    empty = summarize(np.empty(0, dtype=np.int64))
-    assert empty["count"] == 0 and np.isnan(empty["p50"])
-    s = summarize(np.arange(1, 1001, dtype=np.int64))
-    assert s["min"] == 1 and s["max"] == 1000 and s["p50"] == pytest.approx(500.5)
+    empty = summarize_samples(np.empty(0, dtype=np.int64))
+    assert empty["count"] == 0 and np.isnan(empty["p50_us"])
+    s = summarize_samples(np.arange(1000, 1_001_000, 1000, dtype=np.int64))
+    assert s["min_us"] == 1 and s["max_us"] == 1000 and s["p50_us"] == pytest.approx(500.5)
 
 
 def test_streaming_keeps_one_rank_file_open(tmp_path: Path, monkeypatch) -> None:
@@ -103,16 +104,16 @@ def test_colliding_names_are_prefixed_and_pointless_points_kept(tmp_path: Path) 
     write_manifest(tmp_path, {"world_size": 1, "status": "complete"})
     with TraceWriter(tmp_path, 0, 1, {}) as w:
         with w.begin_point("odd", {"count": 3, "rank": "x", "list": [1, 2]}) as p:
-            p.set_results({"max": 1.5, "mean": 2})
+            p.set_results({"p50_us": 1.5, "mean": 2})
         with w.begin_point("odd", {"count": 4, "rank": "y", "list": [3]}) as p:
             p.add_samples("a_ns", np.array([5, 6]))
     df = load_run(tmp_path)
     assert df["param_count"].tolist() == [3, 4] and df["param_rank"].tolist() == ["x", "y"]
     assert df["list"].tolist() == ["[1, 2]", "[3]"]
-    assert df["result_max"].iloc[0] == 1.5
-    assert df["metric"].tolist() == ["", "a_ns"] and np.isnan(df["p50"].iloc[0])
+    assert df["result_p50_us"].iloc[0] == 1.5 and df["mean"].iloc[0] == 2
+    assert df["metric"].tolist() == ["", "a_ns"] and np.isnan(df["p50_us"].iloc[0])
     agg = aggregate_ranks(df)
-    assert len(agg) == 2 and agg["slowest_rank"].tolist() == [-1, 0]
+    assert len(agg) == 2 and agg["slowest_rank"].isna().tolist() == [True, False]
 
 
 def _three_rank_frame() -> pd.DataFrame:
@@ -123,33 +124,43 @@ def _three_rank_frame() -> pd.DataFrame:
                 "experiment": "e",
                 "point": 0,
                 "rank": rank,
+                "role": "sender",
                 "metric": "lat_ns",
                 "count": 10,
-                "mean": shift,
-                "min": shift - 5,
-                "p50": shift,
-                "p99": shift + 10,
-                "p99.9": shift + 20,
-                "max": shift + 30,
+                "mean_us": shift,
+                "min_us": shift - 5,
+                "p50_us": shift,
+                "p99_us": shift + 10,
+                "p999_us": shift + 20,
+                "max_us": shift + 30,
                 "closed": True,
                 "size": 8,
+                "msg_rate_mps": float(rank + 1),
                 "rate": float(rank + 1),
-                "ok": rank != 9,
+                "validated": rank != 9,
                 "counter_wqes": 10,
             }
         )
+    # A receiver: validates, measures nothing, must not count as a rank of the statistics.
+    rows.append({"experiment": "e", "point": 0, "rank": 3, "role": "receiver", "metric": "",
+                 "count": 0, "closed": True, "size": 8, "validated": True, "counter_wqes": 0})
     df = pd.DataFrame(rows)
-    df.attrs.update({"params": ["size"], "results": ["rate", "ok"], "counters": ["counter_wqes"]})
+    df.attrs.update({"params": ["size"], "results": ["msg_rate_mps", "rate", "validated"],
+                     "counters": ["counter_wqes"]})
     return df
 
 
 def test_aggregate_median_and_slowest_rank() -> None:
     agg = aggregate_ranks(_three_rank_frame())
+    assert len(agg) == 1
     row = agg.iloc[0]
     assert row["ranks"] == 3 and row["count"] == 30 and row["size"] == 8
-    assert row["p50"] == 200.0 and row["p99"] == 210.0  # median rank
-    assert row["slowest_rank"] == 1 and row["slowest_p50"] == 300.0  # largest mean
-    assert row["slowest_max"] == 330.0
-    assert row["rate"] == 2.0 and row["rate_sum"] == 6.0  # median and aggregate over ranks
-    assert bool(row["ok"])  # booleans: all ranks
+    assert row["role"] == "sender"
+    assert row["p50_us"] == 200.0 and row["p99_us"] == 210.0  # median rank
+    assert row["slowest_rank"] == 1 and row["slowest_p50_us"] == 300.0  # largest mean
+    assert row["slowest_max_us"] == 330.0
+    # Declared rates are summed over the measuring ranks, per rank as the median.
+    assert row["msg_rate_mps"] == 6.0 and row["msg_rate_mps_per_rank"] == 2.0
+    assert row["rate"] == 2.0  # an undeclared result: median over ranks
+    assert bool(row["validated"])  # booleans: all ranks, receivers included
     assert row["counter_wqes"] == 30

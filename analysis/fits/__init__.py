@@ -1,10 +1,10 @@
-"""Fits and models of the seeds; each result is a frozen dataclass with a `flags` tuple.
+"""Fits and models of the papers; each result is a frozen dataclass with a `flags` tuple.
 
-fit_clock                T(f) = C/f + B                          seed 000 Fig. 5 / Table 6
-fit_plateau_power_law    plateau + power-law decline, log space  seed 000 §4.3.3 / App. D.3
-first_size_reaching      first size at fraction of a reference   seed 000 Fig. 8
-exposed_model            S, J, O, X, D of eqs. 1-3                seed 003 §II-B
-shortest_wait_near_floor wait within 5% of the floor             seed 003 Fig. 6
+fit_clock                T(f) = C/f + B                          arXiv 2610.01380 Fig. 5 / Table 6
+fit_plateau_power_law    plateau + power-law decline, log space  arXiv 2610.01380 §4.3.3 / App. D.3
+first_size_reaching      first size at fraction of a reference   arXiv 2610.01380 Fig. 8
+exposed_model            S, J, O, X, D of eqs. 1-3                arXiv 2611.12362 §II-B
+shortest_wait_near_floor wait within 5% of the floor             arXiv 2611.12362 Fig. 6
 """
 
 from .clock import ClockFit, fit_clock

@@ -1,7 +1,7 @@
-"""First message size reaching a fraction of a reference bandwidth (seed 000, Fig. 8).
+"""First message size reaching a fraction of a reference bandwidth (arXiv 2610.01380, Fig. 8).
 
 By default the answer is the first *sampled* size whose bandwidth is at least
-fraction * reference, as the seed marks it. With interpolate=True the crossing is placed between
+fraction * reference, as the paper marks it. With interpolate=True the crossing is placed between
 that size and the sampled size before it, linearly in bandwidth against log2(size) (sizes are
 swept geometrically), so the answer can fall between two sampled sizes.
 """

@@ -1,4 +1,5 @@
-"""The exposed-communication model of seed 003 (eqs. 1-3) and the near-floor rule of its Fig. 6.
+"""The exposed-communication model of arXiv 2611.12362 (eqs. 1-3) and the near-floor rule of its
+Fig. 6.
 
 All times are measured from the start of dispatch send (µs, or any one unit):
   A  ready      timestamp at which the other microbatch's useful work is ready
@@ -8,6 +9,10 @@ All times are measured from the start of dispatch send (µs, or any one unit):
 Then S = max(A, R) (covering work starts), J = [R + I - S]+ (in-flight time left at S),
 O = min(T, J) (overlapped), X = [J - T]+ (exposed tail), D = S + T + X = max(S + T, R + I)
 (dispatch receive can begin). Every function broadcasts like numpy.
+
+Inputs must be finite (an infinite time has no exposed part to compute). R, I and T must be
+>= 0: the backend cannot release the GPU before dispatch send starts. A may be negative (the
+other microbatch's work can be ready before dispatch send starts).
 """
 
 from __future__ import annotations
@@ -29,19 +34,25 @@ class ExposedTimes:
     receive_start: np.ndarray  # D
 
 
-def _array(name: str, value: ArrayLike, *, duration: bool) -> np.ndarray:
+def _array(name: str, value: ArrayLike, *, duration: bool,
+           after_start: bool = False) -> np.ndarray:
     arr = np.asarray(value, dtype=float)
     if np.any(np.isnan(arr)):
         raise AnalysisError(f"{name} has NaN values")
+    if np.any(np.isinf(arr)):
+        raise AnalysisError(f"{name} has infinite values: every time must be finite")
     if duration and np.any(arr < 0):
         raise AnalysisError(f"{name} is a duration and must be >= 0, got {arr[arr < 0][:5]}")
+    if after_start and np.any(arr < 0):
+        raise AnalysisError(f"{name} is a time after dispatch send starts and must be >= 0, "
+                            f"got {arr[arr < 0][:5]}")
     return arr
 
 
 def exposed_model(ready: ArrayLike, release: ArrayLike, in_flight: ArrayLike,
                   cover: ArrayLike) -> ExposedTimes:
     a = _array("ready (A)", ready, duration=False)
-    r = _array("release (R)", release, duration=False)
+    r = _array("release (R)", release, duration=False, after_start=True)
     i = _array("in_flight (I)", in_flight, duration=True)
     t = _array("cover (T)", cover, duration=True)
     a, r, i, t = np.broadcast_arrays(a, r, i, t)
@@ -61,8 +72,8 @@ def release_advance(ready: ArrayLike, release_base: ArrayLike,
     A >= R_base. Requires R_off <= R_base.
     """
     a = _array("ready (A)", ready, duration=False)
-    rb = _array("release_base", release_base, duration=False)
-    ro = _array("release_off", release_off, duration=False)
+    rb = _array("release_base", release_base, duration=False, after_start=True)
+    ro = _array("release_off", release_off, duration=False, after_start=True)
     a, rb, ro = np.broadcast_arrays(a, rb, ro)
     if np.any(ro > rb):
         raise AnalysisError("release_off must be <= release_base (offload releases earlier)")

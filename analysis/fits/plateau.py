@@ -1,4 +1,4 @@
-"""Plateau joined to a power-law decline (seed 000, §4.3.3 and Appendix D.3).
+"""Plateau joined to a power-law decline (arXiv 2610.01380, §4.3.3 and Appendix D.3).
 
     y(x) = plateau                               for x <= onset
     y(x) = plateau * (x / onset) ** -exponent    for x >  onset
@@ -8,6 +8,11 @@ fixed onset the model is linear in (a, exponent), so the onset is profiled: the 
 squares is minimised within every interval between neighbouring x values and the best interval
 wins. Uncertainties come from the Gauss-Newton covariance at the optimum. x is typically the
 number of active connections, y a message rate (or the rate normalised to a control).
+
+Goodness of fit: R² in log space below 0.9 is flagged; so are residuals that are systematic
+rather than noise (a Wald-Wolfowitz runs test on their signs in x order, z < -2), and data that
+rise again after their lowest point past the onset by more than 3 residual standard deviations
+(a U-shape, which the model, declining only, cannot describe).
 """
 
 from __future__ import annotations
@@ -106,6 +111,7 @@ def fit_plateau_power_law(x: ArrayLike, y: ArrayLike, *, min_tail: int = 2) -> P
         flags.append("onset at the first x: no plateau observed, the onset is an upper bound")
     elif head < 2:
         flags.append("plateau rests on a single point")
+    flags += _goodness_flags(u, v, v - (a - alpha * np.maximum(0.0, u - u0)), u0, rss0, rss1)
     plateau, onset = float(np.exp(a)), float(np.exp(u0))
     return PlateauFit(
         plateau=plateau, plateau_err=float(plateau * errs[0]),
@@ -113,3 +119,54 @@ def fit_plateau_power_law(x: ArrayLike, y: ArrayLike, *, min_tail: int = 2) -> P
         exponent=float(alpha), exponent_err=float(errs[1]),
         r2_log=1.0 - rss1 / rss0, rss_log=rss1, n=n, declines=True, flags=tuple(flags),
     )
+
+
+RUNS_Z = -2.0  # one-sided, about 2 % of pure-noise series are flagged
+R2_POOR = 0.9
+
+
+def runs_z(resid: np.ndarray, scale: float) -> tuple[int, float, float] | None:
+    """(runs, expected runs, z) of the residual signs, or None when too few of each sign."""
+    signs = np.sign(resid[np.abs(resid) > 1e-9 * max(scale, 1e-300)])
+    n1, n2 = int(np.sum(signs > 0)), int(np.sum(signs < 0))
+    n = n1 + n2
+    if n1 < 2 or n2 < 2:
+        return None
+    runs = 1 + int(np.sum(signs[1:] != signs[:-1]))
+    mu = 1 + 2 * n1 * n2 / n
+    var = 2 * n1 * n2 * (2 * n1 * n2 - n) / (n**2 * (n - 1))
+    return runs, mu, (runs - mu) / np.sqrt(var)
+
+
+def _goodness_flags(u: np.ndarray, v: np.ndarray, resid: np.ndarray, u0: float, rss0: float,
+                    rss1: float) -> list[str]:
+    flags: list[str] = []
+    n = u.size
+    r2 = 1.0 - rss1 / rss0
+    if r2 < R2_POOR:
+        flags.append(f"poor fit: R² (log) = {r2:.3f} < {R2_POOR}")
+    noise = float(np.sqrt(rss1 / max(n - 3, 1)))
+    if noise > 1e-9 * max(1.0, float(np.abs(v).max())):
+        runs = runs_z(resid, float(np.abs(v).max()))
+        if runs is not None and runs[2] < RUNS_Z:
+            flags.append(f"systematic residuals: {runs[0]} sign runs where {runs[1]:.1f} are "
+                         f"expected (runs test z = {runs[2]:.1f}): the data do not follow a "
+                         "plateau and a power-law decline")
+    tail = np.flatnonzero(u > u0)
+    if tail.size >= 3:
+        low = tail[int(np.argmin(v[tail]))]
+        after = np.arange(low, n)
+        if after.size >= 3 and np.unique(u[after]).size >= 2:
+            # Slope of log y against log x from the lowest point on, with its standard error.
+            design = np.column_stack([np.ones(after.size), u[after]])
+            coef, *_ = np.linalg.lstsq(design, v[after], rcond=None)
+            res = v[after] - design @ coef
+            dof = after.size - 2
+            spread = np.sum((u[after] - u[after].mean()) ** 2)
+            se = np.sqrt(np.sum(res**2) / dof / spread) if dof > 0 else 0.0
+            rise = float(v[-1] - v[low])
+            if coef[1] > 0 and coef[1] > 3 * se and rise > 0:
+                flags.append(f"rises again after x = {np.exp(u[low]):.4g} (by "
+                             f"{np.expm1(rise):.0%}, slope {coef[1]:.2f} ± {se:.2f} in log-log): "
+                             "U-shaped, the model only declines")
+    return flags

@@ -1,4 +1,4 @@
-"""`gicbench` command line: run | list | analyze | report | jobs | doctor."""
+"""`gicbench` command line: run | list | analyze | report | fit | jobs | doctor."""
 
 from __future__ import annotations
 
@@ -53,6 +53,12 @@ def _add_analysis(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser("report", help="write RUN/report.md with tables and PNG plots")
     acli.add_report_args(r)
     r.set_defaults(func=acli.run_report)
+    from ..analysis import fit_cli
+
+    f = sub.add_parser("fit", help="fit clock|plateau|crossover|exposed to a CSV table (e.g. "
+                       "numbers from a paper)")
+    fit_cli.add_fit_args(f)
+    f.set_defaults(func=fit_cli.run_fit)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,7 @@ MANIFEST_FIELDS = (
     "schema", "tool_version", "git_rev", "experiments", "config", "world_size", "provider",
     "submitter", "argv", "start_utc", "end_utc", "status", "hosts",
 )
-OPTIONAL_FIELDS = ("failed_ranks", "reason")
+OPTIONAL_FIELDS = ("failed_ranks", "reason", schema.RUN_ID, schema.POINTS_PER_RANK)
 
 
 def manifest_path(run_dir: Path) -> Path:
@@ -49,6 +49,8 @@ def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".run.json.", dir=run_dir)
     try:
+        # mkstemp makes the file 0600; run.json gets the mode the rank files get (0666 - umask).
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w") as out:
             out.write(json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n")
             out.flush()
@@ -60,17 +62,27 @@ def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> Path:
     return manifest_path(run_dir)
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def read_manifest(run_dir: Path) -> dict[str, Any]:
-    """Load run.json; raises TraceError if it is missing or not a JSON object."""
+    """Load run.json; raises TraceError if it is missing, unreadable or not a JSON object."""
     path = manifest_path(run_dir)
     if not Path(run_dir).is_dir():
         raise TraceError(f"{run_dir} is not a directory: expected a gicbench run directory")
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise TraceError(
             f"{path} is missing: not a gicbench run directory, or rank 0 died before starting"
         ) from None
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{path} is not text (damaged?): byte {exc.start} is not UTF-8") from None
+    except OSError as exc:
+        raise TraceError(f"{path} cannot be read: {exc.strerror or exc}") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

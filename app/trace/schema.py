@@ -2,13 +2,16 @@
 
 Layout of a run directory::
 
-    RUN/run.json            manifest, written by rank 0 (status running -> complete/incomplete)
+    RUN/run.json            manifest, written by rank 0 (status running -> complete/incomplete);
+                            run_id (str) and points_per_rank (int) let the reader check that
+                            every rank file belongs to the run and holds every point
     RUN/rank-00000.h5       one file per rank; `rank-00000.h5.partial` while it is being written
 
 Layout of a rank file::
 
     /                       root attributes: schema, tool_version, git_rev, rank, world_size,
                             start_utc, end_utc, status, failure, and every key of the writer's meta
+                            (run_id: the run.json run_id of the run that wrote the file)
     /points/00000           one group per sweep point, in the order the experiment ran them
         attrs               experiment, params (JSON), each scalar param as its own attribute,
                             results (JSON), counters_before/counters_after (JSON), closed
@@ -36,6 +39,11 @@ PARTIAL_SUFFIX = ".partial"
 POINTS_GROUP = "points"
 SAMPLES_GROUP = "samples"
 JSON_KEYS_ATTR = "json_keys"
+
+# Ties a rank file to its run: run.json's run_id and the rank file's root attribute of that name.
+RUN_ID = "run_id"
+# run.json: how many points every rank file holds when the run completes.
+POINTS_PER_RANK = "points_per_rank"
 
 STATUS_COMPLETE = "complete"
 STATUS_INCOMPLETE = "incomplete"
