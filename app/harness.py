@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from . import __version__, faults, rundir
+from .aggregate import aggregate_point, rank_summaries
 from .bootstrap.bringup import BringupStats, Resources, bring_up
 from .bootstrap.collective import JobFailure, Phase, describe, rendezvous
 from .bootstrap.launch import init_mpi
@@ -38,7 +39,6 @@ from .errors import ConfigError, GicbenchError, Refused, UnsupportedError, Valid
 from .experiments.context import Layout, RankContext
 from .experiments.registry import Experiment, PointResult
 from .fabric.base import Fabric, host_view
-from .aggregate import aggregate_point, rank_summaries
 from .output import Printer, SweepProgress
 from .patterns import Traffic, traffic
 from .patterns import describe as describe_pattern

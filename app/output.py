@@ -16,7 +16,6 @@ from .aggregate import header
 from .experiments.registry import Column
 
 
-
 class Printer:
     """Prints as rows arrive (table) or all at the end (JSON/CSV, stdout stays machine-readable)."""
 

@@ -6,7 +6,8 @@ import argparse
 import json
 from dataclasses import asdict
 
-from ..fabric.catalog import provider_caps, submitter_caps
+from ..fabric.registry import catalog as provider_caps
+from ..submit.base import catalog as submitter_caps
 from ..platform import as_dict, gpu_nic_affinity, probe_all
 
 

@@ -92,3 +92,8 @@ def get(name: str) -> type[Provider]:
     if name not in _REGISTRY:
         raise ConfigError("provider (--provider)", name, "one of " + ", ".join(_REGISTRY))
     return _REGISTRY[name]
+
+
+def catalog(probes: Mapping[str, Probe]) -> list[ProviderCaps]:
+    """Every registered provider and what it can do on this machine (doctor)."""
+    return [get(n).caps(probes) for n in names()]

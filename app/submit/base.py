@@ -208,3 +208,8 @@ def get(name: str) -> type[Submitter]:
     if name not in _REGISTRY:
         raise ConfigError("submitter (--submitter)", name, "one of " + ", ".join(_REGISTRY))
     return _REGISTRY[name]
+
+
+def catalog(probes: Mapping[str, Probe]) -> list[ProviderCaps]:
+    """Every registered submitter and whether it can run on this machine (doctor)."""
+    return [get(n).caps(probes) for n in names()]

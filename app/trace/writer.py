@@ -63,7 +63,7 @@ class PointWriter:
             chunk = (min(schema.SAMPLE_CHUNK, max(arr.size, 1024)),)
             self._samples.create_dataset(
                 metric, data=arr, maxshape=(None,), chunks=chunk, dtype=schema.SAMPLE_DTYPE,
-                compression="gzip", compression_opts=1, shuffle=True,
+                compression="gzip", compression_opts=1, shuffle=True, fletcher32=True,
             )
 
     def set_counters(self, before: dict[str, int], after: dict[str, int]) -> None:
