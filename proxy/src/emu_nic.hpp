@@ -52,11 +52,12 @@ class Nic {
   Nic& operator=(const Nic&) = delete;
 
   // ---- control (one Python thread; each takes the control mutex) -----------------------------
-  MrInfo reg_mr(uint64_t length, uint32_t access);
-  CqInfo create_cq(uint32_t ncqe);
+  MrInfo reg_mr(uint64_t length, uint32_t access, uint32_t pd = 0);
+  CqInfo create_cq(uint32_t ncqe, uint32_t flags = 0);  // CqFlags
+  // flags: QpFlags; max_inline 0 = what ds allows; pd: protection domain of the QP.
   QpInfo create_qp(uint32_t send_cqn, uint32_t sq_wqebbs, uint32_t recv_cqn, uint32_t rq_wqes,
-                   bool dci);
-  DctInfo create_dct(uint32_t cqn, uint64_t dc_key, uint32_t rq_wqes);
+                   bool dci, uint32_t flags = 0, uint32_t max_inline = 0, uint32_t pd = 0);
+  DctInfo create_dct(uint32_t cqn, uint64_t dc_key, uint32_t rq_wqes, uint32_t pd = 0);
   // RESET->INIT->RTR->RTS, any->ERR, any->RESET; RTR of an RC QP needs the remote.
   void modify_qp(uint32_t qpn, uint32_t state, int remote_rank, uint32_t remote_qpn);
   uint32_t qp_state(uint32_t qpn) const;
@@ -65,7 +66,9 @@ class Nic {
   void close();
 
   // ---- engine ----------------------------------------------------------------------------------
-  size_t progress();  // one pass over the doorbells; returns WQEs handled (0 = idle)
+  // One pass: the recently rung QPs, then the next window of the rotating sweep over every
+  // doorbell register; returns the work done (0 = idle).
+  size_t progress();
   void start_thread();
   void stop_thread();
   bool thread_running() const { return thread_.joinable(); }
@@ -84,12 +87,34 @@ class Nic {
     uint8_t synd = 0;  // 0 = success
     uint32_t bytes = 0;
   };
-  struct Target;
+  // Engine-private state of one QP slot (only the engine, or control under the engine lock).
+  struct QpEng {
+    uint32_t ci = 0;        // next WQEBB to execute (running; the wire sees 16 bits)
+    uint32_t target = 0;    // DBR-less: producer index the doorbells announced
+    uint32_t db_last = 0;   // DBR-less, rdma-core convention: index of the WQE the doorbell named
+    uint32_t named = 0;     // end of the work the last doorbell named (lag detection)
+    uint32_t stale_at = 0;  // ci + 1 of the slot already reported stale (report once)
+    uint32_t bad_at = 0;    // record value + 1 already reported out of window
+    uint64_t active = 0;    // pass of the last doorbell or work
+    uint8_t pending = 0;    // work announced and not yet executed: re-checked every pass
+    uint8_t db_last_open = 0;
+    uint8_t check_lag = 0;
+    uint8_t lag_counted = 0;
+  };
 
   QpEntry& qp_at(uint32_t qpn) const;
-  size_t process_doorbell(uint32_t idx, uint64_t db);
+  size_t on_doorbell(uint32_t i, uint64_t db);
+  size_t service(uint32_t i);
+  bool wqe_ready(const QpEntry& qp, const mlx5::SqRing& sq, uint32_t ci,
+                 const mlx5::CtrlView& c) const;
   Exec execute(QpEntry& qp, const mlx5::SqRing& sq, uint32_t ci, const mlx5::CtrlView& c);
   void complete_error(QpEntry& qp, uint8_t synd, uint8_t wqe_opcode, uint16_t idx, bool flush);
+  template <class Fill>
+  bool post_cqe(const Segment& s, uint32_t cqn, uint32_t qpn, Fill fill);
+  template <class Fill>
+  bool post_cqe_locked(const Segment& s, CqEntry& cq, uint32_t qpn, Fill fill);
+  void lock_cq(const Segment& s, CqEntry& cq);
+  void cq_fatal(const Segment& s, CqEntry& cq);
   void engine_loop();
   void lock_engine();
   void unlock_engine() { st_rel(&busy_, 0u); }
@@ -101,12 +126,19 @@ class Nic {
   std::mutex ctl_;
   uint8_t key_byte_;
 
-  // Engine-private state per QP slot (only the engine, or control under the engine lock).
+  // Engine-private state per QP slot. last_db_ and hot_ are dense: the sweep reads only them.
   std::vector<uint64_t> last_db_;
-  std::vector<uint32_t> ci_;
+  std::vector<uint8_t> is_hot_;
+  std::vector<QpEng> eng_;
+  std::vector<uint32_t> hot_;  // QP slots rung recently or with work pending
+  uint32_t cursor_ = 1;        // next slot of the rotating sweep
+  uint64_t pass_ = 0;
+  bool wrapped_ = false;  // the last pass completed a sweep
+  uint32_t pid_;
   uint64_t local_[kNumCounters] = {};
   uint32_t busy_ = 0;  // engine lock: one progress() at a time (thread or inline callers)
   std::atomic<uint64_t> passes_{0};
+  std::atomic<uint64_t> sweeps_{0};  // completed sweeps over every doorbell register
   std::atomic<bool> stop_{false};
   std::thread thread_;
   uint64_t err_cursor_ = 0;

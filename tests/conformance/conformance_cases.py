@@ -386,10 +386,26 @@ CASES: list[Case] = [
             Ring(("a",)),
         ),
         expect=Expect(
+            # hardware: the CQ error event, and the QPs on the CQ go to ERR (the 4th WQE flushes)
             cqes={"scq": (ok("a", 0, Opcode.NOP), ok("a", 1, Opcode.NOP))},
             cq_status={"scq": CQ_OVERFLOW},
-            counters={0: {"cq_overruns": 1, "cqe_dropped": 2, "cqes": 2, "wqes": 4}},
-            errors={0: (ErrSpec("cq_overrun", "a", expected=0, found=2),)},
+            states={"a": QpState.ERR},
+            counters={
+                0: {
+                    "cq_overruns": 1,
+                    "cqe_dropped": 2,
+                    "cqes": 2,
+                    "wqes": 3,
+                    "flushed": 1,
+                    "qp_fatal": 1,
+                }
+            },
+            errors={
+                0: (
+                    ErrSpec("cq_overrun", "a", expected=0, found=2),
+                    ErrSpec("qp_fatal", "a", expected=int(QpState.RTS), found=int(QpState.ERR)),
+                )
+            },
         ),
     ),
     Case(
