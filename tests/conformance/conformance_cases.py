@@ -753,7 +753,7 @@ CASES += [
             Nop("a", signaled=True),
             Nop("a", signaled=True),
             Ring(("a",)),
-        ),  # fmt: skip
+        ),
         expect=Expect(
             # the 3rd CQE overwrote entry 0 with the next lap's owner bit: a consumer at index 0
             # sees nothing ready; entry 0 holds WQE 2
@@ -774,7 +774,7 @@ CASES += [
                 OP.RDMA_WRITE,
                 dst=("dst", 0),
                 sges=(("src", 0, 8), ("src", 16, 8), ("src", 40, 4)),
-            ),  # fmt: skip
+            ),
             Ring(("a",)),
         ),
         expect=Expect(
@@ -813,7 +813,7 @@ CASES += [
             },
             states={"a": QpState.ERR},
             errors={0: (completion_err("a", 0, Syndrome.REMOTE_ACCESS),)},
-        ),  # fmt: skip
+        ),
     ),
     Case(
         "send_and_send_imm_consume_receives",
@@ -839,7 +839,7 @@ CASES += [
                         imm=imm_from_host(77),
                     ),
                 ),
-            },  # fmt: skip
+            },
             counters={1: {"recv_consumed": 2}},
         ),
     ),
@@ -850,7 +850,7 @@ CASES += [
             PostRecv("b", 1, sge=("dst", 0, 4)),
             Post("a", OP.SEND, payload=W8),
             Ring(("a",)),
-        ),  # fmt: skip
+        ),
         expect=Expect(
             memory=(("dst", 0, bytes(8)),),
             cqes={
@@ -886,7 +886,7 @@ CASES += [
                 )
             },
             errors={0: (completion_err("a", 0, Syndrome.REMOTE_ACCESS),)},
-        ),  # fmt: skip
+        ),
     ),
     Case(
         "local_key_of_another_pd",
@@ -899,7 +899,7 @@ CASES += [
                 )
             },
             errors={0: (completion_err("a", 0, Syndrome.LOCAL_PROT),)},
-        ),  # fmt: skip
+        ),
     ),
     Case(
         "max_inline_enforced",
@@ -925,7 +925,7 @@ CASES += [
             },
             dct_key_violations={"t": 1},
             errors={0: (completion_err("d", 0, Syndrome.TRANSPORT_RETRY_EXC),)},
-        ),  # fmt: skip
+        ),
     ),
 ]
 
