@@ -31,10 +31,11 @@ const char* state_name(uint32_t s) {
   }
 }
 
-void check_limit(const char* field, uint32_t v, uint32_t hi) {
-  if (v < 2 || v > hi)
+// Table sizes include the reserved slot 0: `lo` is 1 where a table may hold no object.
+void check_limit(const char* field, uint32_t v, uint32_t hi, uint32_t lo = 2) {
+  if (v < lo || v > hi)
     throw std::invalid_argument(std::string("invalid ") + field + "=" + std::to_string(v) +
-                                ": allowed 2.." + std::to_string(hi));
+                                ": allowed " + std::to_string(lo) + ".." + std::to_string(hi));
 }
 
 }  // namespace
@@ -47,7 +48,7 @@ Nic::Nic(const std::string& name, int rank, int world, uint64_t bytes, const Lim
     throw std::invalid_argument("invalid rank=" + std::to_string(rank) + ": allowed 0.." +
                                 std::to_string(world - 1));
   check_limit("max_qps", lim.max_qps, kMaxQps);
-  check_limit("max_dcts", lim.max_dcts, kMaxQps);
+  check_limit("max_dcts", lim.max_dcts, kMaxQps, 1);
   check_limit("max_cqs", lim.max_cqs, 0xffff);
   check_limit("max_mrs", lim.max_mrs, 0xffffff);
   self_ = Segment::create(name, rank, world, bytes, lim);

@@ -197,8 +197,9 @@ class EmuFabric(Fabric):
             ("max_cqs", max_cqs, 0xFFFF),
             ("max_mrs", max_mrs, 0xFFFFFF),
         ):
-            if not isinstance(v, int) or not 1 <= v < hi:
-                raise ConfigError(field, v, f"an int in 1..{hi - 1}")
+            lo = 0 if field == "max_dcts" else 1
+            if not isinstance(v, int) or not lo <= v < hi:
+                raise ConfigError(field, v, f"an int in {lo}..{hi - 1}")
         self.rank, self.world_size, self.job, self.mode = rank, world_size, job, progress
         if clean_stale:
             janitor()
