@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "emu_core.cuh"
 #include "emu_segment.hpp"
 #include "mlx5.cuh"
 
@@ -83,32 +84,16 @@ class Nic {
   const CqEntry& cq_entry(uint32_t cqn) const;
 
  private:
-  struct Exec {
-    uint8_t synd = 0;  // 0 = success
-    uint32_t bytes = 0;
-  };
   // Engine-private state of one QP slot (only the engine, or control under the engine lock).
   struct QpEng {
-    uint32_t ci = 0;        // next WQEBB to execute (running; the wire sees 16 bits)
-    uint32_t target = 0;    // DBR-less: producer index the doorbells announced
-    uint32_t db_last = 0;   // DBR-less, rdma-core convention: index of the WQE the doorbell named
-    uint32_t named = 0;     // end of the work the last doorbell named (lag detection)
-    uint32_t stale_at = 0;  // ci + 1 of the slot already reported stale (report once)
-    uint32_t bad_at = 0;    // record value + 1 already reported out of window
-    uint64_t active = 0;    // pass of the last doorbell or work
-    uint8_t pending = 0;    // work announced and not yet executed: re-checked every pass
-    uint8_t db_last_open = 0;
-    uint8_t check_lag = 0;
-    uint8_t lag_counted = 0;
+    emu_core::SqState sq;  // the core's SQ state machine
+    uint64_t active = 0;   // pass of the last doorbell or work
   };
+  struct Env;  // the core's environment over this rank's segment (emu_engine.cpp)
 
   QpEntry& qp_at(uint32_t qpn) const;
-  size_t on_doorbell(uint32_t i, uint64_t db);
-  size_t service(uint32_t i);
-  bool wqe_ready(const QpEntry& qp, const mlx5::SqRing& sq, uint32_t ci,
-                 const mlx5::CtrlView& c) const;
-  Exec execute(QpEntry& qp, const mlx5::SqRing& sq, uint32_t ci, const mlx5::CtrlView& c);
-  void complete_error(QpEntry& qp, uint8_t synd, uint8_t wqe_opcode, uint16_t idx, bool flush);
+  emu_core::SqParams sq_params(uint32_t i) const;
+  size_t serve_qp(uint32_t i, uint64_t db, bool rung);
   template <class Fill>
   bool post_cqe(const Segment& s, uint32_t cqn, uint32_t qpn, Fill fill);
   template <class Fill>
