@@ -205,7 +205,7 @@ GB_HD Exec execute(Env& env, const SqParams& q, uint32_t ci, const m5::CtrlView&
     for (; seg < c.ds; ++seg) {
       const m5::DataView d = m5::get_data_seg(sq.seg(ci, seg));
       if (d.byte_count == 0) continue;
-      uint8_t* p = env.local(d.lkey, d.addr, d.byte_count, read ? kLocalWrite : 0, q.pd);
+      uint8_t* p = env.local(d.lkey, d.addr, d.byte_count, read ? uint32_t{kLocalWrite} : 0u, q.pd);
       if (!p) return Exec{m5::kSyndLocalProt, 0};
       sge_p[nsge] = p;
       sge_n[nsge++] = d.byte_count;
