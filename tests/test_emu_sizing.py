@@ -142,3 +142,36 @@ def test_register_cuda_without_gpu_says_why() -> None:
             f.register_cuda()
     finally:
         f.close()
+
+
+@pytest.mark.gpu
+def test_register_cuda_maps_queues_for_the_gpu() -> None:
+    cp = pytest.importorskip("cupy")
+    try:
+        if cp.cuda.runtime.getDeviceCount() < 1:
+            pytest.skip("no CUDA device")
+    except cp.cuda.runtime.CUDARuntimeError as e:
+        pytest.skip(f"no usable CUDA device: {e}")
+    import numpy as np
+
+    from gicbench.fabric.emu import host_view
+
+    f = EmuFabric(0, 1, _job(), progress="inline", segment_bytes=1 << 20)
+    try:
+        mr = f.register(4096, domain="host-mapped")
+        cq = f.create_cq(16)
+        qp = f.create_qp(cq, 16)
+        m = f.register_cuda()
+        host, dev, n = m["queue_arena"]
+        assert (host, n) == f.queue_arena() and dev != 0
+        d = m["qps"][qp.qpn]
+        # The GPU stores through the device addresses; the host reads the same bytes.
+        for addr, dev_addr in ((qp.sq.doorbell, d["doorbell"]), (mr.addr, m["mrs"][mr.addr])):
+            mem = cp.cuda.UnownedMemory(dev_addr, 8, None)
+            arr = cp.ndarray((1,), dtype=cp.uint64, memptr=cp.cuda.MemoryPointer(mem, 0))
+            arr[0] = 0x1122334455667788
+            cp.cuda.runtime.deviceSynchronize()
+            assert host_view(addr, 8).view(np.uint64)[0] == 0x1122334455667788
+        assert m["cqs"][cq.cqn]["buf"] == dev + (cq.buf - host)
+    finally:
+        f.close()

@@ -218,6 +218,7 @@ class EmuFabric(Fabric):
         self._domains: dict[tuple[str, int], str] = {}  # (kind, number or addr) -> domain
         self._cuda_registered: int = 0  # host address registered with CUDA (0 = none)
         self._mr_len: dict[int, int] = {}
+        self._cuda_ranges: list[int] = []  # host addresses registered with CUDA
         EmuFabric._install_exit_hooks()
         EmuFabric._open.add(self)
         if progress == "thread":
@@ -478,6 +479,7 @@ class EmuFabric(Fabric):
         flags = runtime.hostRegisterPortable | runtime.hostRegisterMapped
         runtime.hostRegister(host, n, flags)
         self._cuda_registered = host
+        self._cuda_ranges = [host]
         dev = runtime.hostGetDevicePointer(host, 0)
 
         def d(a: int) -> int:
@@ -496,7 +498,9 @@ class EmuFabric(Fabric):
                 lo = addr & ~(page - 1)
                 mr_len = self._mr_len[addr]
                 hi = (addr + mr_len + page - 1) & ~(page - 1)
-                runtime.hostRegister(lo, hi - lo, flags)
+                if lo not in self._cuda_ranges:
+                    runtime.hostRegister(lo, hi - lo, flags)
+                    self._cuda_ranges.append(lo)
                 out["mrs"][addr] = runtime.hostGetDevicePointer(lo, 0) + (addr - lo)
         return out
 
@@ -569,6 +573,13 @@ class EmuFabric(Fabric):
             return
         self._closed = True
         EmuFabric._open.discard(self)
+        if self._cuda_ranges:  # unregister before the segment is unmapped
+            from cupy.cuda import runtime
+
+            for a in self._cuda_ranges:
+                with contextlib.suppress(Exception):
+                    runtime.hostUnregister(a)
+            self._cuda_ranges = []
         self._nic.close()
 
     def __del__(self) -> None:
