@@ -160,6 +160,8 @@ void bind_emu(nb::module_ m) {
              d["status"] = emu::ld_acq(&c.status);
              d["pi"] = emu::ld_rlx(&c.pi);
              d["dropped"] = emu::ld_rlx(&c.dropped);
+             // where the CQ's lock word lives (tests plant a dead owner there)
+             d["lock_addr"] = reinterpret_cast<uint64_t>(&c.lock);
              return d;
            })
       .def("attach_peer", &Nic::attach_peer)
