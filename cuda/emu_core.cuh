@@ -364,7 +364,11 @@ GB_HD uint32_t on_doorbell(Env& env, SqState& e, const SqParams& q, uint64_t db)
     env.event(kEvNotRts, state, v.idx);  // hardware ignores it; emu says so
     return 0;
   }
-  if (((v.idx - e.ci) & 0xffff) > q.ring.wqebb_cnt) {
+  const uint32_t ahead = (v.idx - e.ci) & 0xffff;
+  if (ahead > q.ring.wqebb_cnt) {
+    // Behind the consumer index: WQEs the record already published and the engine executed
+    // before this doorbell was seen (the record runs ahead of the doorbell). Nothing new.
+    if (((e.ci - v.idx) & 0xffff) <= q.ring.wqebb_cnt) return serve(env, e, q);
     env.event(kEvOutOfWindow, e.ci & 0xffff, v.idx);
     return 0;
   }

@@ -611,6 +611,21 @@ CASES += [
         ),
     ),
     Case(
+        "doorbell_behind_the_record_is_not_an_error",  # the record ran ahead: WQE 1 already ran
+        **rc(),
+        steps=(
+            _wr("a", 0, W8, signaled=False),
+            _wr("a", 8, W8[::-1]),
+            Ring(("a",), wqe=0),  # names WQE 0; the record says 2: both run
+            Ring(("a",), wqe=1),  # the doorbell for WQE 1 arrives after it ran
+        ),
+        expect=Expect(
+            memory=(("dst", 0, W8 + W8[::-1]),),
+            cqes={"scq": (ok("a", 1),)},
+            counters={0: {"wqes": 2, "doorbells": 2, "bad_doorbells": 0, "dbrec_lag": 0}},
+        ),
+    ),
+    Case(
         "dbr_less_next_index",  # DOCA GPU_SM_NO_DBR: no record, the doorbell carries the index
         **_rc_with(dbr=False),
         steps=(

@@ -140,6 +140,7 @@ class Ring:
     DBR-less QP), "double" (DOCA's default: doorbell, record, doorbell).
     bf: the doorbell is a 64-byte BlueFlame copy of the WQE's first basic block.
     qpn_xor: ring with a wrong QPN in the doorbell value.
+    wqe: rdma-core convention naming this (absolute) WQE index instead of the last one posted.
     """
 
     qps: tuple[str, ...]
@@ -147,6 +148,7 @@ class Ring:
     dbrec: str = "before"
     bf: bool = False
     qpn_xor: int = 0
+    wqe: int | None = None
 
 
 @dataclass(frozen=True)

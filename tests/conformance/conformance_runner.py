@@ -231,6 +231,8 @@ class CaseRun:
     def do_Ring(self, s: Ring) -> None:
         for name in s.qps:
             st, qp = self.sq[name], self.qps[name]
+            if s.wqe is not None:
+                st.last = s.wqe
             assert st.last is not None, f"Ring({name}): nothing posted since the last ring"
             if s.convention == "next":
                 ctrl = mlx5.ctrl_seg(st.pi, 0, qp.qpn ^ s.qpn_xor, 0)
