@@ -340,7 +340,7 @@ class EmuFabric(Fabric):
         return cq
 
     def _own_cq(self, field: str, cq: CompletionQueue | None) -> CompletionQueue:
-        if not isinstance(cq, CompletionQueue) or self._cqs.get(cq.cqn) is None:
+        if not isinstance(cq, CompletionQueue) or self._cqs.get(cq.cqn) != cq:
             raise ConfigError(field, cq, f"a CompletionQueue created by this emu rank {self.rank}")
         return cq
 
