@@ -718,10 +718,15 @@ CASES += [
         "ctrl_with_another_qpn_is_not_executed",  # a ctrl left by another QP's submitter
         **rc(),
         steps=(
-            Post("a", OP.NOP, signaled=True),
+            Post("a", OP.NOP, signaled=True, qpn_xor=0x10),
             Ring(("a",), convention="next"),
         ),
-        expect=Expect(cqes={"scq": (ok("a", 0, OP.NOP),)}, counters={0: {"stale_wqes": 0}}),
+        expect=Expect(
+            cqes={"scq": ()},
+            states={"a": QpState.RTS},
+            counters={0: {"stale_wqes": 1, "wqes": 0, "errors": 0}},
+            errors={0: (ErrSpec("stale_wqe", "a", expected=0, found=0),)},
+        ),
     ),
     Case(
         "signature_catches_body_written_after_ctrl",  # new ctrl over an old body

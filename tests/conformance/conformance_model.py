@@ -115,7 +115,8 @@ class Post:
     """Any WQE, segment by segment: ctrl, a raddr segment when `dst` is given, an atomic segment
     when `atomic` = (swap_add, compare), then one inline segment (`payload`) or pointer data
     segments `sges` = ((mr, offset, length), ...). `sign`: fill the mlx5 signature byte.
-    `torn`: only the ctrl reaches SQ memory before the ring (the body follows at PublishBody)."""
+    `torn`: only the ctrl reaches SQ memory before the ring (the body follows at PublishBody).
+    `qpn_xor`: the ctrl names another QPN (a slot left by another QP's submitter)."""
 
     qp: str
     opcode: int
@@ -127,6 +128,7 @@ class Post:
     signaled: bool = True
     sign: bool = False
     torn: bool = False
+    qpn_xor: int = 0  # the ctrl carries another QP's number
 
 
 @dataclass(frozen=True)

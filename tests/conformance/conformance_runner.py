@@ -197,7 +197,8 @@ class CaseRun:
         idx = st.pi
         ds = 1 + sum(len(b) for b in body) // 16
         flags = mlx5.CtrlFlags.CQ_UPDATE if s.signaled else 0
-        ctrl = mlx5.ctrl_seg(idx, s.opcode, qp.qpn, ds, fm_ce_se=int(flags), imm=s.imm)
+        qpn = qp.qpn ^ s.qpn_xor
+        ctrl = mlx5.ctrl_seg(idx, s.opcode, qpn, ds, fm_ce_se=int(flags), imm=s.imm)
         wqe = np.concatenate([ctrl, *body]).astype(np.uint8)
         if s.sign:  # rdma-core's calc_sig: the signature byte makes the WQE's bytes XOR to 0xff
             wqe[8] = ~np.bitwise_xor.reduce(wqe) & 0xFF
