@@ -603,7 +603,7 @@ CASES += [
     Case(
         "record_not_doorbell_is_the_producer_index",  # rdma-core doorbell names WQE 0; record 2
         **rc(),
-        steps=(_wr("a", 0, W8), _wr("a", 8, W8[::-1]), Ring(("a",))),
+        steps=(_wr("a", 0, W8), _wr("a", 8, W8[::-1]), Ring(("a",), wqe=0)),
         expect=Expect(
             memory=(("dst", 0, W8 + W8[::-1]),),
             cqes={"scq": (ok("a", 0), ok("a", 1))},
