@@ -254,15 +254,7 @@ def _run_rank(
             fabric = plan.provider.open(fplan, topo, job, pre.settings)
             faults.fire(pre.fault, "open", topo.rank)
         open_s = time.perf_counter() - t0
-        res, bring = bring_up(
-            fabric,
-            fplan,
-            pre.layout.region_bytes,
-            pre.layout.region_bytes * len(pre.traffic.neighbours) or pre.layout.region_bytes,
-            topo,
-            comm,
-            pre.traffic,
-        )
+        res, bring = bring_up(fabric, fplan, *fplan.mr_sizes, topo, comm, pre.traffic)
         submitter = plan.submitter(
             rank=topo.rank,
             fabric=fabric,

@@ -84,7 +84,7 @@ class RunPlan:
             dcis=self.dci_count(neighbours),
             dcts=self.dct_count(),
             sq_depth=self.cfg.sq_depth,
-            mr_bytes=layout.region_bytes * (1 + neighbours),
+            mr_sizes=(layout.region_bytes, layout.region_bytes * max(1, neighbours)),
             progress=self.cfg.progress,
             autonomous_progress=not self.submitter.cpu_progress,
         )

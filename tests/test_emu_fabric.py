@@ -286,3 +286,34 @@ def test_native_posting_under_concurrency_is_exact(progress: str) -> None:
     finally:
         for f in fs:
             f.close()
+
+
+def test_responder_cq_lock_of_a_dead_process_is_taken_over(pair) -> None:
+    """A rank killed inside a responder CQE leaves the CQ lock held: the next writer waits a
+    bounded time, sees the owner is dead, takes the lock over and reports it (no endless spin)."""
+    fs = pair
+    cq1 = fs[1].create_cq(16)
+    cq0 = fs[0].create_cq(16)
+    qp0 = fs[0].create_qp(cq0, 16)
+    qp1 = fs[1].create_qp(cq1, 16, cq1, 4)
+    fs[0].connect(qp0, fs[1].endpoint(qp1))
+    fs[1].connect(qp1, fs[0].endpoint(qp0))
+    mr = fs[1].register(64)
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)  # a pid that no longer exists
+    lock = host_view(fs[1].cq_status(cq1)["lock_addr"], 4).view(np.uint32)
+    lock[0] = pid
+    host_view(qp1.rq.buf, 16)[:] = mlx5.data_seg(0, 0, 0)
+    host_view(qp1.rq.dbrec, 4)[:] = np.frombuffer((1).to_bytes(4, "big"), np.uint8)
+    ring = mlx5.SqRing(host_view(qp0.sq.buf, 16 * 64), 16)
+    n = ring.post_write(0, qp0.qpn, mr.addr, mr.rkey, payload=b"12345678", signaled=True, imm=5)
+    host_view(qp0.sq.dbrec, 8)[4:] = np.frombuffer(mlx5.dbrec_value(n), np.uint8)
+    host_view(qp0.sq.doorbell, 8).view(np.uint64)[0] = mlx5.doorbell_value(ring.read(0, 0, 16))
+    fs[0].quiesce()
+    assert lock[0] == 0
+    assert fs[1].counters()["lock_steals"] == 1
+    recs = fs[1].errors()
+    assert [r.kind for r in recs] == ["dead_owner"] and recs[0].found == pid
+    assert mlx5.cqe_ready(host_view(cq1.buf, 64), 0, 16)  # the responder CQE was written

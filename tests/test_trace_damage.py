@@ -151,7 +151,7 @@ def test_lost_trailing_points_are_counted_against_points_per_rank(tmp_path: Path
 def test_sample_counts_are_checked_against_iters_and_across_ranks(tmp_path: Path) -> None:
     _write(tmp_path, short={1: 3})
     problems = _problems(tmp_path)
-    assert "rank 1: point 0 rtt_ns has 47 samples, its iters is 50" in problems
+    assert "rank 1: point 0 rtt_ns has 47 samples, its iters is 50 x 1 destination(s)" in problems
     assert any("point 0 rtt_ns: ranks of role sender hold different sample counts "
                "{0: 50, 1: 47}" in p for p in problems)
     with pytest.raises(TraceError, match="47 samples"):

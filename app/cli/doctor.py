@@ -7,8 +7,8 @@ import json
 from dataclasses import asdict
 
 from ..fabric.registry import catalog as provider_caps
-from ..submit.base import catalog as submitter_caps
 from ..platform import as_dict, gpu_nic_affinity, probe_all
+from ..submit.base import catalog as submitter_caps
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

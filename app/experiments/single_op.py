@@ -129,7 +129,11 @@ class SingleOp(Experiment):
                 reply=ctx.landing_from(dest) if mode == "round_trip" else None,
             )
             samples.append(ctx.submitter.latency(work))
-        return PointResult(samples={METRIC[mode]: np.concatenate(samples)}, role=t.role)
+        return PointResult(
+            samples={METRIC[mode]: np.concatenate(samples)},
+            results={"destinations": len(t.sends_to)},
+            role=t.role,
+        )
 
     def expected_landing(
         self,

@@ -33,7 +33,7 @@ class FabricPlan:
     dcis: int
     dcts: int
     sq_depth: int  # WQEBBs per SQ (and CQEs per CQ)
-    mr_bytes: int  # bytes of memory regions (source + landing)
+    mr_sizes: tuple[int, ...]  # bytes of each memory region (source, landing)
     progress: str  # requested: auto | thread | inline
     autonomous_progress: bool  # the submitter cannot drive a CPU progress hook (a GPU kernel)
 

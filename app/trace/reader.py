@@ -407,10 +407,13 @@ def _point_agreement(inventories: dict[int, _Inventory]) -> list[str]:
                     f"{ref[0]} has {ref[1].experiment} {ref[1].params} (a file from another "
                     "run?)")
             iters = point.params.get("iters")
+            # A sender measures each of its destinations in turn: iters samples per destination.
+            dests = point.results.get("destinations", 1)
             for metric, n in inv.counts.get(index, {}).items():
-                if isinstance(iters, int) and not isinstance(iters, bool) and n != iters:
+                if isinstance(iters, int) and not isinstance(iters, bool) and isinstance(
+                        dests, int) and n != iters * dests:
                     problems.append(f"rank {rank}: point {index} {metric} has {n} samples, "
-                                    f"its iters is {iters}")
+                                    f"its iters is {iters} x {dests} destination(s)")
                 role_counts.setdefault((index, role, metric), {})[rank] = n
     for (index, role), by_rank in sorted(role_metrics.items()):
         if len({tuple(m) for m in by_rank.values()}) > 1:

@@ -25,6 +25,7 @@ const char* const kCounterNames[emu::kNumCounters] = {
     "wqes",          "doorbells",  "bytes",   "messages",          "errors",
     "stale_wqes",    "flushed",    "cq_overruns", "cqes",          "cqe_dropped",
     "not_rts",       "bad_doorbells", "recv_consumed", "dc_key_violations", "rnr",
+    "dbrec_lag",     "cold_wakeups", "qp_fatal", "lock_steals",
 };
 
 nb::dict rq_dict(const emu::RqInfo& r) {
@@ -49,6 +50,23 @@ void bind_emu(nb::module_ m) {
   m.attr("ERR_CQ_OVERRUN") = static_cast<uint32_t>(emu::kErrCqOverrun);
   m.attr("ERR_BAD_DOORBELL") = static_cast<uint32_t>(emu::kErrBadDoorbell);
   m.attr("ERR_COMPLETION") = static_cast<uint32_t>(emu::kErrCompletion);
+  m.attr("CQ_COLLAPSED") = static_cast<uint32_t>(emu::kCqCollapsed);
+  m.attr("CQ_OVERRUN_IGNORE") = static_cast<uint32_t>(emu::kCqOverrunIgnore);
+  m.attr("QP_NO_DBR") = static_cast<uint32_t>(emu::kQpNoDbr);
+  m.attr("QP_WQE_SIG") = static_cast<uint32_t>(emu::kQpWqeSig);
+  m.attr("DB_STRIDE") = emu::kDbStride;
+  m.def(
+      "segment_bytes",
+      [](uint32_t max_mrs, uint32_t max_qps, uint32_t max_cqs, uint32_t max_dcts,
+         uint64_t ring_bytes, uint64_t mr_bytes) {
+        return emu::bytes_needed(emu::Limits{max_mrs, max_qps, max_cqs, max_dcts}, ring_bytes,
+                                 mr_bytes);
+      },
+      nb::arg("max_mrs"), nb::arg("max_qps"), nb::arg("max_cqs"), nb::arg("max_dcts"),
+      nb::arg("ring_bytes"), nb::arg("mr_bytes"),
+      "Exact segment bytes for these table sizes (slot 0 included) and footprints.");
+  m.def("ring_footprint", &emu::ring_footprint, "Bytes a ring of n bytes takes (page padded).");
+  m.def("mr_footprint", &emu::mr_footprint, "Bytes a memory region of n bytes takes.");
 
   nb::class_<Nic>(m, "Nic", "The emulated NIC of one rank: segment, objects, CPU engine.")
       .def(
@@ -63,21 +81,33 @@ void bind_emu(nb::module_ m) {
       .def_prop_ro("name", [](const Nic& n) { return n.seg().name(); })
       .def_prop_ro("base", [](const Nic& n) { return reinterpret_cast<uint64_t>(n.seg().base()); })
       .def_prop_ro("bytes", [](const Nic& n) { return n.seg().bytes(); })
-      .def_prop_ro("arena_used", [](const Nic& n) { return n.seg().hdr()->arena_used; })
+      .def_prop_ro("used",
+                   [](const Nic& n) {
+                     const emu::Header* h = n.seg().hdr();
+                     return h->ring_off + h->ring_used + h->mr_used;
+                   })
+      .def_prop_ro("queue_arena",
+                   [](const Nic& n) {
+                     const emu::Header* h = n.seg().hdr();
+                     return std::make_tuple(
+                         reinterpret_cast<uint64_t>(n.seg().at(h->queue_off)),
+                         n.seg().queue_bytes());
+                   })
       .def("reg_mr",
-           [](Nic& n, uint64_t length, uint32_t access) {
-             const emu::MrInfo r = n.reg_mr(length, access);
+           [](Nic& n, uint64_t length, uint32_t access, uint32_t pd) {
+             const emu::MrInfo r = n.reg_mr(length, access, pd);
              return std::make_tuple(r.addr, r.length, r.key);
-           })
+           }, nb::arg("length"), nb::arg("access"), nb::arg("pd") = 0)
       .def("create_cq",
-           [](Nic& n, uint32_t ncqe) {
-             const emu::CqInfo c = n.create_cq(ncqe);
+           [](Nic& n, uint32_t ncqe, uint32_t flags) {
+             const emu::CqInfo c = n.create_cq(ncqe, flags);
              return std::make_tuple(c.cqn, c.buf, c.dbrec, c.ncqe);
-           })
+           }, nb::arg("ncqe"), nb::arg("flags") = 0)
       .def("create_qp",
            [](Nic& n, uint32_t send_cqn, uint32_t sq_wqebbs, uint32_t recv_cqn, uint32_t rq_wqes,
-              bool dci) {
-             const emu::QpInfo q = n.create_qp(send_cqn, sq_wqebbs, recv_cqn, rq_wqes, dci);
+              bool dci, uint32_t flags, uint32_t max_inline, uint32_t pd) {
+             const emu::QpInfo q = n.create_qp(send_cqn, sq_wqebbs, recv_cqn, rq_wqes, dci, flags,
+                                               max_inline, pd);
              nb::dict d;
              d["qpn"] = q.qpn;
              d["buf"] = q.sq_buf;
@@ -86,15 +116,16 @@ void bind_emu(nb::module_ m) {
              d["wqebb_cnt"] = q.wqebb_cnt;
              d["rq"] = rq_dict(q.rq);
              return d;
-           })
+           }, nb::arg("send_cqn"), nb::arg("sq_wqebbs"), nb::arg("recv_cqn"), nb::arg("rq_wqes"),
+           nb::arg("dci"), nb::arg("flags") = 0, nb::arg("max_inline") = 0, nb::arg("pd") = 0)
       .def("create_dct",
-           [](Nic& n, uint32_t cqn, uint64_t dc_key, uint32_t rq_wqes) {
-             const emu::DctInfo t = n.create_dct(cqn, dc_key, rq_wqes);
+           [](Nic& n, uint32_t cqn, uint64_t dc_key, uint32_t rq_wqes, uint32_t pd) {
+             const emu::DctInfo t = n.create_dct(cqn, dc_key, rq_wqes, pd);
              nb::dict d;
              d["dctn"] = t.dctn;
              d["rq"] = rq_dict(t.rq);
              return d;
-           })
+           }, nb::arg("cqn"), nb::arg("dc_key"), nb::arg("rq_wqes"), nb::arg("pd") = 0)
       .def("modify_qp", &Nic::modify_qp, nb::arg("qpn"), nb::arg("state"),
            nb::arg("remote_rank") = -1, nb::arg("remote_qpn") = 0)
       .def("qp_state", &Nic::qp_state)
@@ -108,6 +139,7 @@ void bind_emu(nb::module_ m) {
              d["doorbells"] = emu::ld_rlx(&q.doorbells);
              d["errors"] = emu::ld_rlx(&q.errors);
              d["stale_wqes"] = emu::ld_rlx(&q.stale);
+             d["dbrec_lag"] = emu::ld_rlx(&q.dbrec_lag);
              d["remote_rank"] = q.remote_rank;
              d["remote_qpn"] = q.remote_qpn;
              d["rq_ci"] = emu::ld_rlx(&q.rq.ci);
@@ -128,6 +160,8 @@ void bind_emu(nb::module_ m) {
              d["status"] = emu::ld_acq(&c.status);
              d["pi"] = emu::ld_rlx(&c.pi);
              d["dropped"] = emu::ld_rlx(&c.dropped);
+             // where the CQ's lock word lives (tests plant a dead owner there)
+             d["lock_addr"] = reinterpret_cast<uint64_t>(&c.lock);
              return d;
            })
       .def("attach_peer", &Nic::attach_peer)

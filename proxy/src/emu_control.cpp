@@ -1,6 +1,7 @@
 // Control verbs of the emulated NIC: objects in the segment, the QP state machine, peers.
 #include <unistd.h>
 
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -30,10 +31,11 @@ const char* state_name(uint32_t s) {
   }
 }
 
-void check_limit(const char* field, uint32_t v, uint32_t hi) {
-  if (v < 2 || v > hi)
+// Table sizes include the reserved slot 0: `lo` is 1 where a table may hold no object.
+void check_limit(const char* field, uint32_t v, uint32_t hi, uint32_t lo = 2) {
+  if (v < lo || v > hi)
     throw std::invalid_argument(std::string("invalid ") + field + "=" + std::to_string(v) +
-                                ": allowed 2.." + std::to_string(hi));
+                                ": allowed " + std::to_string(lo) + ".." + std::to_string(hi));
 }
 
 }  // namespace
@@ -46,7 +48,7 @@ Nic::Nic(const std::string& name, int rank, int world, uint64_t bytes, const Lim
     throw std::invalid_argument("invalid rank=" + std::to_string(rank) + ": allowed 0.." +
                                 std::to_string(world - 1));
   check_limit("max_qps", lim.max_qps, kMaxQps);
-  check_limit("max_dcts", lim.max_dcts, kMaxQps);
+  check_limit("max_dcts", lim.max_dcts, kMaxQps, 1);
   check_limit("max_cqs", lim.max_cqs, 0xffff);
   check_limit("max_mrs", lim.max_mrs, 0xffffff);
   self_ = Segment::create(name, rank, world, bytes, lim);
@@ -54,7 +56,9 @@ Nic::Nic(const std::string& name, int rank, int world, uint64_t bytes, const Lim
   seg_.assign(world, nullptr);
   seg_[rank] = &self_;
   last_db_.assign(lim.max_qps, 0);
-  ci_.assign(lim.max_qps, 0);
+  is_hot_.assign(lim.max_qps, 0);
+  eng_.assign(lim.max_qps, QpEng{});
+  pid_ = static_cast<uint32_t>(getpid());
   key_byte_ = static_cast<uint8_t>(getpid() * 131u + rank * 29u);
 }
 
@@ -66,7 +70,7 @@ void Nic::lock_engine() {
   }
 }
 
-MrInfo Nic::reg_mr(uint64_t length, uint32_t access) {
+MrInfo Nic::reg_mr(uint64_t length, uint32_t access, uint32_t pd) {
   std::lock_guard<std::mutex> g(ctl_);
   Header* h = self_.hdr();
   const uint32_t idx = h->n_mrs;
@@ -75,9 +79,10 @@ MrInfo Nic::reg_mr(uint64_t length, uint32_t access) {
                              std::to_string(h->max_mrs - 1) + " MRs; raise max_mrs)");
   if (length == 0) throw std::invalid_argument("invalid length=0: allowed >= 1");
   if (access & ~0xfu) throw std::invalid_argument("invalid access=" + std::to_string(access));
-  const uint64_t off = self_.alloc(length, 64, "memory region");
+  const uint64_t off = self_.alloc_mr(length);
   MrEntry& m = self_.mrs()[idx];
   m.access = access;
+  m.pd = pd;
   m.offset = off;
   m.length = length;
   m.addr = reinterpret_cast<uint64_t>(self_.at(off));
@@ -89,16 +94,20 @@ MrInfo Nic::reg_mr(uint64_t length, uint32_t access) {
   return MrInfo{m.addr, length, key};
 }
 
-CqInfo Nic::create_cq(uint32_t ncqe) {
+CqInfo Nic::create_cq(uint32_t ncqe, uint32_t flags) {
   std::lock_guard<std::mutex> g(ctl_);
   if (!pow2(ncqe) || ncqe > (1u << 22))
     throw std::invalid_argument("invalid ncqe=" + std::to_string(ncqe) +
                                 ": allowed a power of two, 1..4194304");
   Header* h = self_.hdr();
   const uint32_t idx = h->n_cqs;
-  if (idx >= h->max_cqs) throw std::runtime_error("emu: CQ table full (raise max_cqs)");
-  const uint64_t buf = self_.alloc(uint64_t{ncqe} * mlx5::kCqeBytes, 4096, "CQ ring");
-  const uint64_t dbrec = self_.alloc(64, 64, "CQ doorbell record");
+  if (flags & ~uint32_t{kCqCollapsed | kCqOverrunIgnore})
+    throw std::invalid_argument("invalid cq flags=" + std::to_string(flags));
+  if (idx >= h->max_cqs)
+    throw std::runtime_error("emu: CQ table full (" + std::to_string(h->max_cqs - 1) +
+                             " CQs; raise max_cqs)");
+  const uint64_t buf = self_.alloc_ring(uint64_t{ncqe} * mlx5::kCqeBytes, "CQ ring");
+  const uint64_t dbrec = self_.cq_dbrec(idx);
   for (uint32_t i = 0; i < ncqe; ++i) mlx5::cqe_init(self_.at(buf) + i * mlx5::kCqeBytes);
   CqEntry& cq = self_.cqs()[idx];
   cq.ncqe = ncqe;
@@ -106,6 +115,7 @@ CqInfo Nic::create_cq(uint32_t ncqe) {
   cq.buf_off = buf;
   cq.dbrec_off = dbrec;
   cq.status = kCqOk;
+  cq.flags = flags;
   cq.pi = 0;
   st_rel(&h->n_cqs, idx + 1);
   return CqInfo{cq.cqn, reinterpret_cast<uint64_t>(self_.at(buf)),
@@ -120,7 +130,7 @@ static void check_own_cq(const Segment& s, int rank, uint32_t cqn, const char* f
 }
 
 QpInfo Nic::create_qp(uint32_t send_cqn, uint32_t sq_wqebbs, uint32_t recv_cqn, uint32_t rq_wqes,
-                      bool dci) {
+                      bool dci, uint32_t flags, uint32_t max_inline, uint32_t pd) {
   std::lock_guard<std::mutex> g(ctl_);
   check_own_cq(self_, rank_, send_cqn, "send_cq");
   if (!pow2(sq_wqebbs) || sq_wqebbs > 32768)
@@ -132,10 +142,14 @@ QpInfo Nic::create_qp(uint32_t send_cqn, uint32_t sq_wqebbs, uint32_t recv_cqn, 
   if (rq_wqes) check_own_cq(self_, rank_, recv_cqn, "recv_cq");
   Header* h = self_.hdr();
   const uint32_t idx = h->n_qps;
-  if (idx >= h->max_qps) throw std::runtime_error("emu: QP table full (raise max_qps)");
-  const uint64_t sq = self_.alloc(uint64_t{sq_wqebbs} * mlx5::kWqebbBytes, 4096, "SQ ring");
-  const uint64_t dbrec = self_.alloc(64, 64, "QP doorbell record");
-  const uint64_t rq = rq_wqes ? self_.alloc(uint64_t{rq_wqes} * 16, 64, "RQ ring") : 0;
+  if (flags & ~uint32_t{kQpNoDbr | kQpWqeSig})
+    throw std::invalid_argument("invalid qp flags=" + std::to_string(flags));
+  if (idx >= h->max_qps)
+    throw std::runtime_error("emu: QP table full (" + std::to_string(h->max_qps - 1) +
+                             " QPs; raise max_qps)");
+  const uint64_t sq = self_.alloc_ring(uint64_t{sq_wqebbs} * mlx5::kWqebbBytes, "SQ ring");
+  const uint64_t dbrec = self_.qp_dbrec(idx);
+  const uint64_t rq = rq_wqes ? self_.alloc_ring(uint64_t{rq_wqes} * 16, "RQ ring") : 0;
   QpEntry& q = self_.qps()[idx];
   q.type = dci ? kDci : kRc;
   q.qpn = make_num(rank_, idx);
@@ -148,18 +162,21 @@ QpInfo Nic::create_qp(uint32_t send_cqn, uint32_t sq_wqebbs, uint32_t recv_cqn, 
   q.rq.dbrec_off = dbrec + 4 * mlx5::kRcvDbr;
   q.rq.wqe_cnt = rq_wqes;
   q.rq.cqn = rq_wqes ? recv_cqn : 0;
+  q.flags = flags;
+  q.max_inline = max_inline;
+  q.pd = pd;
   st_rel(&q.state, static_cast<uint32_t>(kReset));
   st_rel(&h->n_qps, idx + 1);
   auto addr = [&](uint64_t off) { return reinterpret_cast<uint64_t>(self_.at(off)); };
   return QpInfo{q.qpn,
                 addr(sq),
                 addr(dbrec),
-                reinterpret_cast<uint64_t>(&self_.doorbells()[idx]),
+                reinterpret_cast<uint64_t>(self_.doorbell(idx)),
                 sq_wqebbs,
                 RqInfo{rq ? addr(rq) : 0, addr(dbrec), rq_wqes}};
 }
 
-DctInfo Nic::create_dct(uint32_t cqn, uint64_t dc_key, uint32_t rq_wqes) {
+DctInfo Nic::create_dct(uint32_t cqn, uint64_t dc_key, uint32_t rq_wqes, uint32_t pd) {
   std::lock_guard<std::mutex> g(ctl_);
   check_own_cq(self_, rank_, cqn, "cq");
   if (rq_wqes && (!pow2(rq_wqes) || rq_wqes > 32768))
@@ -167,9 +184,11 @@ DctInfo Nic::create_dct(uint32_t cqn, uint64_t dc_key, uint32_t rq_wqes) {
                                 ": allowed 0 or a power of two up to 32768");
   Header* h = self_.hdr();
   const uint32_t idx = h->n_dcts;
-  if (idx >= h->max_dcts) throw std::runtime_error("emu: DCT table full (raise max_dcts)");
-  const uint64_t dbrec = self_.alloc(64, 64, "DCT doorbell record");
-  const uint64_t rq = rq_wqes ? self_.alloc(uint64_t{rq_wqes} * 16, 64, "DCT RQ ring") : 0;
+  if (idx >= h->max_dcts)
+    throw std::runtime_error("emu: DCT table full (" + std::to_string(h->max_dcts - 1) +
+                             " DCTs; raise max_dcts)");
+  const uint64_t dbrec = self_.dct_dbrec(idx);
+  const uint64_t rq = rq_wqes ? self_.alloc_ring(uint64_t{rq_wqes} * 16, "DCT RQ ring") : 0;
   DctEntry& d = self_.dcts()[idx];
   d.dctn = make_num(rank_, kDctBit | idx);
   d.dc_key = dc_key;
@@ -177,6 +196,7 @@ DctInfo Nic::create_dct(uint32_t cqn, uint64_t dc_key, uint32_t rq_wqes) {
   d.rq.dbrec_off = dbrec + 4 * mlx5::kRcvDbr;
   d.rq.wqe_cnt = rq_wqes;
   d.rq.cqn = cqn;
+  d.pd = pd;
   st_rel(&d.state, static_cast<uint32_t>(kRtr));  // a DCT is ready once created
   st_rel(&h->n_dcts, idx + 1);
   return DctInfo{d.dctn, RqInfo{rq ? reinterpret_cast<uint64_t>(self_.at(rq)) : 0,
@@ -239,15 +259,15 @@ void Nic::modify_qp(uint32_t qpn, uint32_t state, int remote_rank, uint32_t remo
   }
   if (state == kReset) {
     // Indices restart at 0, as after the driver's modify to RESET.
-    ci_[i] = 0;
+    eng_[i] = QpEng{};
     last_db_[i] = 0;
-    st_rel(&self_.doorbells()[i], uint64_t{0});
+    std::memset(self_.doorbell(i), 0, kDbStride);
     st_rlx(&q.sq_ci, 0u);
     uint32_t* db = reinterpret_cast<uint32_t*>(self_.at(q.dbrec_off));
     db[0] = db[1] = 0;
     if (q.rq.wqe_cnt) {
       CqEntry& rcq = self_.cqs()[num_index(q.rq.cqn)];
-      spin_lock(&rcq.lock);
+      lock_cq(self_, rcq);
       q.rq.ci = 0;
       spin_unlock(&rcq.lock);
     }

@@ -1,4 +1,20 @@
-// The CPU engine of the emulated NIC: doorbell scan, WQE checks, execution, CQEs, errors.
+// The CPU engine of the emulated NIC: the core of cuda/emu_core.cuh (doorbells, WQE checks and
+// execution, CQEs, errors) over POSIX shared memory, the per-pass choice of registers to read,
+// and the engine thread.
+//
+// Doorbells. The doorbell register is the wake-up; the producer index comes from the send doorbell
+// record (acquire load), or, for a DBR-less QP, from the doorbell value. Both conventions are
+// understood: rdma-core's (the first 8 bytes of the last WQE's ctrl) and IBGDA's / DOCA GPUNetIO's
+// (the next producer index with opcode 0 and ds 0). A doorbell naming WQEs the record has not
+// published yet is a doorbell-record lag: counted, and the QP is re-checked every pass until the
+// record covers them (DOCA's default rings, updates the record, rings again: the second ring
+// carries the same value and is no memory change; the re-check is what notices the record).
+//
+// Which registers are read: a NIC sees each doorbell as a write addressed to it; emu sees memory.
+// It reads every pass the registers of QPs rung recently or with work pending (the "hot" set, its
+// cost proportional to the active QPs, as a NIC's is to the doorbells it receives) and a fixed
+// window of a rotating sweep over all registers (constant cost per pass). A QP quiet for a long
+// time is found by the sweep (counted as cold_wakeups): its first doorbell waits up to one sweep.
 #include <sched.h>
 #include <time.h>
 
@@ -15,7 +31,8 @@ namespace m5 = mlx5;
 namespace {
 
 // Idle backoff of the engine thread: spin with pause, then yield, then sleeps doubling to 100 µs
-// (plus the kernel's timer slack, 50 µs by default), 1 ms once deeply idle; reset on work.
+// (plus the kernel's timer slack, 50 µs by default), 1 ms once deeply idle; reset on work. Counted
+// in idle sweeps (a sweep reads every doorbell register once).
 constexpr uint32_t kSpinPasses = 2000;
 constexpr uint32_t kYieldPasses = 100;
 constexpr long kSleepMinNs = 1000, kSleepMaxNs = 100000;
@@ -24,15 +41,19 @@ constexpr long kSleepMinNs = 1000, kSleepMaxNs = 100000;
 constexpr uint32_t kDeepIdleSleeps = 330;
 constexpr long kDeepSleepMaxNs = 1000000;
 
-// Vendor syndrome ConnectX reports with REMOTE_ACCESS (0x88 = 136, e.g. open-mpi/ompi#1241).
-constexpr uint8_t kVendorRemoteAccess = 0x88;
+// Registers of the rotating sweep read per pass, and the passes without a doorbell or work after
+// which a QP leaves the hot set.
+constexpr uint32_t kSweepWindow = 16;
+constexpr uint64_t kHotIdlePasses = 1u << 16;
 
-// Translate (key, addr, len) through the MR table of segment `s`; null on any violation.
-uint8_t* mr_ptr(const Segment& s, uint32_t key, uint64_t addr, uint64_t len, uint32_t need) {
+// Translate (key, addr, len) through the MR table of segment `s`; null on any violation
+// (unknown key, bounds, access, another protection domain).
+uint8_t* mr_ptr(const Segment& s, uint32_t key, uint64_t addr, uint64_t len, uint32_t need,
+                uint32_t pd) {
   const uint32_t i = key_index(key);
   if (i == 0 || i >= ld_acq(&s.hdr()->n_mrs)) return nullptr;
   const MrEntry& m = s.mrs()[i];
-  if (ld_acq(&m.key) != key) return nullptr;
+  if (ld_acq(&m.key) != key || m.pd != pd) return nullptr;
   if (addr < m.addr || len > m.length || addr - m.addr > m.length - len) return nullptr;
   if ((m.access & need) != need) return nullptr;
   return s.base() + m.offset + (addr - m.addr);
@@ -53,50 +74,255 @@ inline uint32_t be32_at(const Segment& s, uint64_t off) {
 
 }  // namespace
 
+// ---- CQEs ----------------------------------------------------------------------------------------
+
+void Nic::lock_cq(const Segment& s, CqEntry& cq) {
+  const uint32_t dead = spin_lock(&cq.lock, pid_);
+  if (dead) {
+    s.count(kCntLockSteals);
+    s.push_error(kErrDeadOwner, 0, 0, dead, cq.cqn, rank_);
+  }
+}
+
+// Overrun without oi: hardware raises the CQ error event and moves every QP that completes on the
+// CQ to ERR (they stop executing; later WQEs flush). The CQ's segment holds those QPs.
+void Nic::cq_fatal(const Segment& s, CqEntry& cq) {
+  const uint32_t n = ld_acq(&s.hdr()->n_qps);
+  for (uint32_t i = 1; i < n; ++i) {
+    QpEntry& q = s.qps()[i];
+    if (q.send_cqn != cq.cqn && !(q.rq.wqe_cnt && q.rq.cqn == cq.cqn)) continue;
+    const uint32_t st = ld_acq(&q.state);
+    if (st == kErr || st == kReset) continue;
+    st_rel(&q.state, static_cast<uint32_t>(kErr));
+    s.count(kCntQpFatal);
+    s.push_error(kErrQpFatal, q.qpn, st, kErr, cq.cqn, rank_);
+  }
+}
+
 // Write one CQE into CQ `cq` of segment `s` (its lock held): overrun check against the consumer
-// index in the CQ's doorbell record, body first, op_own last with a release store.
+// index in the CQ's doorbell record (skipped with oi), body first, op_own last (release). A
+// collapsed CQ (cc) receives every CQE in entry 0.
+namespace {
+// GCC __atomic builtins over shared memory: the memory operations the core needs for CQEs.
+struct HostMem {
+  uint32_t ld_acq32(const uint32_t* p) const { return ld_acq(p); }
+  void st_rel32(uint32_t* p, uint32_t v) const { st_rel(p, v); }
+  void st_rel8(uint8_t* p, uint8_t v) const { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+};
+}  // namespace
+
+// Write one CQE into CQ `cq` of segment `s` (its lock held) with the core's write_cqe; an
+// overrun (without oi) raises the CQ error: counters, a record, and the CQ's QPs go to ERR.
 template <class Fill>
-static bool post_cqe_locked(const Segment& s, CqEntry& cq, uint32_t qpn, int rank, Fill fill) {
-  if (cq.status != kCqOk) {
-    ++cq.dropped;
-    s.count(kCntCqeDropped);
-    return false;
+bool Nic::post_cqe_locked(const Segment& s, CqEntry& cq, uint32_t qpn, Fill fill) {
+  const emu_core::CqRef ref{s.at(cq.buf_off),
+                            reinterpret_cast<const uint32_t*>(s.at(cq.dbrec_off)) + m5::kCqSetCi,
+                            &cq.status,
+                            &cq.pi,
+                            &cq.dropped,
+                            cq.ncqe,
+                            cq.flags};
+  const uint32_t pi = cq.pi;
+  HostMem mem;
+  switch (emu_core::write_cqe(mem, ref, fill)) {
+    case emu_core::kCqeWritten: s.count(kCntCqes); return true;
+    case emu_core::kCqeDropped: s.count(kCntCqeDropped); return false;
+    case emu_core::kCqeOverrun: {
+      // mlx5: the CQ goes to CQ_OVERFLOW and an async error event is raised; CQEs are lost.
+      const uint32_t ci = be32_at(s, cq.dbrec_off + 4 * m5::kCqSetCi) & 0xffffff;
+      s.count(kCntCqOverruns);
+      s.count(kCntCqeDropped);
+      s.push_error(kErrCqOverrun, qpn, ci, pi & 0xffffff, cq.cqn, rank_);
+      cq_fatal(s, cq);
+      return false;
+    }
   }
-  const uint32_t ci = be32_at(s, cq.dbrec_off + 4 * m5::kCqSetCi) & 0xffffff;
-  if (((cq.pi - ci) & 0xffffff) >= cq.ncqe) {
-    // mlx5: the CQ goes to CQ_OVERFLOW and an async error event is raised; CQEs are lost.
-    st_rel(&cq.status, static_cast<uint32_t>(kCqOverflow));
-    ++cq.dropped;
-    s.count(kCntCqOverruns);
-    s.count(kCntCqeDropped);
-    s.push_error(kErrCqOverrun, qpn, ci, cq.pi & 0xffffff, cq.cqn, rank);
-    return false;
-  }
-  uint8_t* b = s.at(cq.buf_off) + (cq.pi & (cq.ncqe - 1)) * m5::kCqeBytes;
-  const uint8_t op_own = fill(b, static_cast<uint8_t>((cq.pi & cq.ncqe) ? 1 : 0));
-  __atomic_store_n(b + m5::kCqeOpOwn, op_own, __ATOMIC_RELEASE);
-  ++cq.pi;
-  s.count(kCntCqes);
-  return true;
+  return false;
 }
 
 template <class Fill>
-static bool post_cqe(const Segment& s, uint32_t cqn, uint32_t qpn, int rank, Fill fill) {
+bool Nic::post_cqe(const Segment& s, uint32_t cqn, uint32_t qpn, Fill fill) {
   CqEntry& cq = s.cqs()[num_index(cqn)];
-  spin_lock(&cq.lock);
-  const bool ok = post_cqe_locked(s, cq, qpn, rank, fill);
+  lock_cq(s, cq);
+  const bool ok = post_cqe_locked(s, cq, qpn, fill);
   spin_unlock(&cq.lock);
   return ok;
 }
 
-void Nic::complete_error(QpEntry& qp, uint8_t synd, uint8_t wqe_opcode, uint16_t idx,
-                         bool flush) {
-  const uint8_t vendor = synd == m5::kSyndRemoteAccess ? kVendorRemoteAccess : 0;
-  post_cqe(self_, qp.send_cqn, qp.qpn, rank_, [&](uint8_t* b, uint8_t owner) {
-    return m5::fill_err_cqe(b, m5::kCqeReqErr, synd, vendor, qp.qpn, wqe_opcode, idx, owner);
-  });
-  if (!flush) self_.push_error(kErrCompletion, qp.qpn, synd, idx, qp.send_cqn, rank_);
+// ---- the core's environment ---------------------------------------------------------------------
+// One QP of this rank being served: memory operations, responder lookup through the peers'
+// segments, MR translation, receive queues, CQEs, counters and error records.
+struct Nic::Env {
+  Nic& nic;
+  QpEntry& qp;
+  struct Resp {
+    const Segment* ts = nullptr;
+    RqState* rq = nullptr;
+    uint32_t num = 0, pd = 0;
+  };
+
+  uint32_t ld_acq32(const uint32_t* p) const { return ld_acq(p); }
+  uint64_t fetch_add64(uint64_t* p, uint64_t v) const {
+    return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL);
+  }
+  uint64_t cas64(uint64_t* p, uint64_t expected, uint64_t desired) const {
+    __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    return expected;  // the old value either way
+  }
+  void copy(uint8_t* dst, const uint8_t* src, uint32_t n) const { copy_payload(dst, src, n); }
+  uint32_t qp_state() const { return ld_acq(&qp.state); }
+  void qp_to_error() const { st_rel(&qp.state, static_cast<uint32_t>(kErr)); }
+
+  bool responder(const uint8_t* av, Resp& r) const {
+    if (qp.type == kDci) {
+      const m5::AvView v = m5::get_av(av);
+      const int trank = static_cast<int>(m5::get_be16(av + 14)) - 1;  // LID = rank + 1
+      if (trank < 0 || trank >= nic.world_ || !nic.seg_[trank]) return false;
+      const Segment* ts = nic.seg_[trank];
+      const uint32_t dn = v.dqp_dct & 0xffffff;
+      const uint32_t di = num_index(dn) & ~kDctBit;
+      if (num_rank(dn) != (static_cast<uint32_t>(trank) & 0xff) || !(num_index(dn) & kDctBit) ||
+          di == 0 || di >= ld_acq(&ts->hdr()->n_dcts))
+        return false;
+      DctEntry& d = ts->dcts()[di];
+      if (ld_acq(&d.state) != kRtr) return false;
+      if (d.dc_key != v.dc_key) {
+        // The DCT drops the packet and counts it (dctc.dc_access_key_violation_count in
+        // mlx5_ifc.h); the requester retries until TRANSPORT_RETRY_EXC.
+        add_rlx(&d.key_violations, 1u);
+        ts->count(kCntDcKeyViolations);
+        return false;
+      }
+      r = Resp{ts, &d.rq, d.dctn, d.pd};
+      return true;
+    }
+    if (qp.remote_rank < 0 || !nic.seg_[qp.remote_rank]) return false;
+    const Segment* ts = nic.seg_[qp.remote_rank];
+    const uint32_t ri = num_index(qp.remote_qpn);
+    if (ri == 0 || (ri & kDctBit) || ri >= ld_acq(&ts->hdr()->n_qps)) return false;
+    QpEntry& p = ts->qps()[ri];
+    const uint32_t rs = ld_acq(&p.state);
+    if (p.qpn != qp.remote_qpn || (rs != kRtr && rs != kRts)) return false;
+    r = Resp{ts, &p.rq, p.qpn, p.pd};
+    return true;
+  }
+  uint8_t* local(uint32_t key, uint64_t addr, uint64_t len, uint32_t need, uint32_t pd) const {
+    return mr_ptr(nic.self_, key, addr, len, need, pd);
+  }
+  uint8_t* remote(const Resp& r, uint32_t key, uint64_t addr, uint64_t len,
+                  uint32_t need) const {
+    return mr_ptr(*r.ts, key, addr, len, need, r.pd);
+  }
+  bool recv_begin(const Resp& r, emu_core::RecvSlot& slot) const {
+    if (r.rq->wqe_cnt == 0) return false;
+    CqEntry& rcq = r.ts->cqs()[num_index(r.rq->cqn)];
+    nic.lock_cq(*r.ts, rcq);
+    const uint32_t rpi = be32_at(*r.ts, r.rq->dbrec_off) & 0xffff;
+    if (((rpi - r.rq->ci) & 0xffff) == 0) {
+      spin_unlock(&rcq.lock);
+      return false;
+    }
+    slot.wqe = r.ts->at(r.rq->buf_off) + (r.rq->ci & (r.rq->wqe_cnt - 1)) * 16;
+    slot.index = static_cast<uint16_t>(r.rq->ci);
+    ++r.rq->ci;
+    return true;
+  }
+  void recv_end(const Resp& r, const emu_core::RecvSlot& slot, uint8_t cqe_op, uint8_t synd,
+                uint32_t len, uint32_t imm) const {
+    CqEntry& rcq = r.ts->cqs()[num_index(r.rq->cqn)];
+    nic.post_cqe_locked(*r.ts, rcq, r.num, [&](uint8_t* b, uint8_t owner) {
+      if (synd)
+        return m5::fill_err_cqe(b, cqe_op, synd, emu_core::vendor_syndrome(synd), r.num, 0,
+                                slot.index, owner);
+      return m5::fill_resp_cqe(b, cqe_op, r.num, slot.index, len, imm, 0, owner);
+    });
+    spin_unlock(&rcq.lock);
+    if (!synd) r.ts->count(kCntRecvConsumed);
+  }
+  void req_cqe(uint8_t wqe_opcode, uint16_t idx, uint32_t bytes) const {
+    nic.post_cqe(nic.self_, qp.send_cqn, qp.qpn, [&](uint8_t* b, uint8_t owner) {
+      return m5::fill_req_cqe(b, qp.qpn, wqe_opcode, idx, bytes, 0, owner);
+    });
+  }
+  void err_cqe(uint8_t synd, uint8_t vendor, uint8_t wqe_opcode, uint16_t idx, bool flush) const {
+    nic.post_cqe(nic.self_, qp.send_cqn, qp.qpn, [&](uint8_t* b, uint8_t owner) {
+      return m5::fill_err_cqe(b, m5::kCqeReqErr, synd, vendor, qp.qpn, wqe_opcode, idx, owner);
+    });
+    if (!flush) nic.self_.push_error(kErrCompletion, qp.qpn, synd, idx, qp.send_cqn, nic.rank_);
+  }
+  void event(emu_core::Event ev, uint32_t expected, uint32_t found) const {
+    uint64_t* c = nic.local_;
+    const Segment& s = nic.self_;
+    switch (ev) {
+      case emu_core::kEvDoorbell:
+        ++c[kCntDoorbells];
+        st_rlx(&qp.doorbells, qp.doorbells + 1);
+        break;
+      case emu_core::kEvWrongQpn:
+        ++c[kCntBadDoorbells];
+        s.push_error(kErrDoorbellQpn, qp.qpn, expected, found, 0, nic.rank_);
+        break;
+      case emu_core::kEvNotRts:
+        ++c[kCntNotRts];
+        s.push_error(kErrNotRts, qp.qpn, expected, found, 0, nic.rank_);
+        break;
+      case emu_core::kEvOutOfWindow:
+        ++c[kCntBadDoorbells];
+        s.push_error(kErrBadDoorbell, qp.qpn, expected, found, 0, nic.rank_);
+        break;
+      case emu_core::kEvBadRecord:
+        ++c[kCntBadDoorbells];
+        s.push_error(kErrBadDbrec, qp.qpn, expected, found, 0, nic.rank_);
+        break;
+      case emu_core::kEvDbrecLag:
+        ++c[kCntDbrecLag];
+        st_rlx(&qp.dbrec_lag, qp.dbrec_lag + 1);
+        break;
+      case emu_core::kEvStale:
+        ++c[kCntStaleWqes];
+        st_rlx(&qp.stale, qp.stale + 1);
+        s.push_error(kErrStaleWqe, qp.qpn, expected, found, 0, nic.rank_);
+        break;
+      case emu_core::kEvFlushed: ++c[kCntFlushed]; break;
+      case emu_core::kEvExecuted:
+        ++c[kCntWqes];
+        st_rlx(&qp.wqes, qp.wqes + 1);
+        c[kCntBytes] += expected;
+        c[kCntMessages] += found;
+        break;
+      case emu_core::kEvError:
+        ++c[kCntErrors];
+        st_rlx(&qp.errors, qp.errors + 1);
+        break;
+      case emu_core::kEvRnr: ++c[kCntRnr]; break;
+    }
+  }
+};
+
+emu_core::SqParams Nic::sq_params(uint32_t i) const {
+  const QpEntry& qp = self_.qps()[i];
+  return emu_core::SqParams{
+      m5::SqRing{self_.at(qp.sq_off), qp.wqebb_cnt},
+      qp.qpn,
+      qp.flags,
+      qp.max_inline,
+      qp.pd,
+      qp.type == kDci,
+      reinterpret_cast<const uint32_t*>(self_.at(qp.dbrec_off)) + m5::kSndDbr};
 }
+
+// A changed register (`rung`, value `db`) or a pending QP: hand it to the core.
+size_t Nic::serve_qp(uint32_t i, uint64_t db, bool rung) {
+  QpEntry& qp = self_.qps()[i];
+  QpEng& e = eng_[i];
+  Env env{*this, qp};
+  const emu_core::SqParams q = sq_params(i);
+  const size_t n = rung ? 1 + emu_core::on_doorbell(env, e.sq, q, db) : emu_core::serve(env, e.sq, q);
+  st_rlx(&qp.sq_ci, e.sq.ci);
+  return n;
+}
+
+// ---- doorbells -----------------------------------------------------------------------------------
 
 size_t Nic::progress() {
   if (__atomic_exchange_n(&busy_, 1u, __ATOMIC_ACQUIRE)) return 0;
@@ -106,15 +332,51 @@ size_t Nic::progress() {
   }
   Header* h = self_.hdr();
   const uint32_t n = ld_acq(&h->n_qps);
-  const uint64_t* dbs = self_.doorbells();
+  ++pass_;
   size_t work = 0;
-  for (uint32_t i = 1; i < n; ++i) {
-    const uint64_t db = ld_acq(&dbs[i]);
+  // The hot set: registers rung recently, and QPs whose announced work is not all executed.
+  for (size_t k = 0; k < hot_.size();) {
+    const uint32_t i = hot_[k];
+    QpEng& e = eng_[i];
+    const uint64_t db = ld_acq(self_.doorbell(i));
     if (db != last_db_[i]) {
       last_db_[i] = db;
-      work += 1 + process_doorbell(i, db);
+      e.active = pass_;
+      work += serve_qp(i, db, true);
+    } else if (e.sq.pending) {
+      const size_t w = serve_qp(i, db, false);
+      if (w) e.active = pass_;
+      work += w;
     }
+    if (!e.sq.pending && pass_ - e.active > kHotIdlePasses) {
+      is_hot_[i] = 0;
+      hot_[k] = hot_.back();
+      hot_.pop_back();
+      continue;
+    }
+    ++k;
   }
+  // One window of the rotating sweep over every register.
+  wrapped_ = false;
+  const uint32_t window = n > 1 ? std::min(kSweepWindow, n - 1) : 0;
+  for (uint32_t k = 0; k < window; ++k) {
+    const uint32_t i = cursor_ < n ? cursor_ : 1;
+    cursor_ = i + 1;
+    if (cursor_ >= n) {
+      cursor_ = 1;
+      wrapped_ = true;
+    }
+    if (is_hot_[i]) continue;
+    const uint64_t db = ld_acq(self_.doorbell(i));
+    if (db == last_db_[i]) continue;
+    last_db_[i] = db;
+    ++local_[kCntColdWakeups];
+    is_hot_[i] = 1;
+    hot_.push_back(i);
+    eng_[i].active = pass_;
+    work += serve_qp(i, db, true);
+  }
+  if (n <= 1) wrapped_ = true;
   if (work) {
     for (uint32_t c = 0; c < kNumCounters; ++c) {
       if (local_[c]) {
@@ -123,248 +385,33 @@ size_t Nic::progress() {
       }
     }
   }
+  if (wrapped_) sweeps_.fetch_add(1, std::memory_order_release);
   passes_.fetch_add(1, std::memory_order_release);
   unlock_engine();
   return work;
 }
 
-size_t Nic::process_doorbell(uint32_t i, uint64_t db) {
-  QpEntry& qp = self_.qps()[i];
-  ++local_[kCntDoorbells];
-  st_rlx(&qp.doorbells, qp.doorbells + 1);
-  // The doorbell carries the first 8 bytes of the last WQE's ctrl: opmod_idx_opcode, qpn_ds.
-  const uint32_t w0 = m5::bswap32(static_cast<uint32_t>(db));
-  const uint32_t w1 = m5::bswap32(static_cast<uint32_t>(db >> 32));
-  const uint32_t target = (w0 >> 8) & 0xffff;
-  const uint32_t db_qpn = w1 >> 8;
-  uint32_t ci = ci_[i];
-  if (db_qpn != qp.qpn) {
-    ++local_[kCntBadDoorbells];
-    self_.push_error(kErrBadDoorbell, qp.qpn, qp.qpn, db_qpn, 0, rank_);
-    return 0;
-  }
-  const uint32_t state = ld_acq(&qp.state);
-  if (state != kRts && state != kErr) {
-    // Hardware ignores a doorbell of a QP that cannot send; emu says so (counter + record).
-    ++local_[kCntNotRts];
-    self_.push_error(kErrNotRts, qp.qpn, state, target, 0, rank_);
-    return 0;
-  }
-  if (((target - ci) & 0xffff) >= qp.wqebb_cnt) {
-    ++local_[kCntBadDoorbells];
-    self_.push_error(kErrBadDoorbell, qp.qpn, ci & 0xffff, target, 0, rank_);
-    return 0;
-  }
-  const m5::SqRing sq{self_.at(qp.sq_off), qp.wqebb_cnt};
-  size_t handled = 0;
-  uint64_t wqes = 0;
-  for (;;) {
-    const uint32_t rem = (target - ci) & 0xffff;
-    const m5::CtrlView c = m5::get_ctrl_seg(sq.wqe(ci));
-    if (c.wqe_index != (ci & 0xffff)) {
-      // The slot still holds an older WQE (or none): the doorbell overtook the WQE stores.
-      ++local_[kCntStaleWqes];
-      st_rlx(&qp.stale, qp.stale + 1);
-      self_.push_error(kErrStaleWqe, qp.qpn, ci & 0xffff, c.wqe_index, 0, rank_);
-      break;
-    }
-    const uint32_t nbb = m5::ds_to_wqebbs(c.ds ? c.ds : 1);
-    if (rem != 0 && nbb > rem) {  // the doorbell names an index inside this WQE
-      ++local_[kCntBadDoorbells];
-      self_.push_error(kErrBadDoorbell, qp.qpn, ci & 0xffff, target, 0, rank_);
-      break;
-    }
-    if (ld_rlx(&qp.state) == kErr) {
-      complete_error(qp, m5::kSyndWrFlush, c.opcode, static_cast<uint16_t>(ci), true);
-      ++local_[kCntFlushed];
-    } else {
-      const Exec r = execute(qp, sq, ci, c);
-      if (r.synd) {
-        complete_error(qp, r.synd, c.opcode, static_cast<uint16_t>(ci), false);
-        st_rel(&qp.state, static_cast<uint32_t>(kErr));
-        ++local_[kCntErrors];
-        st_rlx(&qp.errors, qp.errors + 1);
-      } else {
-        ++wqes;
-        local_[kCntBytes] += r.bytes;
-        if (c.opcode != m5::kOpNop) ++local_[kCntMessages];
-        if (c.fm_ce_se & m5::kCqUpdate) {
-          const uint16_t idx = static_cast<uint16_t>(ci);
-          post_cqe(self_, qp.send_cqn, qp.qpn, rank_, [&](uint8_t* b, uint8_t owner) {
-            return m5::fill_req_cqe(b, qp.qpn, c.opcode, idx, r.bytes, 0, owner);
-          });
-        }
-      }
-    }
-    ++handled;
-    ci += nbb;
-    if (rem == 0) break;
-  }
-  local_[kCntWqes] += wqes;
-  st_rlx(&qp.wqes, qp.wqes + wqes);
-  ci_[i] = ci;
-  st_rlx(&qp.sq_ci, ci);
-  return handled;
-}
-
-Nic::Exec Nic::execute(QpEntry& qp, const m5::SqRing& sq, uint32_t ci, const m5::CtrlView& c) {
-  Exec bad;
-  if (c.qpn != qp.qpn || c.ds == 0 || m5::ds_to_wqebbs(c.ds) > qp.wqebb_cnt) {
-    bad.synd = m5::kSyndLocalQpOp;
-    return bad;
-  }
-  if (c.opcode == m5::kOpNop) return Exec{};
-  const bool atomic = c.opcode == m5::kOpAtomicFa;
-  if (c.opcode != m5::kOpRdmaWrite && c.opcode != m5::kOpRdmaWriteImm && !atomic) {
-    bad.synd = m5::kSyndLocalQpOp;  // SEND, READ, CMP_SWAP...: not emulated
-    return bad;
-  }
-  // ---- the responder: RC peer QP, or a DCT named by the address vector -------------------------
-  uint32_t seg = 1;
-  const Segment* ts = nullptr;
-  RqState* rq = nullptr;
-  uint32_t resp_num = 0;
-  bad.synd = m5::kSyndTransportRetryExc;  // unreachable/not-ready responder: packets go nowhere
-  if (qp.type == kDci) {
-    const uint8_t* av = sq.seg(ci, seg);
-    const m5::AvView v = m5::get_av(av);
-    const uint32_t rlid = m5::get_be16(av + 14);
-    seg += v.ext ? m5::kDsAvFull : m5::kDsAvCompact;
-    const int trank = static_cast<int>(rlid) - 1;  // LID = rank + 1
-    if (trank < 0 || trank >= world_ || !seg_[trank]) return bad;
-    ts = seg_[trank];
-    const uint32_t dn = v.dqp_dct & 0xffffff;
-    const uint32_t di = num_index(dn) & ~kDctBit;
-    if (num_rank(dn) != (static_cast<uint32_t>(trank) & 0xff) || !(num_index(dn) & kDctBit) ||
-        di == 0 || di >= ld_acq(&ts->hdr()->n_dcts))
-      return bad;
-    DctEntry& d = ts->dcts()[di];
-    if (ld_acq(&d.state) != kRtr) return bad;
-    if (d.dc_key != v.dc_key) {
-      // The DCT drops the packet and counts it (dctc.dc_access_key_violation_count in
-      // mlx5_ifc.h); the requester retries until TRANSPORT_RETRY_EXC.
-      add_rlx(&d.key_violations, 1u);
-      ts->count(kCntDcKeyViolations);
-      return bad;
-    }
-    rq = &d.rq;
-    resp_num = d.dctn;
-  } else {
-    if (qp.remote_rank < 0 || !seg_[qp.remote_rank]) return bad;
-    ts = seg_[qp.remote_rank];
-    const uint32_t ri = num_index(qp.remote_qpn);
-    if (ri == 0 || (ri & kDctBit) || ri >= ld_acq(&ts->hdr()->n_qps)) return bad;
-    QpEntry& r = ts->qps()[ri];
-    const uint32_t rs = ld_acq(&r.state);
-    if (r.qpn != qp.remote_qpn || (rs != kRtr && rs != kRts)) return bad;
-    rq = &r.rq;
-    resp_num = r.qpn;
-  }
-  if (c.ds < seg + (atomic ? 3u : 2u)) {
-    bad.synd = m5::kSyndLocalQpOp;
-    return bad;
-  }
-  const m5::RaddrView ra = m5::get_raddr_seg(sq.seg(ci, seg++));
-
-  if (atomic) {
-    const m5::AtomicView at = m5::get_atomic_seg(sq.seg(ci, seg++));
-    const m5::DataView d = m5::get_data_seg(sq.seg(ci, seg));
-    if (d.byte_count != 8) {
-      bad.synd = m5::kSyndLocalLength;
-      return bad;
-    }
-    uint8_t* res = mr_ptr(self_, d.lkey, d.addr, 8, kLocalWrite);
-    if (!res) {
-      bad.synd = m5::kSyndLocalProt;
-      return bad;
-    }
-    if (ra.raddr & 7) {
-      bad.synd = m5::kSyndRemoteInvalReq;  // misaligned atomic: Invalid Request NAK
-      return bad;
-    }
-    uint8_t* tp = mr_ptr(*ts, ra.rkey, ra.raddr, 8, kRemoteAtomic);
-    if (!tp) {
-      bad.synd = m5::kSyndRemoteAccess;
-      return bad;
-    }
-    // Host endianness (ConnectX's atomic_req_8B_endianness_mode = host, set by mlx5_core).
-    const uint64_t old =
-        __atomic_fetch_add(reinterpret_cast<uint64_t*>(tp), at.swap_add, __ATOMIC_ACQ_REL);
-    std::memcpy(res, &old, 8);
-    return Exec{0, 8};
-  }
-
-  // ---- RDMA write (pointer or inline), with or without immediate --------------------------------
-  const m5::DataView d = m5::get_data_seg(sq.seg(ci, seg));
-  const bool inl = (d.byte_count & m5::kInlineFlag) != 0;
-  const uint32_t len = d.byte_count & ~m5::kInlineFlag;
-  const uint8_t* src = nullptr;
-  uint8_t tmp[m5::kDsMask * m5::kSegBytes];
-  if (inl) {
-    if (seg + m5::inline_seg_ds(len) > c.ds) {
-      bad.synd = m5::kSyndLocalLength;
-      return bad;
-    }
-    const uint8_t* p = sq.seg(ci, seg) + 4;
-    if (p + len <= sq.buf + sq.bytes()) {
-      src = p;
-    } else {  // the payload wraps at the SQ end
-      m5::get_inline_payload(sq, ci, seg, tmp, len);
-      src = tmp;
-    }
-  } else if (len) {
-    src = mr_ptr(self_, d.lkey, d.addr, len, 0);
-    if (!src) {
-      bad.synd = m5::kSyndLocalProt;
-      return bad;
-    }
-  }
-  uint8_t* dst = nullptr;
-  if (len) {
-    dst = mr_ptr(*ts, ra.rkey, ra.raddr, len, kRemoteWrite);
-    if (!dst) {
-      bad.synd = m5::kSyndRemoteAccess;
-      return bad;
-    }
-  }
-  if (c.opcode == m5::kOpRdmaWrite) {
-    if (len) copy_payload(dst, src, len);
-    return Exec{0, len};
-  }
-  // WRITE_WITH_IMM consumes a receive at the responder, under its receive CQ's lock.
-  if (rq->wqe_cnt == 0) {
-    ++local_[kCntRnr];
-    bad.synd = m5::kSyndRnrRetryExc;
-    return bad;
-  }
-  CqEntry& rcq = ts->cqs()[num_index(rq->cqn)];
-  spin_lock(&rcq.lock);
-  const uint32_t rpi = be32_at(*ts, rq->dbrec_off) & 0xffff;
-  if (((rpi - rq->ci) & 0xffff) == 0) {
-    spin_unlock(&rcq.lock);
-    // No receive posted: the responder NAKs with RNR; emu behaves as rnr_retry = 0.
-    ++local_[kCntRnr];
-    bad.synd = m5::kSyndRnrRetryExc;
-    return bad;
-  }
-  if (len) copy_payload(dst, src, len);
-  const uint16_t ridx = static_cast<uint16_t>(rq->ci);
-  ++rq->ci;
-  post_cqe_locked(*ts, rcq, resp_num, rank_, [&](uint8_t* b, uint8_t owner) {
-    return m5::fill_resp_cqe(b, m5::kCqeRespWrImm, resp_num, ridx, len, c.imm, 0, owner);
-  });
-  spin_unlock(&rcq.lock);
-  ts->count(kCntRecvConsumed);
-  return Exec{0, len};
-}
+// ---- the engine thread ---------------------------------------------------------------------------
 
 void Nic::engine_loop() {
   uint32_t idle = 0;
   long sleep_ns = kSleepMinNs;
+  bool busy_sweep = false;  // work seen since the current sweep began
   while (!stop_.load(std::memory_order_relaxed)) {
     if (progress()) {
       idle = 0;
       sleep_ns = kSleepMinNs;
+      busy_sweep = true;
+      continue;
+    }
+    // Back off only after a whole sweep found nothing: a quiet QP's doorbell is found by the
+    // sweep, which must not stall in a sleep halfway.
+    if (!wrapped_) {
+      cpu_pause();
+      continue;
+    }
+    if (busy_sweep) {
+      busy_sweep = false;
       continue;
     }
     ++idle;
@@ -395,12 +442,13 @@ void Nic::stop_thread() {
 }
 
 void Nic::quiesce() {
-  // Two completed passes that started after this call have seen every doorbell rung before it.
-  const uint64_t start = passes_.load(std::memory_order_acquire);
+  // Two completed sweeps that started after this call have read every doorbell register rung
+  // before it (and every hot QP once per pass).
+  const uint64_t start = sweeps_.load(std::memory_order_acquire);
   for (;;) {
     size_t w = 0;
     if (!thread_running()) w = progress();
-    if (w == 0 && passes_.load(std::memory_order_acquire) >= start + 2) return;
+    if (w == 0 && sweeps_.load(std::memory_order_acquire) >= start + 2) return;
     if (thread_running()) sched_yield();
   }
 }
@@ -423,7 +471,22 @@ std::vector<ErrRecord> Nic::drain_errors(uint64_t* lost) {
       ++*lost;
       continue;
     }
-    out.push_back(r);
+    ErrRecord copy;
+    copy.kind = ld_rlx(&r.kind);
+    copy.qpn = ld_rlx(&r.qpn);
+    copy.expected = ld_rlx(&r.expected);
+    copy.found = ld_rlx(&r.found);
+    copy.cqn = ld_rlx(&r.cqn);
+    copy.rank = ld_rlx(&r.rank);
+    // A writer of a later lap may have started overwriting the record while it was copied: the
+    // sequence, read again after the copy, says whether the copy is one record.
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (ld_rlx(&r.seq) != err_cursor_ + 1) {
+      ++*lost;
+      continue;
+    }
+    copy.seq = s;
+    out.push_back(copy);
   }
   return out;
 }
@@ -434,3 +497,18 @@ std::vector<ErrRecord> Nic::drain_errors(uint64_t* lost) {
 extern "C" void gicbench_emu_progress(void* ctx) {
   static_cast<gicbench::emu::Nic*>(ctx)->progress();
 }
+
+// The layout and the core name the same flag and state values.
+static_assert(static_cast<uint32_t>(gicbench::emu::kQpNoDbr) == gicbench::emu_core::kQpNoDbr &&
+                  static_cast<uint32_t>(gicbench::emu::kQpWqeSig) == gicbench::emu_core::kQpWqeSig,
+              "QP flags");
+static_assert(static_cast<uint32_t>(gicbench::emu::kCqCollapsed) ==
+                      gicbench::emu_core::kCqCollapsed &&
+                  static_cast<uint32_t>(gicbench::emu::kCqOverrunIgnore) ==
+                      gicbench::emu_core::kCqOverrunIgnore,
+              "CQ flags");
+static_assert(static_cast<uint32_t>(gicbench::emu::kRts) == gicbench::emu_core::kRts &&
+                  static_cast<uint32_t>(gicbench::emu::kErr) == gicbench::emu_core::kErr &&
+                  static_cast<uint32_t>(gicbench::emu::kRemoteAtomic) ==
+                      gicbench::emu_core::kRemoteAtomic,
+              "states and access bits");

@@ -11,12 +11,17 @@ namespace gicbench {
 namespace emu {
 
 constexpr uint64_t kMagic = 0x3175'6d65'6263'6967ull;  // "gicbemu1" little-endian
-constexpr uint32_t kLayoutVersion = 1;
+constexpr uint32_t kLayoutVersion = 2;
 constexpr uint32_t kHeaderBytes = 4096;
 constexpr uint32_t kErrRing = 256;  // error records kept (older ones are overwritten)
 constexpr uint32_t kMaxRanks = 256;  // numbers carry (rank & 0xff) << 16
 constexpr uint32_t kMaxQps = 0x7fff;  // bit 15 of a number's index marks a DCT
 constexpr uint32_t kDctBit = 0x8000;
+// Doorbell registers sit 64 bytes apart, like a UAR's BlueFlame registers: a 64-byte BlueFlame copy
+// of a WQEBB lands on its own QP's register only. Doorbell records: one 64-byte slot per object.
+constexpr uint32_t kDbStride = 64;
+constexpr uint32_t kDbrecStride = 64;
+constexpr uint64_t kPage = 4096;
 
 // Object numbers (QPN, DCT number, CQN): one 24-bit namespace per node.
 inline uint32_t make_num(uint32_t rank, uint32_t index) { return ((rank & 0xff) << 16) | index; }
@@ -31,6 +36,11 @@ enum QpType : uint32_t { kNone = 0, kRc = 1, kDci = 2 };
 enum Access : uint32_t { kLocalWrite = 1, kRemoteWrite = 2, kRemoteRead = 4, kRemoteAtomic = 8 };
 // mlx5_ifc.h cqc status values
 enum CqStatus : uint32_t { kCqOk = 0, kCqOverflow = 9 };
+// CQ creation flags (mlx5_ifc.h cqc.cc, cqc.oi).
+enum CqFlags : uint32_t { kCqCollapsed = 1, kCqOverrunIgnore = 2 };
+// QP creation flags: no send doorbell record (the producer index comes from the doorbell, as
+// ConnectX-7's DBR-less SQ), and the WQE signature check (MLX5_QP_FLAG_SIGNATURE).
+enum QpFlags : uint32_t { kQpNoDbr = 1, kQpWqeSig = 2 };
 
 // Rank-wide counters (index into Header::counters).
 enum Counter : uint32_t {
@@ -48,7 +58,11 @@ enum Counter : uint32_t {
   kCntBadDoorbells,    // doorbells naming a QPN or index outside the posted window
   kCntRecvConsumed,    // receives consumed by WRITE_IMM arriving at this rank
   kCntDcKeyViolations, // packets dropped at this rank's DCTs for a wrong DC key
-  kCntRnr,             // WRITE_IMM that found no receive posted (requester side)
+  kCntRnr,             // WRITE_IMM/SEND that found no receive posted (requester side)
+  kCntDbrecLag,        // doorbells that named WQEs the send doorbell record had not yet published
+  kCntColdWakeups,     // doorbells found by the rotating sweep (QP not in the recently-rung set)
+  kCntQpFatal,         // QPs moved to ERR because their CQ overran
+  kCntLockSteals,      // responder-CQ locks taken over from a dead owner process
   kNumCounters,
 };
 
@@ -59,6 +73,10 @@ enum ErrKind : uint32_t {
   kErrCqOverrun = 3,    // cqn set; expected = consumer index, found = producer index
   kErrBadDoorbell = 4,  // expected = consumer index, found = doorbell's index (or QPN)
   kErrCompletion = 5,   // an error CQE was written: expected = syndrome, found = wqe index
+  kErrQpFatal = 6,      // QP moved to ERR by the overrun of CQ cqn (the fatal QP event)
+  kErrDoorbellQpn = 7,  // doorbell value carries another QPN: expected = QPN, found = its QPN
+  kErrBadDbrec = 8,     // send doorbell record outside the window: expected = ci, found = record
+  kErrDeadOwner = 9,    // lock of CQ cqn held by dead pid `found`: taken over
 };
 
 struct ErrRecord {
@@ -78,8 +96,11 @@ struct MrEntry {
   uint64_t offset;  // in the owner's segment
   uint64_t length;
   uint64_t addr;  // the address the owner reported (its mapping base + offset)
+  uint32_t pd;    // protection domain: only QPs/DCTs of the same pd may use the key
+  uint32_t pad;
+  uint64_t reserved;
 };
-static_assert(sizeof(MrEntry) == 32, "MrEntry layout");
+static_assert(sizeof(MrEntry) == 48, "MrEntry layout");
 
 struct CqEntry {
   uint32_t lock;  // spinlock: responder CQEs come from other ranks' engines
@@ -90,7 +111,9 @@ struct CqEntry {
   uint64_t dbrec_off;
   uint32_t pi;  // producer index (under lock)
   uint32_t dropped;
-  uint64_t reserved[3];
+  uint32_t flags;  // CqFlags
+  uint32_t pad;
+  uint64_t reserved[2];
 };
 static_assert(sizeof(CqEntry) == 64, "CqEntry layout");
 
@@ -118,7 +141,10 @@ struct QpEntry {
   uint32_t sq_ci;  // engine's consumer index (mirror for inspection)
   RqState rq;
   uint64_t wqes, doorbells, errors, stale;  // per-QP counters (owner engine only)
-  uint64_t reserved[2];
+  uint32_t flags;       // QpFlags
+  uint32_t max_inline;  // inline payload bytes allowed per WQE (0: what ds allows)
+  uint32_t pd;
+  uint32_t dbrec_lag;   // doorbells that ran ahead of the doorbell record (owner engine only)
 };
 static_assert(sizeof(QpEntry) == 128, "QpEntry layout");
 
@@ -129,7 +155,8 @@ struct DctEntry {
   RqState rq;  // rq.cqn is the DCT's CQ
   uint32_t key_violations;
   uint32_t pad;
-  uint64_t reserved;
+  uint32_t pd;
+  uint32_t pad2;
 };
 static_assert(sizeof(DctEntry) == 64, "DctEntry layout");
 
@@ -143,9 +170,12 @@ struct Header {
   int32_t pid;
   uint32_t max_mrs, max_qps, max_cqs, max_dcts;
   uint32_t pad0;
-  uint64_t mr_off, qp_off, cq_off, dct_off, db_off, err_off, arena_off, arena_bytes;
+  uint64_t mr_off, qp_off, cq_off, dct_off, err_off;
+  // Queue arena (page aligned): doorbell registers, doorbell records, then the rings (bump up).
+  uint64_t queue_off, db_off, qp_dbrec_off, cq_dbrec_off, dct_dbrec_off, ring_off;
   uint32_t n_mrs, n_qps, n_cqs, n_dcts;  // high-water marks (slot 0 unused), release-published
-  uint64_t arena_used;                    // bump allocator, control side only
+  uint64_t ring_used;                     // rings: bump allocator up from ring_off
+  uint64_t mr_used;                       // memory regions: bump allocator down from the end
   uint64_t err_head;                      // error-record tickets
   uint64_t reserved[8];
   alignas(64) uint64_t counters[kNumCounters];
@@ -182,10 +212,24 @@ inline void cpu_pause() {
 #endif
 }
 
-// Test-and-test-and-set spinlock word in shared memory.
-inline void spin_lock(uint32_t* l) {
-  while (__atomic_exchange_n(l, 1u, __ATOMIC_ACQUIRE)) {
-    while (ld_rlx(l)) cpu_pause();
+// Spinlock word in shared memory holding the owner's pid (0 = free). A waiter that has spun for a
+// long time checks whether the owner process still exists; if it died holding the lock (a rank
+// killed inside a responder CQE), the lock is taken over instead of waiting forever. Returns the
+// dead owner's pid when it took over, else 0.
+bool pid_alive(uint32_t pid);
+inline uint32_t spin_lock(uint32_t* l, uint32_t me) {
+  uint32_t spins = 0;
+  for (;;) {
+    uint32_t cur = 0;
+    if (__atomic_compare_exchange_n(l, &cur, me, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+      return 0;
+    while ((cur = ld_rlx(l)) != 0) {
+      cpu_pause();
+      if (++spins % (1u << 20) == 0 && cur != me && !pid_alive(cur)) {
+        if (__atomic_compare_exchange_n(l, &cur, me, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+          return cur;
+      }
+    }
   }
 }
 inline void spin_unlock(uint32_t* l) { st_rel(l, 0u); }

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "emu_core.cuh"
 #include "emu_segment.hpp"
 #include "mlx5.cuh"
 
@@ -52,11 +53,12 @@ class Nic {
   Nic& operator=(const Nic&) = delete;
 
   // ---- control (one Python thread; each takes the control mutex) -----------------------------
-  MrInfo reg_mr(uint64_t length, uint32_t access);
-  CqInfo create_cq(uint32_t ncqe);
+  MrInfo reg_mr(uint64_t length, uint32_t access, uint32_t pd = 0);
+  CqInfo create_cq(uint32_t ncqe, uint32_t flags = 0);  // CqFlags
+  // flags: QpFlags; max_inline 0 = what ds allows; pd: protection domain of the QP.
   QpInfo create_qp(uint32_t send_cqn, uint32_t sq_wqebbs, uint32_t recv_cqn, uint32_t rq_wqes,
-                   bool dci);
-  DctInfo create_dct(uint32_t cqn, uint64_t dc_key, uint32_t rq_wqes);
+                   bool dci, uint32_t flags = 0, uint32_t max_inline = 0, uint32_t pd = 0);
+  DctInfo create_dct(uint32_t cqn, uint64_t dc_key, uint32_t rq_wqes, uint32_t pd = 0);
   // RESET->INIT->RTR->RTS, any->ERR, any->RESET; RTR of an RC QP needs the remote.
   void modify_qp(uint32_t qpn, uint32_t state, int remote_rank, uint32_t remote_qpn);
   uint32_t qp_state(uint32_t qpn) const;
@@ -65,7 +67,9 @@ class Nic {
   void close();
 
   // ---- engine ----------------------------------------------------------------------------------
-  size_t progress();  // one pass over the doorbells; returns WQEs handled (0 = idle)
+  // One pass: the recently rung QPs, then the next window of the rotating sweep over every
+  // doorbell register; returns the work done (0 = idle).
+  size_t progress();
   void start_thread();
   void stop_thread();
   bool thread_running() const { return thread_.joinable(); }
@@ -80,16 +84,22 @@ class Nic {
   const CqEntry& cq_entry(uint32_t cqn) const;
 
  private:
-  struct Exec {
-    uint8_t synd = 0;  // 0 = success
-    uint32_t bytes = 0;
+  // Engine-private state of one QP slot (only the engine, or control under the engine lock).
+  struct QpEng {
+    emu_core::SqState sq;  // the core's SQ state machine
+    uint64_t active = 0;   // pass of the last doorbell or work
   };
-  struct Target;
+  struct Env;  // the core's environment over this rank's segment (emu_engine.cpp)
 
   QpEntry& qp_at(uint32_t qpn) const;
-  size_t process_doorbell(uint32_t idx, uint64_t db);
-  Exec execute(QpEntry& qp, const mlx5::SqRing& sq, uint32_t ci, const mlx5::CtrlView& c);
-  void complete_error(QpEntry& qp, uint8_t synd, uint8_t wqe_opcode, uint16_t idx, bool flush);
+  emu_core::SqParams sq_params(uint32_t i) const;
+  size_t serve_qp(uint32_t i, uint64_t db, bool rung);
+  template <class Fill>
+  bool post_cqe(const Segment& s, uint32_t cqn, uint32_t qpn, Fill fill);
+  template <class Fill>
+  bool post_cqe_locked(const Segment& s, CqEntry& cq, uint32_t qpn, Fill fill);
+  void lock_cq(const Segment& s, CqEntry& cq);
+  void cq_fatal(const Segment& s, CqEntry& cq);
   void engine_loop();
   void lock_engine();
   void unlock_engine() { st_rel(&busy_, 0u); }
@@ -101,12 +111,19 @@ class Nic {
   std::mutex ctl_;
   uint8_t key_byte_;
 
-  // Engine-private state per QP slot (only the engine, or control under the engine lock).
+  // Engine-private state per QP slot. last_db_ and hot_ are dense: the sweep reads only them.
   std::vector<uint64_t> last_db_;
-  std::vector<uint32_t> ci_;
+  std::vector<uint8_t> is_hot_;
+  std::vector<QpEng> eng_;
+  std::vector<uint32_t> hot_;  // QP slots rung recently or with work pending
+  uint32_t cursor_ = 1;        // next slot of the rotating sweep
+  uint64_t pass_ = 0;
+  bool wrapped_ = false;  // the last pass completed a sweep
+  uint32_t pid_;
   uint64_t local_[kNumCounters] = {};
   uint32_t busy_ = 0;  // engine lock: one progress() at a time (thread or inline callers)
   std::atomic<uint64_t> passes_{0};
+  std::atomic<uint64_t> sweeps_{0};  // completed sweeps over every doorbell register
   std::atomic<bool> stop_{false};
   std::thread thread_;
   uint64_t err_cursor_ = 0;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -84,26 +85,43 @@ Segment& Segment::operator=(Segment&& o) noexcept {
   return *this;
 }
 
-Segment Segment::create(const std::string& name, int rank, int world, uint64_t bytes,
-                        const Limits& lim) {
-  // Tables first (each 64-byte aligned), then the arena (4 KiB aligned).
+Plan plan(const Limits& lim) {
+  // Header, then the tables (each 64-byte aligned), then the queue arena (page aligned): doorbell
+  // registers, doorbell records, rings. Memory regions fill the segment down from its end.
+  Plan p{};
   uint64_t off = kHeaderBytes;
-  auto table = [&](uint64_t n, uint64_t each) {
+  auto take = [&](uint64_t n, uint64_t each) {
     const uint64_t at = off;
     off = align_up(off + n * each, 64);
     return at;
   };
-  const uint64_t mr_off = table(lim.max_mrs, sizeof(MrEntry));
-  const uint64_t qp_off = table(lim.max_qps, sizeof(QpEntry));
-  const uint64_t cq_off = table(lim.max_cqs, sizeof(CqEntry));
-  const uint64_t dct_off = table(lim.max_dcts, sizeof(DctEntry));
-  const uint64_t db_off = table(lim.max_qps, sizeof(uint64_t));
-  const uint64_t err_off = table(kErrRing, sizeof(ErrRecord));
-  const uint64_t arena_off = align_up(off, 4096);
-  if (bytes < arena_off + 4096)
+  p.mr_off = take(lim.max_mrs, sizeof(MrEntry));
+  p.qp_off = take(lim.max_qps, sizeof(QpEntry));
+  p.cq_off = take(lim.max_cqs, sizeof(CqEntry));
+  p.dct_off = take(lim.max_dcts, sizeof(DctEntry));
+  p.err_off = take(kErrRing, sizeof(ErrRecord));
+  off = align_up(off, kPage);
+  p.queue_off = off;
+  p.db_off = take(lim.max_qps, kDbStride);
+  p.qp_dbrec_off = take(lim.max_qps, kDbrecStride);
+  p.cq_dbrec_off = take(lim.max_cqs, kDbrecStride);
+  p.dct_dbrec_off = take(lim.max_dcts, kDbrecStride);
+  p.ring_off = align_up(off, kPage);
+  return p;
+}
+
+uint64_t bytes_needed(const Limits& lim, uint64_t ring_bytes, uint64_t mr_bytes) {
+  return align_up(plan(lim).ring_off + ring_bytes + mr_bytes, kPage);
+}
+
+Segment Segment::create(const std::string& name, int rank, int world, uint64_t bytes,
+                        const Limits& lim) {
+  const Plan pl = plan(lim);
+  if (bytes < pl.ring_off || bytes % kPage)
     throw std::invalid_argument("segment_bytes=" + std::to_string(bytes) +
-                                " too small: the tables alone need " + std::to_string(arena_off) +
-                                " bytes plus an arena");
+                                " invalid: a multiple of 4096 of at least " +
+                                std::to_string(pl.ring_off) +
+                                " (the tables and doorbell pages alone) is needed");
 
   const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) throw sys_error("shm_open(create)", name);
@@ -138,14 +156,17 @@ Segment Segment::create(const std::string& name, int rank, int world, uint64_t b
   h->max_qps = lim.max_qps;
   h->max_cqs = lim.max_cqs;
   h->max_dcts = lim.max_dcts;
-  h->mr_off = mr_off;
-  h->qp_off = qp_off;
-  h->cq_off = cq_off;
-  h->dct_off = dct_off;
-  h->db_off = db_off;
-  h->err_off = err_off;
-  h->arena_off = arena_off;
-  h->arena_bytes = bytes - arena_off;
+  h->mr_off = pl.mr_off;
+  h->qp_off = pl.qp_off;
+  h->cq_off = pl.cq_off;
+  h->dct_off = pl.dct_off;
+  h->err_off = pl.err_off;
+  h->queue_off = pl.queue_off;
+  h->db_off = pl.db_off;
+  h->qp_dbrec_off = pl.qp_dbrec_off;
+  h->cq_dbrec_off = pl.cq_dbrec_off;
+  h->dct_dbrec_off = pl.dct_dbrec_off;
+  h->ring_off = pl.ring_off;
   h->n_mrs = h->n_qps = h->n_cqs = h->n_dcts = 1;  // slot 0 is never used
   st_rel(&h->magic, kMagic);
   return s;
@@ -181,23 +202,50 @@ Segment Segment::attach(const std::string& name, uint64_t bytes) {
   return s;
 }
 
-uint64_t Segment::alloc(uint64_t bytes, uint64_t align, const char* what) {
-  Header* h = hdr();
-  const uint64_t at = align_up(h->arena_used, align);
-  if (at + bytes > h->arena_bytes)
-    throw std::runtime_error(std::string("emu segment full: ") + what + " needs " +
-                             std::to_string(bytes) + " bytes, " +
-                             std::to_string(h->arena_bytes - std::min(at, h->arena_bytes)) +
-                             " left of " + std::to_string(h->arena_bytes) +
-                             " (raise segment_bytes)");
-  h->arena_used = at + bytes;
-  return h->arena_off + at;
+namespace {
+std::runtime_error full(const Header* h, const char* what, uint64_t need) {
+  const uint64_t used = h->ring_off + h->ring_used + h->mr_used;
+  return std::runtime_error(
+      std::string("emu segment full: ") + what + " needs " + std::to_string(need) +
+      " bytes, " + std::to_string(h->total_bytes - std::min(used, h->total_bytes)) +
+      " left of " + std::to_string(h->total_bytes) + " (tables and doorbell pages " +
+      std::to_string(h->ring_off) + ", rings " + std::to_string(h->ring_used) +
+      ", memory regions " + std::to_string(h->mr_used) + "; objects so far: " +
+      std::to_string(h->n_qps - 1) + " QPs, " + std::to_string(h->n_cqs - 1) + " CQs, " +
+      std::to_string(h->n_dcts - 1) + " DCTs, " + std::to_string(h->n_mrs - 1) +
+      " MRs). The segment_bytes argument of EmuFabric was too small for the objects created: "
+      "size it with gicbench.fabric.emu.segment_bytes_for(n_qps, n_cqs, n_dcts, sq_wqebbs, "
+      "ncqe, mr_bytes, ...)");
 }
+}  // namespace
+
+uint64_t Segment::alloc_ring(uint64_t bytes, const char* what) {
+  Header* h = hdr();
+  const uint64_t need = ring_footprint(bytes);
+  if (h->ring_off + h->ring_used + need + h->mr_used > h->total_bytes) throw full(h, what, need);
+  const uint64_t at = h->ring_off + h->ring_used;
+  h->ring_used += need;
+  return at;
+}
+
+uint64_t Segment::alloc_mr(uint64_t length) {
+  Header* h = hdr();
+  const uint64_t need = mr_footprint(length);
+  if (h->ring_off + h->ring_used + need + h->mr_used > h->total_bytes)
+    throw full(h, "memory region", need);
+  h->mr_used += need;
+  return h->total_bytes - h->mr_used;
+}
+
+bool pid_alive(uint32_t pid) { return kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH; }
 
 void Segment::push_error(uint32_t kind, uint32_t qpn, uint32_t expected, uint32_t found,
                          uint32_t cqn, int32_t rank) const {
   const uint64_t t = add_rlx(&hdr()->err_head, uint64_t{1});
   ErrRecord& r = errs()[t % kErrRing];
+  // Seqlock: the record reads as incomplete (seq 0) while its fields change.
+  st_rlx(&r.seq, uint64_t{0});
+  std::atomic_thread_fence(std::memory_order_release);
   r.kind = kind;
   r.qpn = qpn;
   r.expected = expected;

@@ -17,6 +17,21 @@ struct Limits {
   uint32_t max_dcts = 256;
 };
 
+// Where each part of a segment goes for given limits (one place for this arithmetic: create()
+// and bytes_needed() both use it).
+struct Plan {
+  uint64_t mr_off, qp_off, cq_off, dct_off, err_off;
+  uint64_t queue_off, db_off, qp_dbrec_off, cq_dbrec_off, dct_dbrec_off, ring_off;
+};
+Plan plan(const Limits& lim);
+// Bytes one ring of `bytes` takes in the queue arena (rings are page aligned and padded).
+inline uint64_t ring_footprint(uint64_t bytes) { return (bytes + kPage - 1) & ~(kPage - 1); }
+// Bytes one memory region of `length` takes in the memory arena.
+inline uint64_t mr_footprint(uint64_t length) { return (length + 63) & ~uint64_t{63}; }
+// The exact segment size for `lim` tables, rings whose footprints sum to `ring_bytes` and memory
+// regions whose footprints sum to `mr_bytes` (page rounded).
+uint64_t bytes_needed(const Limits& lim, uint64_t ring_bytes, uint64_t mr_bytes);
+
 // A mapping of some rank's segment in this process. Owners and peers use the same view.
 class Segment {
  public:
@@ -42,12 +57,23 @@ class Segment {
   QpEntry* qps() const { return reinterpret_cast<QpEntry*>(base_ + hdr()->qp_off); }
   CqEntry* cqs() const { return reinterpret_cast<CqEntry*>(base_ + hdr()->cq_off); }
   DctEntry* dcts() const { return reinterpret_cast<DctEntry*>(base_ + hdr()->dct_off); }
-  uint64_t* doorbells() const { return reinterpret_cast<uint64_t*>(base_ + hdr()->db_off); }
+  // Doorbell register of QP slot i (kDbStride bytes; the engine reads its first 8 bytes).
+  uint64_t* doorbell(uint32_t i) const {
+    return reinterpret_cast<uint64_t*>(base_ + hdr()->db_off + uint64_t{i} * kDbStride);
+  }
+  uint64_t qp_dbrec(uint32_t i) const { return hdr()->qp_dbrec_off + uint64_t{i} * kDbrecStride; }
+  uint64_t cq_dbrec(uint32_t i) const { return hdr()->cq_dbrec_off + uint64_t{i} * kDbrecStride; }
+  uint64_t dct_dbrec(uint32_t i) const {
+    return hdr()->dct_dbrec_off + uint64_t{i} * kDbrecStride;
+  }
+  // The queue arena in use: [queue_off, ring_off + ring_used), page aligned at both ends.
+  uint64_t queue_bytes() const { return hdr()->ring_off + hdr()->ring_used - hdr()->queue_off; }
   ErrRecord* errs() const { return reinterpret_cast<ErrRecord*>(base_ + hdr()->err_off); }
   uint8_t* at(uint64_t off) const { return base_ + off; }
 
-  // Bump allocation in the arena (owner's control thread only); throws when full.
-  uint64_t alloc(uint64_t bytes, uint64_t align, const char* what);
+  // Allocation (owner's control thread only); throws, naming the counts, when the segment is full.
+  uint64_t alloc_ring(uint64_t bytes, const char* what);  // queue arena, page aligned
+  uint64_t alloc_mr(uint64_t length);                     // memory arena, 64-byte aligned
 
   // Append an error record (any engine may; lock-free ticket).
   void push_error(uint32_t kind, uint32_t qpn, uint32_t expected, uint32_t found, uint32_t cqn,

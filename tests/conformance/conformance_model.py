@@ -22,6 +22,7 @@ class Mr:
     length: int = 4096
     access: Access = ACCESS_ALL
     init: bytes = b""  # initial contents from offset 0
+    pd: int = 0
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,8 @@ class Cq:
     name: str
     rank: int
     ncqe: int = 16
+    collapsed: bool = False  # mlx5 cqc.cc: every CQE lands in entry 0
+    overrun_ignore: bool = False  # cqc.oi
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,10 @@ class Qp:
     rq_wqes: int = 0
     dci: bool = False
     state: QpState = QpState.RTS
+    dbr: bool = True  # False: DBR-less SQ (producer index from the doorbell)
+    wqe_sig: bool = False
+    max_inline: int = 0
+    pd: int = 0
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,7 @@ class Dct:
     cq: str
     key: int = 0x1234_5678_9ABC_DEF0
     rq_wqes: int = 0
+    pd: int = 0
 
 
 # ---- steps ----------------------------------------------------------------------------------
@@ -103,11 +111,76 @@ class Nop:
 
 
 @dataclass(frozen=True)
+class Post:
+    """Any WQE, segment by segment: ctrl, a raddr segment when `dst` is given, an atomic segment
+    when `atomic` = (swap_add, compare), then one inline segment (`payload`) or pointer data
+    segments `sges` = ((mr, offset, length), ...). `sign`: fill the mlx5 signature byte.
+    `torn`: only the ctrl reaches SQ memory before the ring (the body follows at PublishBody).
+    `qpn_xor`: the ctrl names another QPN (a slot left by another QP's submitter)."""
+
+    qp: str
+    opcode: int
+    dst: tuple[str, int] | None = None
+    sges: tuple[tuple[str, int, int], ...] = ()
+    payload: bytes | None = None
+    atomic: tuple[int, int] | None = None
+    imm: int = 0
+    signaled: bool = True
+    sign: bool = False
+    torn: bool = False
+    qpn_xor: int = 0  # the ctrl carries another QP's number
+
+
+@dataclass(frozen=True)
 class Ring:
-    """dbrec then doorbell for every WQE posted on these QPs since their last ring; then wait
-    for the engines (all rung first, then all engines drain concurrently)."""
+    """Announce every WQE posted on these QPs since their last ring; then wait for the engines
+    (all rung first, then all engines drain concurrently).
+
+    convention: "last" (rdma-core: the doorbell carries the last WQE's ctrl head) or "next"
+    (IBGDA / DOCA GPUNetIO: the next producer index, opcode 0, ds 0).
+    dbrec: "before" (record, then doorbell), "none" (doorbell only: the record lags, or a
+    DBR-less QP), "double" (DOCA's default: doorbell, record, doorbell).
+    bf: the doorbell is a 64-byte BlueFlame copy of the WQE's first basic block.
+    qpn_xor: ring with a wrong QPN in the doorbell value.
+    wqe: rdma-core convention naming this (absolute) WQE index instead of the last one posted.
+    """
 
     qps: tuple[str, ...]
+    convention: str = "last"
+    dbrec: str = "before"
+    bf: bool = False
+    qpn_xor: int = 0
+    wqe: int | None = None
+
+
+@dataclass(frozen=True)
+class Rering:
+    """Store the same doorbell value again (no memory change), then drain."""
+
+    qp: str
+
+
+@dataclass(frozen=True)
+class PublishDbrec:
+    """Write the send doorbell record up to the producer index (a late record), then drain."""
+
+    qp: str
+
+
+@dataclass(frozen=True)
+class PublishBody:
+    """Write the withheld bodies of torn WQEs, then drain."""
+
+    qp: str
+
+
+@dataclass(frozen=True)
+class Skip:
+    """Advance the producer index by `wqebbs` without writing the slots (they stay as they are,
+    zero-filled on a fresh SQ): what a NIC reading too early would find."""
+
+    qp: str
+    wqebbs: int = 1
 
 
 @dataclass(frozen=True)
@@ -119,10 +192,12 @@ class PublishCtrl:
 
 @dataclass(frozen=True)
 class PostRecv:
-    """Post `count` receives on the RQ of a QP or DCT named `target`."""
+    """Post `count` receives on the RQ of a QP or DCT named `target`; `sge` = (mr, off, len):
+    the buffer a SEND lands in (WRITE_IMM needs none)."""
 
     target: str
     count: int = 1
+    sge: tuple[str, int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -162,6 +237,7 @@ class CqeSpec:
     wqe_opcode: int | None = None
     imm: int | None = None
     byte_cnt: int | None = None
+    vendor_syndrome: int | None = None
 
 
 @dataclass(frozen=True)
@@ -184,6 +260,9 @@ class Expect:
     # fetch-add results that, together, must be exactly {0, add, 2*add, ...} (concurrent adders)
     fa_olds: tuple[tuple[str, int, int], ...] = ()  # (mr, offset, count) of 8-byte results
     fa_step: int = 0
+    # collapsed CQs: what entry 0 holds at the end (the ring walk does not apply)
+    cqe0: dict[str, CqeSpec] = field(default_factory=dict)
+    qp_counters: dict[str, dict[str, int]] = field(default_factory=dict)  # per-QP values
 
 
 @dataclass(frozen=True)

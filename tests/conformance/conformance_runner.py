@@ -20,10 +20,15 @@ from conformance_model import (
     FetchAdd,
     Modify,
     Nop,
+    Post,
     PostRecv,
+    PublishBody,
     PublishCtrl,
+    PublishDbrec,
     Repeat,
+    Rering,
     Ring,
+    Skip,
     Write,
 )
 
@@ -37,6 +42,8 @@ class SqState:
     pi: int = 0
     last: int | None = None  # index of the last WQE posted since the last ring
     withheld: dict[int, np.ndarray] = field(default_factory=dict)  # index -> ctrl bytes
+    torn: dict[int, np.ndarray] = field(default_factory=dict)  # index -> whole WQE bytes
+    db: int = 0  # the last doorbell value stored
 
 
 @dataclass
@@ -45,6 +52,7 @@ class CqState:
     ncqe: int
     dbrec: np.ndarray
     rank: int
+    collapsed: bool = False
     ci: int = 0  # consumed (published)
     seen: list[mlx5.Cqe] = field(default_factory=list)  # consumed CQEs, in order
 
@@ -66,25 +74,31 @@ class CaseRun:
     def setup(self) -> None:
         f = self.w.fabrics
         for m in self.case.mrs:
-            mr = f[m.rank].register(m.length, m.access)
+            mr = f[m.rank].register(m.length, m.access, pd=m.pd)
             if m.init:
                 self.w.view(mr.addr, mr.length)[: len(m.init)] = np.frombuffer(m.init, np.uint8)
             self.mrs[m.name] = mr
         for c in self.case.cqs:
-            cq = f[c.rank].create_cq(c.ncqe)
+            cq = f[c.rank].create_cq(c.ncqe, collapsed=c.collapsed, overrun_ignore=c.overrun_ignore)
             self.cqs[c.name] = cq
             self.cq[c.name] = CqState(
                 self.w.view(cq.buf, cq.ncqe * mlx5.CQE_BYTES),
                 cq.ncqe,
                 self.w.view(cq.dbrec, 4),
                 c.rank,
+                c.collapsed,
             )
         for d in self.case.dcts:
-            self.dcts[d.name] = f[d.rank].create_dct(self.cqs[d.cq], d.key, rq_wqes=d.rq_wqes)
+            self.dcts[d.name] = f[d.rank].create_dct(
+                self.cqs[d.cq], d.key, rq_wqes=d.rq_wqes, pd=d.pd
+            )
             self.rank_of[d.name] = d.rank
         for q in self.case.qps:
             rcq = self.cqs[q.recv_cq] if q.recv_cq else None
-            qp = f[q.rank].create_qp(self.cqs[q.cq], q.sq_wqebbs, rcq, q.rq_wqes, q.dci)
+            qp = f[q.rank].create_qp(
+                self.cqs[q.cq], q.sq_wqebbs, rcq, q.rq_wqes, q.dci,
+                dbr=q.dbr, wqe_sig=q.wqe_sig, max_inline=q.max_inline, pd=q.pd,
+            )  # fmt: skip
             self.qps[q.name] = qp
             self.rank_of[q.name] = q.rank
             ring = mlx5.SqRing(self.w.view(qp.sq.buf, qp.sq.wqebb_cnt * 64), qp.sq.wqebb_cnt)
@@ -164,17 +178,97 @@ class CaseRun:
         idx = st.pi
         self._posted(s.qp, idx, st.ring.post_nop(idx, qp.qpn, signaled=s.signaled))
 
+    def _spec(self, qp: str) -> Any:
+        return next(q for q in self.case.qps if q.name == qp)
+
+    def do_Post(self, s: Post) -> None:
+        st, qp = self.sq[s.qp], self.qps[s.qp]
+        body: list[np.ndarray] = []
+        if s.dst is not None:
+            dst = self.mrs[s.dst[0]]
+            body.append(mlx5.raddr_seg(dst.addr + s.dst[1], dst.rkey))
+        if s.atomic is not None:
+            body.append(mlx5.atomic_seg(*s.atomic))
+        if s.payload is not None:
+            body.append(mlx5.inline_seg(s.payload))
+        for mr_name, off, n in s.sges:
+            mr = self.mrs[mr_name]
+            body.append(mlx5.data_seg(n, mr.lkey, mr.addr + off))
+        idx = st.pi
+        ds = 1 + sum(len(b) for b in body) // 16
+        flags = mlx5.CtrlFlags.CQ_UPDATE if s.signaled else 0
+        qpn = qp.qpn ^ s.qpn_xor
+        ctrl = mlx5.ctrl_seg(idx, s.opcode, qpn, ds, fm_ce_se=int(flags), imm=s.imm)
+        wqe = np.concatenate([ctrl, *body]).astype(np.uint8)
+        if s.sign:  # rdma-core's calc_sig: the signature byte makes the WQE's bytes XOR to 0xff
+            wqe[8] = ~np.bitwise_xor.reduce(wqe) & 0xFF
+        if s.torn:
+            st.ring.write(idx, 0, wqe[:16])
+            st.torn[idx] = wqe
+        else:
+            st.ring.write(idx, 0, wqe)
+        self._posted(s.qp, idx, mlx5.ds_to_wqebbs(ds))
+
+    def do_Skip(self, s: Skip) -> None:
+        st = self.sq[s.qp]
+        st.last = st.pi
+        st.pi += s.wqebbs
+
+    def _store_dbrec(self, name: str) -> None:
+        st, qp = self.sq[name], self.qps[name]
+        dbrec = self.w.view(qp.sq.dbrec, 8)
+        dbrec[4 * mlx5.SND_DBR : 4 * mlx5.SND_DBR + 4] = np.frombuffer(
+            mlx5.dbrec_value(st.pi), np.uint8
+        )
+
+    def _store_db(self, name: str, value: int, bf: bytes | None = None) -> None:
+        reg = self.w.view(self.qps[name].sq.doorbell, 64)
+        if bf is not None:
+            reg[:] = np.frombuffer(bf, np.uint8)
+        else:
+            reg[:8].view(np.uint64)[0] = value
+        self.sq[name].db = value
+
     def do_Ring(self, s: Ring) -> None:
         for name in s.qps:
             st, qp = self.sq[name], self.qps[name]
+            if s.wqe is not None:
+                st.last = s.wqe
             assert st.last is not None, f"Ring({name}): nothing posted since the last ring"
-            ctrl = st.withheld.get(st.last, st.ring.read(st.last, 0, 16))
-            dbrec = self.w.view(qp.sq.dbrec, 8)
-            dbrec[4 * mlx5.SND_DBR : 4 * mlx5.SND_DBR + 4] = np.frombuffer(
-                mlx5.dbrec_value(st.pi), np.uint8
-            )
-            self.w.view(qp.sq.doorbell, 8).view(np.uint64)[0] = mlx5.doorbell_value(ctrl)
+            if s.convention == "next":
+                ctrl = mlx5.ctrl_seg(st.pi, 0, qp.qpn ^ s.qpn_xor, 0)
+            else:
+                ctrl = st.withheld.get(st.last, st.ring.read(st.last, 0, 16)).copy()
+                if s.qpn_xor:
+                    ctrl[4:8] = mlx5.ctrl_seg(0, 0, qp.qpn ^ s.qpn_xor, 0)[4:8]
+            value = mlx5.doorbell_value(ctrl)
+            bf = None
+            if s.bf:
+                blk = st.ring.read(st.last, 0, 64).copy()
+                blk[:16] = ctrl
+                bf = bytes(blk)
+            if s.dbrec == "before":
+                self._store_dbrec(name)
+            self._store_db(name, value, bf)
+            if s.dbrec == "double":
+                self._store_dbrec(name)
+                self._store_db(name, value, bf)
             st.last = None
+        self.w.drain()
+
+    def do_Rering(self, s: Rering) -> None:
+        self._store_db(s.qp, self.sq[s.qp].db)
+        self.w.drain()
+
+    def do_PublishDbrec(self, s: PublishDbrec) -> None:
+        self._store_dbrec(s.qp)
+        self.w.drain()
+
+    def do_PublishBody(self, s: PublishBody) -> None:
+        st = self.sq[s.qp]
+        for idx, wqe in st.torn.items():
+            st.ring.write(idx, 0, wqe)
+        st.torn.clear()
         self.w.drain()
 
     def do_PublishCtrl(self, s: PublishCtrl) -> None:
@@ -188,9 +282,13 @@ class CaseRun:
         rq = obj.rq
         pi = self.rq_pi.get(s.target, 0)
         ring = self.w.view(rq.buf, rq.wqe_cnt * 16)
+        seg = mlx5.data_seg(0, 0, 0)  # WRITE_IMM needs no scatter list
+        if s.sge is not None:
+            mr = self.mrs[s.sge[0]]
+            seg = mlx5.data_seg(s.sge[2], mr.lkey, mr.addr + s.sge[1])
         for _ in range(s.count):
             slot = (pi % rq.wqe_cnt) * 16
-            ring[slot : slot + 16] = mlx5.data_seg(0, 0, 0)  # WRITE_IMM needs no scatter list
+            ring[slot : slot + 16] = seg
             pi += 1
         self.rq_pi[s.target] = pi
         self.w.view(rq.dbrec, 4)[:] = np.frombuffer(struct.pack(">I", pi & 0xFFFF), np.uint8)
@@ -241,14 +339,35 @@ class CaseRun:
                 problems.append(
                     f"memory {mr_name}[{off}:{off + len(data)}] = {got!r}, want {data!r}"
                 )
+        for name, spec in e.cqe0.items():
+            g = mlx5.decode_cqe(self.cq[name].buf[:64])
+            for fld in ("opcode", "wqe_counter", "syndrome", "wqe_opcode", "byte_cnt"):
+                wv = getattr(spec, fld)
+                if wv is not None and getattr(g, fld) != wv:
+                    problems.append(f"CQ {name} entry 0 .{fld} = {getattr(g, fld)}, want {wv}")
+        for qp_name, want_c in e.qp_counters.items():
+            got_c = f[self.rank_of[qp_name]].qp_counters(self.qps[qp_name])
+            for k, v in want_c.items():
+                if got_c[k] != v:
+                    problems.append(f"QP {qp_name} {k} = {got_c[k]}, want {v}")
         for name in self.cq:
+            if self.cq[name].collapsed:
+                continue
             got = self.all_cqes(name)
             want = e.cqes.get(name, ())
             if len(got) != len(want):
                 problems.append(f"CQ {name}: {len(got)} CQEs {got}, want {len(want)}")
                 continue
             for k, (g, w) in enumerate(zip(got, want, strict=True)):
-                for fld in ("opcode", "wqe_counter", "syndrome", "wqe_opcode", "imm", "byte_cnt"):
+                for fld in (
+                    "opcode",
+                    "wqe_counter",
+                    "syndrome",
+                    "wqe_opcode",
+                    "imm",
+                    "byte_cnt",
+                    "vendor_syndrome",
+                ):
                     wv = getattr(w, fld)
                     if wv is not None and getattr(g, fld) != wv:
                         problems.append(f"CQ {name}[{k}].{fld} = {getattr(g, fld)}, want {wv}")

@@ -41,7 +41,7 @@ def test_rc_and_dc_bring_up(comm, pattern) -> None:
         comm, pattern, experiments=["msg-rate"], transport="dc", qps=2, qps_per_peer=3, dcts=2
     )
     try:
-        res, stats = bring_up(fabric, fplan, 4096, 4096 * max(1, len(t.neighbours)), topo, comm, t)
+        res, stats = bring_up(fabric, fplan, *fplan.mr_sizes, topo, comm, t)
         # RC QPs only towards the pattern's neighbours, not a full mesh
         assert sorted(res.rc) == list(t.neighbours)
         for p in t.neighbours:
@@ -65,7 +65,7 @@ def test_rc_and_dc_bring_up(comm, pattern) -> None:
 def test_no_dc_objects_without_dc(comm) -> None:
     fabric, fplan, topo, t = _open(comm, "pairs", experiments=["single-op"])
     try:
-        res, stats = bring_up(fabric, fplan, 4096, 4096, topo, comm, t)
+        res, stats = bring_up(fabric, fplan, *fplan.mr_sizes, topo, comm, t)
         assert res.dcis == [] and res.dcts == [] and stats.dcis == stats.dcts == 0
     finally:
         comm.Barrier()

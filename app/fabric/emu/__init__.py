@@ -3,6 +3,7 @@
 from ..base import host_view
 from .fabric import DEFAULT_SEGMENT_BYTES, PROGRESS_MODES, EmuErrorRecord, EmuFabric
 from .janitor import janitor, segment_name
+from .sizing import segment_bytes_for
 
 __all__ = [
     "DEFAULT_SEGMENT_BYTES",
@@ -11,5 +12,6 @@ __all__ = [
     "EmuFabric",
     "host_view",
     "janitor",
+    "segment_bytes_for",
     "segment_name",
 ]

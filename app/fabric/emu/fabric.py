@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import os
 import re
 import socket
@@ -77,7 +78,7 @@ def _checked(what: str, rank: int) -> Iterator[None]:
 class EmuErrorRecord:
     """An error the engine reported out of band (not, or not only, as a CQE)."""
 
-    kind: str  # stale_wqe | not_rts | cq_overrun | bad_doorbell | completion
+    kind: str  # one of _KINDS' values (or "lost")
     qpn: int
     expected: int
     found: int
@@ -91,15 +92,53 @@ class EmuErrorRecord:
             "cq_overrun": "CQ overrun: consumer index {e}, producer index {f}",
             "bad_doorbell": "doorbell outside the posted window: consumer index {e}, named {f}",
             "completion": "error CQE syndrome {e:#04x} at WQE {f}",
+            "qp_fatal": "QP moved to ERR (was state {e}) by the overrun of its CQ",
+            "doorbell_qpn": "doorbell register of QPN {e:#08x} rung with QPN {f:#08x}",
+            "bad_dbrec": "send doorbell record outside the posted window: consumer index {e}, "
+            "record {f}",
+            "dead_owner": "CQ lock held by dead process {f}: taken over",
+            "lost": "{e} error records lost (the ring of 256 wrapped)",
         }[self.kind].format(e=self.expected, f=self.found)
         return f"rank {self.rank} QP {self.qpn:#08x} CQ {self.cqn:#08x}: {what}"
 
 
-_KINDS = {1: "stale_wqe", 2: "not_rts", 3: "cq_overrun", 4: "bad_doorbell", 5: "completion"}
+_KINDS = {
+    1: "stale_wqe",
+    2: "not_rts",
+    3: "cq_overrun",
+    4: "bad_doorbell",
+    5: "completion",
+    6: "qp_fatal",
+    7: "doorbell_qpn",
+    8: "bad_dbrec",
+    9: "dead_owner",
+}
+DOMAINS = ("host", "host-mapped", "device")
+
+
+def _domain(field: str, domain: object) -> MemoryDomain:
+    """The memory domain asked for (a MemoryDomain member or its value); DEVICE is refused."""
+    v = getattr(domain, "value", domain)
+    if v is None:
+        return MemoryDomain.HOST
+    if v not in DOMAINS:
+        raise ConfigError(field, domain, " or ".join(DOMAINS))
+    if v == "device":
+        raise UnsupportedError(
+            f"{field}='device': emu keeps its queues and memory in host shared memory; "
+            "GPU-resident objects need the CUDA engine, which does not exist yet "
+            "(use 'host' or 'host-mapped')"
+        )
+    return MemoryDomain(v)
 
 
 def _pow2(v: int) -> bool:
     return v > 0 and v & (v - 1) == 0
+
+
+def _check_pd(pd: object) -> None:
+    if not isinstance(pd, int) or not 0 <= pd < (1 << 32):
+        raise ConfigError("pd", pd, "a protection domain number (an unsigned 32-bit int)")
 
 
 class EmuFabric(Fabric):
@@ -131,16 +170,19 @@ class EmuFabric(Fabric):
             raise ConfigError("job", job, "1-64 characters of [A-Za-z0-9_.-]")
         if progress not in PROGRESS_MODES:
             raise ConfigError("progress", progress, " or ".join(PROGRESS_MODES))
-        if not isinstance(segment_bytes, int) or segment_bytes < (1 << 20):
-            raise ConfigError("segment_bytes", segment_bytes, "an int >= 1 MiB")
+        if not isinstance(segment_bytes, int) or segment_bytes < 4096 or segment_bytes % 4096:
+            raise ConfigError(
+                "segment_bytes", segment_bytes, "a multiple of 4096 (see segment_bytes_for)"
+            )
         for field, v, hi in (
             ("max_qps", max_qps, _native().MAX_QPS),
             ("max_dcts", max_dcts, _native().MAX_QPS),
             ("max_cqs", max_cqs, 0xFFFF),
             ("max_mrs", max_mrs, 0xFFFFFF),
         ):
-            if not isinstance(v, int) or not 1 <= v < hi:
-                raise ConfigError(field, v, f"an int in 1..{hi - 1}")
+            lo = 0 if field == "max_dcts" else 1
+            if not isinstance(v, int) or not lo <= v < hi:
+                raise ConfigError(field, v, f"an int in {lo}..{hi - 1}")
         self.rank, self.world_size, self.job, self.mode = rank, world_size, job, progress
         if clean_stale:
             janitor()
@@ -156,6 +198,10 @@ class EmuFabric(Fabric):
         self._peers_added = False
         self._cqs: dict[int, CompletionQueue] = {}
         self._qps: dict[int, QueuePair] = {}
+        self._domains: dict[tuple[str, int], str] = {}  # (kind, number or addr) -> domain
+        self._cuda_registered: int = 0  # host address registered with CUDA (0 = none)
+        self._mr_len: dict[int, int] = {}
+        self._cuda_ranges: list[int] = []  # host addresses registered with CUDA
         EmuFabric._install_exit_hooks()
         EmuFabric._open.add(self)
         if progress == "thread":
@@ -227,38 +273,53 @@ class EmuFabric(Fabric):
         self._live().seal()
         self._sealed = True
 
-    def _host_only(self, what: str, domain: MemoryDomain) -> None:
-        # The segment is host shared memory; GPU-resident objects need the CUDA engine.
-        if MemoryDomain(domain) is not MemoryDomain.HOST:
-            raise UnsupportedError(
-                f"emu rank {self.rank}: {what} in memory domain {MemoryDomain(domain).value!r} is "
-                "not available yet (emu's CPU engine serves host memory only)"
-            )
-
     def register(
-        self, length: int, access: Access = ACCESS_ALL, domain: MemoryDomain = MemoryDomain.HOST
+        self, length: int, access: Access = ACCESS_ALL, *, pd: int = 0, domain: object = None
     ) -> MemoryRegion:
-        self._host_only("register", domain)
+        """A memory region in protection domain `pd` (only QPs/DCTs of the same pd may use its
+        keys). domain: "host" (default) or "host-mapped" (registered with CUDA by
+        register_cuda()); "device" is refused until the CUDA engine exists."""
         if not isinstance(length, int) or length <= 0:
             raise ConfigError("length", length, "an int >= 1 (bytes)")
         if not isinstance(access, int) or int(access) & ~int(ACCESS_ALL):
             raise ConfigError("access", access, "a combination of gicbench.fabric.base.Access")
+        _check_pd(pd)
+        dom = _domain("domain", domain)
         with _checked("register", self.rank):
-            addr, n, key = self._live().reg_mr(length, int(access))
-        return MemoryRegion(addr=addr, length=n, lkey=key, rkey=key, access=Access(int(access)))
+            addr, n, key = self._live().reg_mr(length, int(access), pd)
+        self._domains[("mr", addr)] = dom
+        self._mr_len[addr] = n
+        mr = MemoryRegion(addr=addr, length=n, lkey=key, rkey=key, access=Access(int(access)))
+        return dataclasses.replace(mr, domain=dom)
 
     def view(self, mr: MemoryRegion, dtype: np.typing.DTypeLike = np.uint8) -> np.ndarray:
         """A numpy view of a registered region (valid while the fabric is open)."""
         self._live()
         return host_view(mr.addr, mr.length, dtype)
 
-    def create_cq(self, ncqe: int, domain: MemoryDomain = MemoryDomain.HOST) -> CompletionQueue:
-        self._host_only("create_cq", domain)
+    def create_cq(
+        self,
+        ncqe: int,
+        *,
+        collapsed: bool = False,
+        overrun_ignore: bool = False,
+        domain: object = None,
+    ) -> CompletionQueue:
+        """A CQ of `ncqe` entries. collapsed (mlx5 cqc.cc): every CQE is written to entry 0.
+        overrun_ignore (cqc.oi): no overrun check (the consumer index need not be published);
+        without it an overrun moves the CQ to CQ_OVERFLOW and its QPs to ERR."""
         if not isinstance(ncqe, int) or not _pow2(ncqe) or ncqe > (1 << 22):
             raise ConfigError("ncqe", ncqe, "a power of two in 1..4194304")
+        dom = _domain("domain", domain)
+        nat = _native()
+        flags = (nat.CQ_COLLAPSED if collapsed else 0) | (
+            nat.CQ_OVERRUN_IGNORE if overrun_ignore else 0
+        )
         with _checked("create_cq", self.rank):
-            cqn, buf, dbrec, n = self._live().create_cq(ncqe)
+            cqn, buf, dbrec, n = self._live().create_cq(ncqe, flags)
         cq = CompletionQueue(cqn=cqn, buf=buf, ncqe=n, dbrec=dbrec)
+        cq = dataclasses.replace(cq, domain=dom)
+        self._domains[("cq", cqn)] = dom
         self._cqs[cqn] = cq
         return cq
 
@@ -274,10 +335,24 @@ class EmuFabric(Fabric):
         recv_cq: CompletionQueue | None = None,
         rq_wqes: int = 0,
         dci: bool = False,
-        domain: MemoryDomain = MemoryDomain.HOST,
+        *,
+        dbr: bool = True,
+        wqe_sig: bool = False,
+        max_inline: int = 0,
+        pd: int = 0,
+        domain: object = None,
     ) -> QueuePair:
-        self._host_only("create_qp", domain)
+        """dbr=False: no send doorbell record; the producer index comes from the doorbell value
+        (ConnectX-7's DBR-less SQ, DOCA GPUNetIO's GPU_SM_NO_DBR). wqe_sig: the engine checks
+        each WQE's mlx5 signature (bytes XOR to 0xff) before executing it. max_inline: inline
+        payload bytes allowed per WQE (0 = what ds allows); more is LOCAL_LENGTH."""
         self._own_cq("send_cq", send_cq)
+        if not isinstance(max_inline, int) or not 0 <= max_inline <= 1024:
+            raise ConfigError("max_inline", max_inline, "an int in 0..1024 (0 = no limit)")
+        _check_pd(pd)
+        dom = _domain("domain", domain)
+        nat = _native()
+        flags = (0 if dbr else nat.QP_NO_DBR) | (nat.QP_WQE_SIG if wqe_sig else 0)
         if not isinstance(sq_wqebbs, int) or not _pow2(sq_wqebbs) or sq_wqebbs > 32768:
             raise ConfigError("sq_wqebbs", sq_wqebbs, "a power of two in 1..32768")
         if not isinstance(rq_wqes, int) or (rq_wqes and (not _pow2(rq_wqes) or rq_wqes > 32768)):
@@ -285,10 +360,13 @@ class EmuFabric(Fabric):
         rcq = self._own_cq("recv_cq", recv_cq or send_cq) if rq_wqes else None
         with _checked("create_qp", self.rank):
             d = self._live().create_qp(
-                send_cq.cqn, sq_wqebbs, rcq.cqn if rcq else 0, rq_wqes, bool(dci)
-            )
+                send_cq.cqn, sq_wqebbs, rcq.cqn if rcq else 0, rq_wqes, bool(dci),
+                flags, max_inline, pd,
+            )  # fmt: skip
         sq = SendQueue(qpn=d["qpn"], buf=d["buf"], wqebb_cnt=d["wqebb_cnt"], dbrec=d["dbrec"],
                        doorbell=d["doorbell"], cq=send_cq)  # fmt: skip
+        sq = dataclasses.replace(sq, domain=dom)
+        self._domains[("qp", d["qpn"])] = dom
         rq = None
         if rcq is not None:
             r = d["rq"]
@@ -297,15 +375,18 @@ class EmuFabric(Fabric):
         self._qps[qp.qpn] = qp
         return qp
 
-    def create_dct(self, cq: CompletionQueue, dc_key: int, rq_wqes: int = 0) -> DcTarget:
+    def create_dct(
+        self, cq: CompletionQueue, dc_key: int, rq_wqes: int = 0, *, pd: int = 0
+    ) -> DcTarget:
         """A DCT; `rq_wqes` > 0 gives it a receive queue for WRITE_WITH_IMM (an SRQ on mlx5)."""
         self._own_cq("cq", cq)
+        _check_pd(pd)
         if not isinstance(dc_key, int) or not 0 <= dc_key < (1 << 64):
             raise ConfigError("dc_key", dc_key, "an unsigned 64-bit int")
         if not isinstance(rq_wqes, int) or (rq_wqes and (not _pow2(rq_wqes) or rq_wqes > 32768)):
             raise ConfigError("rq_wqes", rq_wqes, "0 or a power of two up to 32768")
         with _checked("create_dct", self.rank):
-            d = self._live().create_dct(cq.cqn, dc_key, rq_wqes)
+            d = self._live().create_dct(cq.cqn, dc_key, rq_wqes, pd)
         rq = None
         if rq_wqes:
             r = d["rq"]
@@ -352,6 +433,61 @@ class EmuFabric(Fabric):
         self._own_qp(qp)
         return QpState(self._live().qp_state(qp.qpn))
 
+    # ---- the queue arena and CUDA ---------------------------------------------------------------
+    def queue_arena(self) -> tuple[int, int]:
+        """(address, bytes) of the queue arena: doorbell registers, doorbell records and the rings
+        created so far, page aligned at both ends and apart from the memory regions."""
+        addr, n = self._live().queue_arena
+        return int(addr), int(n)
+
+    def register_cuda(self) -> dict[str, Any]:
+        """Register the queue arena with CUDA (cudaHostRegister, portable + mapped) so GPU
+        kernels can write WQEs, records and doorbells, plus the pages of every "host-mapped"
+        memory region; return the device addresses: {"queue_arena": (host, device, bytes),
+        "qps": {qpn: {"buf", "dbrec", "doorbell"}}, "cqs": {cqn: {"buf", "dbrec"}},
+        "mrs": {addr: device_addr}}. Call after every queue is created (the arena is registered
+        as it is then). Raises UnsupportedError without CuPy or a GPU."""
+        try:
+            import cupy  # noqa: F401
+            from cupy.cuda import runtime
+        except ImportError as e:
+            raise UnsupportedError(f"register_cuda needs CuPy ({e})") from e
+        try:
+            if runtime.getDeviceCount() < 1:
+                raise UnsupportedError("register_cuda needs a CUDA GPU: none found")
+        except runtime.CUDARuntimeError as e:
+            raise UnsupportedError(f"register_cuda needs a CUDA GPU: {e}") from e
+        if self._cuda_registered:
+            raise FabricError(f"emu rank {self.rank}: the queue arena is already registered")
+        host, n = self.queue_arena()
+        flags = runtime.hostRegisterPortable | runtime.hostRegisterMapped
+        runtime.hostRegister(host, n, flags)
+        self._cuda_registered = host
+        self._cuda_ranges = [host]
+        dev = runtime.hostGetDevicePointer(host, 0)
+
+        def d(a: int) -> int:
+            return dev + (a - host)
+
+        out: dict[str, Any] = {"queue_arena": (host, dev, n), "qps": {}, "cqs": {}, "mrs": {}}
+        for qp in self._qps.values():
+            out["qps"][qp.qpn] = {
+                "buf": d(qp.sq.buf), "dbrec": d(qp.sq.dbrec), "doorbell": d(qp.sq.doorbell)
+            }  # fmt: skip
+        for cq in self._cqs.values():
+            out["cqs"][cq.cqn] = {"buf": d(cq.buf), "dbrec": d(cq.dbrec)}
+        page = 4096
+        for (kind, addr), dom in self._domains.items():
+            if kind == "mr" and dom == "host-mapped":
+                lo = addr & ~(page - 1)
+                mr_len = self._mr_len[addr]
+                hi = (addr + mr_len + page - 1) & ~(page - 1)
+                if lo not in self._cuda_ranges:
+                    runtime.hostRegister(lo, hi - lo, flags)
+                    self._cuda_ranges.append(lo)
+                out["mrs"][addr] = runtime.hostGetDevicePointer(lo, 0) + (addr - lo)
+        return out
+
     # ---- counters and errors --------------------------------------------------------------------
     def counters(self) -> dict[str, int]:
         return dict(self._live().counters())
@@ -373,8 +509,7 @@ class EmuFabric(Fabric):
         """Error records reported since the last call (oldest first)."""
         records, lost = self._live().drain_errors()
         out = [
-            EmuErrorRecord(_KINDS.get(k, f"kind{k}"), q, e, f, c, r)
-            for k, q, e, f, c, r in records
+            EmuErrorRecord(_KINDS.get(k, f"kind{k}"), q, e, f, c, r) for k, q, e, f, c, r in records
         ]
         if lost:
             out.append(EmuErrorRecord("lost", 0, lost, 0, 0, self.rank))
@@ -428,6 +563,13 @@ class EmuFabric(Fabric):
             return
         self._closed = True
         EmuFabric._open.discard(self)
+        if self._cuda_ranges:  # unregister before the segment is unmapped
+            from cupy.cuda import runtime
+
+            for a in self._cuda_ranges:
+                with contextlib.suppress(Exception):
+                    runtime.hostUnregister(a)
+            self._cuda_ranges = []
         self._nic.close()
 
     def __del__(self) -> None:

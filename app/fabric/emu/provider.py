@@ -43,15 +43,6 @@ def resolve_progress(requested: str, local_size: int, rank: int, autonomous: boo
     return requested
 
 
-def segment_bytes(plan: FabricPlan) -> int:
-    """Shared memory the emu segment of one rank needs for rings and buffers, with slack."""
-    ring = plan.sq_depth * 64
-    per_qp = 2 * ring + 4096  # SQ + CQ + records and doorbell
-    dcts = plan.dcts * (ring + 4096)
-    total = plan.qps * per_qp + plan.mr_bytes + (1 << 16) + dcts + (8 << 20)
-    return (total + 4095) // 4096 * 4096
-
-
 @register
 class EmuProvider(Provider):
     name = "emu"
@@ -91,15 +82,21 @@ class EmuProvider(Provider):
     @classmethod
     def open(cls, plan: FabricPlan, topo: Any, job: str, settings: dict[str, Any]) -> Fabric:
         from .fabric import EmuFabric
+        from .sizing import segment_bytes_for
 
+        # Exactly what bring-up creates (an idle rank of an odd pairs world creates no QP, but
+        # the tables keep one slot).
+        qps, cqs = max(1, plan.qps), max(1, plan.cqs)
         return EmuFabric(
             rank=topo.rank,
             world_size=topo.size,
             job=job,
             progress=settings["progress"],
-            segment_bytes=segment_bytes(plan),
-            max_qps=max(1, plan.qps),
-            max_cqs=max(1, plan.cqs),
-            max_dcts=max(1, plan.dcts),
-            max_mrs=8,
+            segment_bytes=segment_bytes_for(
+                qps, cqs, plan.dcts, plan.sq_depth, plan.sq_depth, list(plan.mr_sizes)
+            ),
+            max_qps=qps,
+            max_cqs=cqs,
+            max_dcts=plan.dcts,
+            max_mrs=len(plan.mr_sizes),
         )

@@ -1,0 +1,105 @@
+"""cuda/emu_core.cuh outside the CPU engine: the scenario of cuda/emu_core_selftest.cu (IBGDA
+and rdma-core doorbells, an inline write, a gather write, a fetch-add, a bad rkey, a flush) run
+through nvcc's host compiler and, with a GPU, in a kernel. Both must leave what the CPU engine's
+semantics say (the conformance cases check the same rules on the CPU engine)."""
+
+from __future__ import annotations
+
+import importlib.resources
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gicbench import mlx5
+
+REPO = Path(__file__).resolve().parents[2]
+CUDA_DIR = REPO / "cuda"
+HOST_DRIVER = Path(__file__).resolve().parent / "c" / "emu_core_host.cu"
+BUF_BYTES, DST, RES, CQ, NCQE, NUM_OUT = 16384, 8192, 12288, 2048, 8, 16
+QPN = 0x000101
+SRC = bytes(range(256))
+
+
+def _nvcc() -> str:
+    exe = shutil.which("nvcc") or (
+        "/usr/local/cuda/bin/nvcc" if os.access("/usr/local/cuda/bin/nvcc", os.X_OK) else None
+    )
+    if exe is None:
+        pytest.skip("nvcc not found (the CUDA compiler is needed to compile cuda/emu_core.cuh)")
+    return exe
+
+
+def check(out: list[int], dst: bytes, res: bytes, cq: bytes) -> None:
+    executed, errors, flushed, doorbells, stale, lag, cq_pi, state, ci, nbytes = out[:10]
+    assert (executed, errors, flushed, doorbells, stale, lag) == (3, 1, 1, 3, 0, 0)
+    assert (cq_pi, state, ci, nbytes) == (4, 6, 5, 4 + 12 + 8)
+    assert dst[:16] == SRC[0:8] + SRC[32:40]  # inline write + a gather list of two segments
+    assert dst[64:72] == (12).to_bytes(8, "little")  # 7 + 5
+    assert res == (7).to_bytes(8, "little")  # the old value
+    cqes = [mlx5.decode_cqe(cq[64 * i : 64 * (i + 1)]) for i in range(4)]
+    assert [(c.opcode, c.wqe_counter, c.qpn) for c in cqes[:2]] == [
+        (mlx5.CqeOpcode.REQ, 1, QPN),
+        (mlx5.CqeOpcode.REQ, 2, QPN),
+    ]
+    assert cqes[1].wqe_opcode == mlx5.Opcode.ATOMIC_FA and cqes[0].byte_cnt == 12
+    assert (cqes[2].opcode, cqes[2].syndrome, cqes[2].vendor_syndrome, cqes[2].wqe_counter) == (
+        mlx5.CqeOpcode.REQ_ERR,
+        mlx5.Syndrome.REMOTE_ACCESS,
+        0x88,
+        3,
+    )
+    assert (cqes[3].syndrome, cqes[3].wqe_counter) == (mlx5.Syndrome.WR_FLUSH, 4)
+
+
+@pytest.mark.nvcc
+def test_core_scenario_on_host(tmp_path: Path) -> None:
+    exe = tmp_path / "emu_core_host"
+    build = subprocess.run(
+        [_nvcc(), "-arch=sm_90", "-std=c++17", f"-I{CUDA_DIR}", "-Xcompiler", "-Wall,-Wextra",
+         str(HOST_DRIVER), "-o", str(exe)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    log = (build.stdout + build.stderr).strip()
+    assert build.returncode == 0, log
+    assert "warning" not in log.lower(), log
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    out = [int(x) for x in lines[0].split()]
+    check(out, bytes.fromhex(lines[1]), bytes.fromhex(lines[2]), bytes.fromhex(lines[3]))
+
+
+@pytest.mark.gpu
+def test_core_scenario_on_gpu(tmp_path: Path) -> None:
+    cp = pytest.importorskip("cupy")
+    try:
+        if cp.cuda.runtime.getDeviceCount() < 1:
+            pytest.skip("no CUDA device")
+    except cp.cuda.runtime.CUDARuntimeError as e:
+        pytest.skip(f"no usable CUDA device: {e}")
+    with importlib.resources.as_file(importlib.resources.files("gicbench") / "cuda") as cuda_dir:
+        cubin = tmp_path / "emu_core_selftest.cubin"
+        cc = cp.cuda.Device().compute_capability
+        build = subprocess.run(
+            [_nvcc(), f"-arch=sm_{cc}", "-std=c++17", f"-I{cuda_dir}", "-cubin",
+             str(cuda_dir / "emu_core_selftest.cu"), "-o", str(cubin)],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        assert build.returncode == 0, build.stderr
+    kernel = cp.RawModule(path=str(cubin)).get_function("emu_core_selftest")
+    mem = cp.zeros(BUF_BYTES, dtype=cp.uint8)
+    out = cp.zeros(NUM_OUT, dtype=cp.uint64)
+    kernel((1,), (1,), (mem, out))
+    cp.cuda.runtime.deviceSynchronize()
+    host = cp.asnumpy(mem).tobytes()
+    check(
+        [int(x) for x in cp.asnumpy(out)],
+        host[DST : DST + 128],
+        host[RES : RES + 8],
+        host[CQ : CQ + NCQE * 64],
+    )
+    assert np.frombuffer(host[DST : DST + 16], np.uint8).size == 16
