@@ -22,8 +22,36 @@ class JobFailure(GicbenchError):
 
     def __init__(self, phase: str, failures: list[tuple[int, str]]) -> None:
         self.phase, self.failures = phase, failures
-        lines = "; ".join(f"rank {r}: {why}" for r, why in failures)
-        super().__init__(f"{phase} failed on {len(failures)} rank(s): {lines}")
+        super().__init__(f"{phase} failed on {len(failures)} rank(s): {_grouped(failures)}")
+
+
+def _grouped(failures: list[tuple[int, str]]) -> str:
+    """One line per distinct reason with the ranks that gave it (32 ranks failing alike read
+    as one reason, not the same sentence 32 times)."""
+    by_reason: dict[str, list[int]] = {}
+    for rank, why in failures:
+        by_reason.setdefault(why, []).append(rank)
+    parts = []
+    for why, ranks in by_reason.items():
+        who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {_span(ranks)}"
+        parts.append(f"{who}: {why}")
+    return "; ".join(parts)
+
+
+def _span(ranks: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2,5,7-8'."""
+
+    def run(lo: int, hi: int) -> str:
+        return str(lo) if lo == hi else f"{lo}-{hi}"
+
+    out, start, prev = [], ranks[0], ranks[0]
+    for r in ranks[1:]:
+        if r != prev + 1:
+            out.append(run(start, prev))
+            start = r
+        prev = r
+    out.append(run(start, prev))
+    return ",".join(out)
 
 
 def describe(exc: BaseException) -> str:
