@@ -1,6 +1,7 @@
 """Bring-up cost against rank and QP counts (issue: bring-up must grow linearly with QPs).
 
-Launches `mpiexec -n R gicbench run single-op -n 1 -w 0 --qps-per-peer N --json` for each
+Launches `mpiexec -n R gicbench run single-op --pattern all-to-all --modes issue -n 1 -w 0
+--qps-per-peer N --json` (a full mesh of RC QPs) for each
 (R, N) and prints what rank 0 reports: the slowest rank's bring-up time split into create /
 exchange / connect, and QPs brought up per second (per rank and for the whole job). On a 2-core
 machine 8 and 16 ranks oversubscribe the cores: read the figures as a scaling check, not as a
@@ -42,6 +43,10 @@ def measure(ranks: int, qps: int, workdir: Path) -> dict:
         "gicbench",
         "run",
         "single-op",
+        "--pattern",  # every rank connects to every other: the full mesh being measured
+        "all-to-all",
+        "--modes",
+        "issue",
         "-n",
         "1",
         "-w",
