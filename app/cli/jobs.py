@@ -307,7 +307,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             r.add_argument(
                 "--script",
                 type=Path,
-                help="where to write the script (default jobs-out/<template>-<UTC>.sbatch)",
+                help="where to write the script (default runs/jobs/<template>-<UTC>.sbatch)",
             )
             r.add_argument(
                 "--chain",
@@ -447,7 +447,7 @@ def submit_main(args: argparse.Namespace) -> int:
     if shutil.which("sbatch") is None:
         raise ConfigError("sbatch", "not found", "Slurm's sbatch on PATH (or use `jobs render`)")
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    script = args.script or Path("jobs-out") / f"{args.name}-{stamp}.sbatch"
+    script = args.script or Path("runs") / "jobs" / f"{args.name}-{stamp}.sbatch"
     script.parent.mkdir(parents=True, exist_ok=True)
     script.write_text(text)
     previous = None

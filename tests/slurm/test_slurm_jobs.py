@@ -5,6 +5,9 @@ launchers (mpiexec inside the allocation, srun --mpi=pmix), and a sweep cut by i
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +23,7 @@ ranks = 2
 [run]
 iters = 20
 warmup = 2
-messages = 120000000
+messages = 100000000
 quiet = true
 [axes]
 seed = [1, 2, 3, 4, 5, 6, 7, 8]
@@ -83,6 +86,47 @@ def test_rendered_jobs_run_under_sbatch(
         assert "Failed to read MPI conf" not in log and "Sorry!" not in log, log
         # the job's own analysis step ran on the traces
         assert "(median rank)" in log, log
+
+
+def test_jobs_submit_chain(slurm: dict[str, str], cut_sweep: dict, tmp_path: Path) -> None:
+    """`gicbench jobs submit`: renders, writes the script, sbatch; --chain runs copies in turn."""
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gicbench",
+            "jobs",
+            "submit",
+            "latency-pair",
+            "--launcher",
+            "mpiexec",
+            "--chain",
+            "2",
+            "--",
+            "-b",
+            "8",
+            "-n",
+            "50",
+            "--quiet",
+        ],
+        cwd=tmp_path,
+        env=slurm,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    jobs = re.findall(r"as job (\d+)", r.stdout)
+    assert len(jobs) == 2 and f"(after {jobs[0]})" in r.stdout, r.stdout
+    assert len(list((tmp_path / "runs/jobs").glob("latency-pair-*.sbatch"))) == 1
+    states = wait(jobs, slurm, timeout=240)
+    for job in jobs:
+        assert states[job]["JobState"] == "COMPLETED", output(tmp_path, job)
+        run = json.loads((tmp_path / "runs" / f"latency-pair-{job}" / "run.json").read_text())
+        assert run["status"] == "complete" and run["world_size"] == 2
+    # the second started only after the first ended
+    assert states[jobs[1]]["StartTime"] >= states[jobs[0]]["EndTime"]
 
 
 def test_sweep_cut_by_time_limit_then_resumed(slurm: dict[str, str], cut_sweep: dict) -> None:
