@@ -129,6 +129,11 @@ def test_template_experiment_fixed() -> None:
     assert "gicbench run msg-rate -q 4 -o" in t
     with pytest.raises(ConfigError, match="experiment"):
         render("msg-rate", RenderOptions(run_args=["single-op"]))
+    with pytest.raises(ConfigError, match="suite"):
+        render("msg-rate", RenderOptions(run_args=["--suite", "default"]))
+    assert "gicbench run msg-rate -q 4 -o" in render(
+        "msg-rate", RenderOptions(run_args=["msg-rate", "-q", "4"])
+    )
 
 
 @pytest.mark.parametrize("name", ["proxy-rate", "active-connections", "all-to-all", "clock-sweep"])

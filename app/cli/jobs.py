@@ -92,7 +92,7 @@ def _check_int(name: str, value: int, lo: int, hi: int) -> int:
     return value
 
 
-def _parse_run_args(args: list[str]) -> tuple[list[str], list[str], str | None]:
+def _parse_run_args(args: list[str]) -> tuple[argparse.Namespace, list[str], str | None]:
     """Check `gicbench run` arguments with its own parser; return (experiments, the arguments
     without -o, the -o value). -o is the job's output directory, not silently replaced."""
     from .main import build_parser
@@ -113,26 +113,32 @@ def _parse_run_args(args: list[str]) -> tuple[list[str], list[str], str | None]:
             skip = True
         elif not (tok.startswith("--out=") or (tok.startswith("-o") and not tok.startswith("--"))):
             kept.append(tok)
-    return list(ns.experiments), kept, None if ns.out is None else str(ns.out)
+    return ns, kept, None if ns.out is None else str(ns.out)
 
 
 def mpi_library() -> str:
-    """The MPI library mpi4py was built against, without starting MPI ('' when unknown)."""
+    """The MPI library mpi4py was built against, without starting MPI ('' when unknown). Asked
+    in a child process unless mpi4py.MPI is loaded already, so this process's MPI is untouched."""
+    if "mpi4py.MPI" in sys.modules:
+        return sys.modules["mpi4py.MPI"].Get_library_version().strip().splitlines()[0]
+    probe = (
+        "import mpi4py; mpi4py.rc.initialize = mpi4py.rc.finalize = False\n"
+        "from mpi4py import MPI; print(MPI.Get_library_version().strip().splitlines()[0])"
+    )
     try:
-        import mpi4py
-
-        mpi4py.rc.initialize = False
-        mpi4py.rc.finalize = False
-        from mpi4py import MPI
-
-        return MPI.Get_library_version().strip().splitlines()[0]
-    except Exception:
+        r = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
         return ""
+    return r.stdout.strip() if r.returncode == 0 else ""
 
 
 def _check_mpi_plugin(mpi: str, launcher: str) -> None:
     if mpi not in MPI_PLUGINS:
         raise ConfigError("mpi", mpi, "one of " + ", ".join(MPI_PLUGINS))
+    if not (launcher == "srun" and mpi == "pmi2"):
+        return
     lib = mpi_library()
     # Open MPI 5 speaks only PMIx: under srun --mpi=pmi2 every task would be a singleton run.
     m = re.match(r"Open MPI v(\d+)", lib)
@@ -234,7 +240,7 @@ def render(name: str, o: RenderOptions) -> str:
         if not 0 <= o.reserve <= 86_400:
             raise ConfigError("reserve", o.reserve, "seconds from 0 to 86400")
         _check_int("stop_before", o.stop_before, 0, 86_400)
-        exps, args = [], []
+        args = []
         out = o.sweep_dir or f"runs/sweep-{Path(sweep_path).stem}"
         sweep_args = ["--reserve", f"{o.reserve:g}"] + ([] if o.fit else ["--no-fit"])
     else:
@@ -243,11 +249,15 @@ def render(name: str, o: RenderOptions) -> str:
                 "sweep", o.sweep or o.sweep_dir, f"only with a sweep template, not {name}"
             )
         sweep_args = []
-        exps, args, out = _parse_run_args(o.run_args)
-        if fixed and exps and exps != [fixed]:
-            raise ConfigError("experiment", " ".join(exps), f"{fixed} (the template runs it)")
-        if fixed:
-            args = [fixed, *[a for a in args if a not in exps]] if exps else [fixed, *args]
+        ns, args, out = _parse_run_args(o.run_args)
+        if fixed and ns.experiments and ns.experiments != [fixed]:
+            raise ConfigError(
+                "experiment", " ".join(ns.experiments), f"{fixed} (the template runs it)"
+            )
+        if fixed and ns.suite:
+            raise ConfigError("suite", ns.suite, f"none: the {name} template runs {fixed}")
+        if fixed and not ns.experiments:
+            args = [fixed, *args]  # (given, it is already among the arguments)
     bind = o.gpus_per_node > 0 or bool(o.nics)
     if o.launcher == "srun":
         launch = f"srun --mpi={o.mpi} -n {ntasks}"
