@@ -196,6 +196,8 @@ def test_sweep_template_renders_a_checked_sweep(tmp_path: Path) -> None:
     assert f'gicbench jobs sweep {sweep} -d "$SWEEP_DIR" --launcher mpiexec' in t
     with pytest.raises(ConfigError, match="ntasks"):  # 4-rank points need 4 tasks
         render("sweep", RenderOptions(ntasks_per_node=2, sweep=str(sweep)))
+    with pytest.raises(ConfigError, match="--sweep FILE"):
+        render("sweep", RenderOptions())
     sweep.write_text('experiment = "msg-rate"\n[axes]\nthreadz = [1]\n')
     with pytest.raises(ConfigError, match=r"axes\.threadz"):
         render("sweep", RenderOptions(sweep=str(sweep)))

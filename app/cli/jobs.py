@@ -226,7 +226,9 @@ def render(name: str, o: RenderOptions) -> str:
     if kind == "sweep":
         from ..sweep import load_spec
 
-        sweep_path = o.sweep or str(templates_dir() / "sweeps" / meta.get("sweep", ""))
+        if not o.sweep and not meta.get("sweep"):
+            raise ConfigError("sweep", "", f"a sweep file for {name}: --sweep FILE.toml")
+        sweep_path = o.sweep or str(templates_dir() / "sweeps" / meta["sweep"])
         spec = load_spec(sweep_path)  # refuses a bad sweep now, not in the queue
         if spec.max_ranks > ntasks:
             raise ConfigError(
