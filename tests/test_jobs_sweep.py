@@ -177,3 +177,36 @@ def test_signal_marks_point_interrupted(tmp_path: Path) -> None:
     assert json.loads(run_json.read_text())["status"] in ("incomplete", "running")
     assert doc["submissions"][0]["stopped"] == "signal"
     assert point_runs(out) == []  # (resuming is the test above; these points are long)
+
+
+def test_sweep_template_usr1_stops_after_the_running_point(tmp_path: Path) -> None:
+    """The rendered sweep script (run by bash, as sbatch would) passes Slurm's --signal=B:USR1
+    to the runner: the running point finishes, no new one starts, exit 75."""
+    from gicbench.cli.jobs import RenderOptions, render
+
+    sweep = tmp_path / "s.toml"
+    sweep.write_text(SMALL.replace("messages = 2000", "messages = 20000000"))
+    script = tmp_path / "sweep.sbatch"
+    script.write_text(
+        render("sweep", RenderOptions(sweep=str(sweep), sweep_dir="sw", launcher="mpiexec"))
+    )
+    env = dict(os.environ, GICBENCH_VENV=str(Path(sys.executable).parent.parent))
+    env.pop("SLURM_JOB_ID", None)
+    p = subprocess.Popen(
+        ["bash", str(script)],
+        cwd=tmp_path,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    run_json = tmp_path / "sw/points/000-msg-rate-threads1/run.json"
+    deadline = time.monotonic() + 120
+    while not run_json.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.kill(p.pid, signal.SIGUSR1)  # to the batch shell only, as --signal=B: does
+    rc, log = _finish(p)
+    assert rc == EXIT_RESUBMIT, log
+    doc = load_manifest(tmp_path / "sw")
+    assert [q["status"] for q in doc["points"]] == ["complete", "pending"], log
+    assert "1 complete, 1 pending" in log
