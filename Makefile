@@ -67,7 +67,8 @@ test-mpi: setup
 # also on failure. Elsewhere (test-unit) these tests skip.
 test-slurm: setup
 	tests/slurm/cluster.sh install
-	GICBENCH_SLURM_TESTS=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/slurm
+	GICBENCH_SLURM_TESTS=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/slurm; \
+	  rc=$$?; tests/slurm/cluster.sh stop; exit $$rc
 
 test: lint test-unit test-mpi test-slurm
 

@@ -181,6 +181,21 @@ def test_gpu_binding_and_mps_lines() -> None:
     assert "srun --mpi=pmix -n 16 gicbench jobs bind -- gicbench run msg-rate" in t
     assert "export GICBENCH_NICS=mlx5_0,mlx5_1" in t
     assert "srun --overlap -N 2 --ntasks-per-node=1 nvidia-smi -lgc 1410,1410" in t
+    # 8 tasks on 4 GPUs: MPS, one pipe directory for the script and the bind wrapper, one trap
+    assert 'export CUDA_MPS_PIPE_DIRECTORY="/tmp/gicbench-mps-${SLURM_JOB_ID}/pipe"' in t
+    assert t.count("trap ") == 1 and "echo quit | nvidia-cuda-mps-control" in t
+    assert "nvidia-smi -rgc || true" in t
+    assert "MPS" not in render("multi-node", RenderOptions(ntasks_per_node=4, gpus_per_node=4))
+
+
+def test_shipped_sweep_files_parse() -> None:
+    from gicbench.cli.jobs import templates_dir
+    from gicbench.sweep import load_spec
+
+    files = sorted((templates_dir() / "sweeps").glob("*.toml"))
+    assert files  # installed with the package
+    for f in files:
+        assert load_spec(f).points
 
 
 def test_sweep_template_renders_a_checked_sweep(tmp_path: Path) -> None:

@@ -164,8 +164,17 @@ def _setup(o: RenderOptions) -> str:
             "# module and prints a help-file error for it: native (socket peer uid) serves both.",
             'export PMIX_MCA_psec="${PMIX_MCA_psec:-native}"',
         ]
+    at_exit: list[str] = []
     if o.gpus_per_node:
         lines += [f"export GICBENCH_GPUS_PER_NODE={o.gpus_per_node}"]
+    if o.gpus_per_node and o.ntasks_per_node > o.gpus_per_node:
+        lines += [
+            f"# {o.ntasks_per_node} tasks share {o.gpus_per_node} GPUs per node: MPS. Local rank",
+            "# 0 of each node starts its daemon (`gicbench jobs bind`); it is stopped at exit.",
+            'export CUDA_MPS_PIPE_DIRECTORY="/tmp/gicbench-mps-${SLURM_JOB_ID}/pipe"',
+            'export CUDA_MPS_LOG_DIRECTORY="/tmp/gicbench-mps-${SLURM_JOB_ID}/log"',
+        ]
+        at_exit.append(_per_node(o, "bash -c 'echo quit | nvidia-cuda-mps-control'"))
     if o.nics:
         lines += [
             "# NIC per local rank (`gicbench jobs bind` picks one; the MPI's UCX follows it).",
@@ -177,7 +186,14 @@ def _setup(o: RenderOptions) -> str:
             f"# Lock every GPU's SM clock to {o.gpu_clock} MHz for the job (needs the site to",
             "# allow it: root or `nvidia-smi -acp UNRESTRICTED`), and unlock at exit.",
             f"{_per_node(o, 'nvidia-smi -lgc ' + mhz)}",
-            f"trap '{_per_node(o, 'nvidia-smi -rgc')} || true' EXIT",
+        ]
+        at_exit.append(_per_node(o, "nvidia-smi -rgc"))
+    if at_exit:
+        lines += [
+            "gicbench_at_exit() {",
+            *(f"  {c} || true" for c in at_exit),
+            "}",
+            "trap gicbench_at_exit EXIT",
         ]
     return "\n".join(lines)
 
