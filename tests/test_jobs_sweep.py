@@ -104,6 +104,22 @@ def test_bind_blocks_gpus_nics_and_mps() -> None:
         bind_env({})
 
 
+def _live_with(text: str) -> list[int]:
+    """Live processes whose command line mentions `text`."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        try:
+            if (
+                d.name.isdigit()
+                and text in (d / "cmdline").read_text()
+                and (d / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+            ):
+                pids.append(int(d.name))
+        except OSError:
+            pass
+    return pids
+
+
 def _sweep(sweep: Path, out: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "gicbench", "jobs", "sweep", str(sweep), "-d", str(out), *extra],
@@ -176,6 +192,8 @@ def test_signal_marks_point_interrupted(tmp_path: Path) -> None:
     # the run itself says it did not finish (incomplete, or running if it was killed hard)
     assert json.loads(run_json.read_text())["status"] in ("incomplete", "running")
     assert doc["submissions"][0]["stopped"] == "signal"
+    # no rank of the point outlives the sweep (it would write into the next attempt's directory)
+    assert _live_with(str(out)) == [], log
     assert point_runs(out) == []  # (resuming is the test above; these points are long)
 
 

@@ -11,6 +11,7 @@ incomplete, marks it interrupted here and exits 75 (resubmit to continue); SIGUS
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -29,6 +30,44 @@ from .spec import SCHEMA, Point, SweepSpec
 LAUNCHERS = ("mpiexec", "srun")
 EXIT_RESUBMIT = 75  # EX_TEMPFAIL: points remain; run the same command again to continue
 FORWARD_AFTER_S = 2.0  # Slurm signals every process itself; forward only if the launcher missed it
+KILL_AFTER_S = 5.0  # then what is left of the point gets SIGKILL (the job's KillWait is >= 10 s)
+
+
+def session_pids(sid: int) -> list[int]:
+    """Live processes of session `sid` on this node (ranks that mpiexec forked keep the session
+    of the launcher, though it gives each its own process group)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
+        if fields[0] != "Z" and int(fields[3]) == sid:
+            out.append(int(d.name))
+    return out
+
+
+def _signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def end_session(sid: int, say: Callable[[str], None], name: str) -> None:
+    """SIGTERM, then SIGKILL, whatever of a point's processes outlived its launcher: a rank
+    left behind would write into the directory of the point's next attempt."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        pids = session_pids(sid)
+        if not pids:
+            return
+        say(f"  {name}: {len(pids)} processes outlived the launcher: {sig.name}")
+        _signal_all(pids, sig)
+        deadline = time.monotonic() + KILL_AFTER_S
+        while session_pids(sid) and time.monotonic() < deadline:
+            time.sleep(0.1)
 
 
 def slurm_time_left(job_id: str | None = None) -> float | None:
@@ -312,20 +351,25 @@ def _run_point(
     cmd = launch_command(point, run_dir, launcher, mpi)
     say(f"  {name}: {' '.join(cmd[:4])} ... ({entry['index'] + 1}/{len(doc['points'])})")
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd)
-    forwarded = False
+    # Its own session: every process of the point can be found and ended by the session id.
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    forwarded = killed = False
     while True:
         try:
             rc = proc.wait(timeout=0.25)
             break
         except subprocess.TimeoutExpired:
-            if (
-                sig.stop_now is not None
-                and not forwarded
-                and time.monotonic() - sig.at > FORWARD_AFTER_S
-            ):
-                proc.send_signal(signal.SIGTERM)
+            if sig.stop_now is None:
+                continue
+            waited = time.monotonic() - sig.at
+            if not forwarded and waited > FORWARD_AFTER_S:
+                # to the ranks too: they are not in the launcher's process group
+                _signal_all(session_pids(proc.pid), signal.SIGTERM)
                 forwarded = True
+            elif not killed and waited > FORWARD_AFTER_S + KILL_AFTER_S:
+                _signal_all(session_pids(proc.pid), signal.SIGKILL)
+                killed = True
+    end_session(proc.pid, say, name)
     seconds = time.monotonic() - t0
     status = run_status(run_dir)
     if rc == 0 and status == "complete":

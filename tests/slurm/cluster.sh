@@ -67,11 +67,13 @@ CONF
 }
 
 start_munge() {
-  if pgrep -x munged >/dev/null; then return 0; fi
+  # A working munged (it can encode a credential) is the machine's own: used, left running.
+  if munge -n >/dev/null 2>&1; then return 0; fi
   [ -s /etc/munge/munge.key ] || { mungekey -c 2>/dev/null || create-munge-key -f; }
   mkdir -p /run/munge /var/log/munge /var/lib/munge
   chown -R munge:munge /etc/munge /var/lib/munge /var/log/munge /run/munge
-  runuser -u munge -- /usr/sbin/munged
+  mkdir -p "$STATE/munge" && chown munge:munge "$STATE/munge"
+  runuser -u munge -- /usr/sbin/munged --pid-file="$STATE/munge/munged.pid"
 }
 
 start() {
@@ -111,10 +113,26 @@ stop_pidfile() {
 }
 
 stop() {
-  # The daemons this script started, by the pid files its configuration names (munged stays:
-  # it is the machine's authentication service and harmless when idle).
+  # Jobs first (a test that failed may leave some running): cancelled while slurmd can still
+  # end their steps, so no slurmstepd or task outlives the cluster.
+  if [ -s "$STATE/slurmctld.pid" ] && kill -0 "$(cat "$STATE/slurmctld.pid")" 2>/dev/null; then
+    export SLURM_CONF=$CONF
+    local jobs
+    jobs=$(squeue -h -o %A 2>/dev/null || true)
+    if [ -n "$jobs" ]; then
+      # shellcheck disable=SC2086
+      scancel $jobs || true
+      for _ in $(seq 1 60); do
+        [ -z "$(squeue -h -o %A 2>/dev/null)" ] && break
+        sleep 0.5
+      done
+    fi
+  fi
+  # The daemons this script started, by the pid files it gave them (a munged that was already
+  # running before start is not ours and stays).
   stop_pidfile "$STATE/slurmd.pid"
   stop_pidfile "$STATE/slurmctld.pid"
+  stop_pidfile "$STATE/munge/munged.pid"
 }
 
 case ${1:-} in
