@@ -197,9 +197,11 @@ def test_signal_marks_point_interrupted(tmp_path: Path) -> None:
     assert point_runs(out) == []  # (resuming is the test above; these points are long)
 
 
-def test_sweep_template_usr1_stops_after_the_running_point(tmp_path: Path) -> None:
-    """The rendered sweep script (run by bash, as sbatch would) passes Slurm's --signal=B:USR1
-    to the runner: the running point finishes, no new one starts, exit 75."""
+@pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGTERM])
+def test_sweep_template_passes_signals(signum: int, tmp_path: Path) -> None:
+    """The rendered sweep script (run by bash, as sbatch would): Slurm's --signal=B:USR1 lets
+    the running point finish, then stops; SIGTERM to the shell interrupts the point, and the
+    shell stays until the sweep has recorded it (a job must not end while its sweep writes)."""
     from gicbench.cli.jobs import RenderOptions, render
 
     sweep = tmp_path / "s.toml"
@@ -222,9 +224,11 @@ def test_sweep_template_usr1_stops_after_the_running_point(tmp_path: Path) -> No
     deadline = time.monotonic() + 120
     while not run_json.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
-    os.kill(p.pid, signal.SIGUSR1)  # to the batch shell only, as --signal=B: does
+    os.kill(p.pid, signum)  # to the batch shell only
     rc, log = _finish(p)
     assert rc == EXIT_RESUBMIT, log
     doc = load_manifest(tmp_path / "sw")
-    assert [q["status"] for q in doc["points"]] == ["complete", "pending"], log
-    assert "1 complete, 1 pending" in log
+    first = "complete" if signum == signal.SIGUSR1 else "interrupted"
+    assert [q["status"] for q in doc["points"]] == [first, "pending"], log
+    assert f"1 {first}, 1 pending" in log  # the shell's last line, after the sweep ended
+    assert _live_with(str(tmp_path / "sw")) == [], log

@@ -150,17 +150,29 @@ class _Signals:
         self.stop_after = True
 
 
-def _lock(sweep_dir: Path):
+LOCK_WAIT_S = 60.0  # a previous job's sweep may still be marking its last point
+
+
+def _lock(sweep_dir: Path, say: Callable[[str], None]):
     f = open(sweep_dir / ".lock", "a+")  # noqa: SIM115 (held for the whole sweep)
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        f.seek(0)
-        holder = f.read().strip() or "another process"
-        f.close()
-        raise ConfigError(
-            "sweep directory", str(sweep_dir), f"one not in use ({holder} runs it)"
-        ) from None
+    deadline = time.monotonic() + LOCK_WAIT_S
+    told = False
+    while True:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except OSError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            if time.monotonic() > deadline:
+                f.close()
+                raise ConfigError(
+                    "sweep directory", str(sweep_dir), f"one not in use ({holder} runs it)"
+                ) from None
+            if not told:
+                say(f"sweep {sweep_dir}: in use ({holder}); waiting up to {LOCK_WAIT_S:.0f} s")
+                told = True
+            time.sleep(0.5)
     f.seek(0)
     f.truncate()
     f.write(f"job {os.environ.get('SLURM_JOB_ID', '-')} pid {os.getpid()} on {os.uname().nodename}")
@@ -227,7 +239,7 @@ def run_sweep(
     if sweep_dir.exists() and not sweep_dir.is_dir():
         raise ConfigError("sweep directory", str(sweep_dir), "a directory")
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    lock = _lock(sweep_dir)
+    lock = _lock(sweep_dir, say)
     try:
         return _run_locked(
             spec, sweep_dir, launcher, mpi, reserve_s if fit else None, retry_failed, say
