@@ -18,10 +18,11 @@ export PYTHONUNBUFFERED := 1
 MPIEXEC = $(if $(wildcard $(BIN)/mpiexec),$(BIN)/mpiexec,mpiexec)
 MPI_PYTEST := $(BIN)/python -m pytest --with-mpi -q -p no:cacheprovider --color=no
 
-SOURCES := CMakeLists.txt pyproject.toml $(shell find app analysis cuda proxy -type f \
-	\( -name '*.py' -o -name '*.cpp' -o -name '*.hpp' -o -name '*.cuh' -o -name '*.cu' \) 2>/dev/null)
+SOURCES := CMakeLists.txt pyproject.toml $(shell find app analysis cuda proxy jobs -type f \
+	\( -name '*.py' -o -name '*.cpp' -o -name '*.hpp' -o -name '*.cuh' -o -name '*.cu' \
+	-o -name '*.sbatch' -o -name '*.toml' \) 2>/dev/null)
 
-.PHONY: setup install run test test-unit test-mpi lint bench clean
+.PHONY: setup install run test test-unit test-mpi test-slurm lint bench clean
 
 setup: $(VENV)/.installed
 
@@ -64,7 +65,15 @@ test-mpi: setup
 	$(MPIEXEC) -n 3 $(MPI_PYTEST) -m mpi tests/mpi/test_run_mpi.py
 	$(MPIEXEC) -n 4 $(MPI_PYTEST) -m mpi tests
 
-test: lint test-unit test-mpi
+# Jobs through a real one-node Slurm (tests/slurm/cluster.sh): installs slurm-wlm, munge and
+# libpmix-dev with apt-get (root), starts slurmctld/slurmd for the session and stops them after,
+# also on failure. Elsewhere (test-unit) these tests skip.
+test-slurm: setup
+	tests/slurm/cluster.sh install
+	GICBENCH_SLURM_TESTS=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/slurm; \
+	  rc=$$?; tests/slurm/cluster.sh stop; exit $$rc
+
+test: lint test-unit test-mpi test-slurm
 
 # The main job on the embedded default (the emulated NIC): the default suite on 2 ranks, the
 # rank-0 table as it runs, then the offline summary and report.md with plots from the traces.
