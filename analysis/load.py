@@ -36,6 +36,7 @@ from gicbench.aggregate import (
     summarize_samples,
 )
 from gicbench.errors import ConfigError, TraceError
+from gicbench.sweep.manifest import is_sweep, point_runs
 from gicbench.trace import Point, RankTrace, open_run
 from gicbench.trace.reader import READ_ERRORS
 
@@ -73,15 +74,18 @@ def _columns(point: Point, names: dict[str, dict[str, str]]) -> dict[str, Any]:
 def refuse_message(path: Path, problems: list[str]) -> str:
     shown = "\n  ".join(problems[:20])
     more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
-    return (f"run {path} is incomplete:\n  {shown}{more}\n"
-            "use --allow-incomplete (allow_incomplete=True) to analyse what is there anyway")
+    return (
+        f"run {path} is incomplete:\n  {shown}{more}\n"
+        "use --allow-incomplete (allow_incomplete=True) to analyse what is there anyway"
+    )
 
 
 Names = dict[str, dict[str, str]]
 
 
-def _rank_rows(rank: RankTrace, allow_incomplete: bool) -> tuple[list[dict[str, Any]], Names,
-                                                                 list[str]]:
+def _rank_rows(
+    rank: RankTrace, allow_incomplete: bool
+) -> tuple[list[dict[str, Any]], Names, list[str]]:
     """Rows of one rank file, read point by point with one sample dataset in memory at a time."""
     rows: list[dict[str, Any]] = []
     names: Names = {"params": {}, "results": {}, "counters": {}}
@@ -96,17 +100,23 @@ def _rank_rows(rank: RankTrace, allow_incomplete: bool) -> tuple[list[dict[str, 
             points = []
         for point in points:
             role = point.results.get("role") or DEFAULT_ROLE
-            base = {"experiment": point.experiment, "point": point.index,
-                    "rank": rank.rank, "role": str(role), "closed": point.closed}
+            base = {
+                "experiment": point.experiment,
+                "point": point.index,
+                "rank": rank.rank,
+                "role": str(role),
+                "closed": point.closed,
+            }
             try:  # a damaged dataset loses its point, not the rank's other points
-                stats = [(m, summarize_samples(rank.samples(point.index, m))) for m in
-                         point.metrics] or [("", summarize_samples(np.empty(0, np.int64)))]
+                stats = [
+                    (m, summarize_samples(rank.samples(point.index, m))) for m in point.metrics
+                ] or [("", summarize_samples(np.empty(0, np.int64)))]
             except READ_ERRORS as exc:
                 if not allow_incomplete:
-                    raise TraceError(f"{rank.path}: point {point.index} unreadable: {exc}") \
-                        from exc
-                problems.append(f"rank {rank.rank}: point {point.index} of {rank.path.name} "
-                                f"unreadable: {exc}")
+                    raise TraceError(f"{rank.path}: point {point.index} unreadable: {exc}") from exc
+                problems.append(
+                    f"rank {rank.rank}: point {point.index} of {rank.path.name} unreadable: {exc}"
+                )
                 continue
             extra = _columns(point, names)
             for metric, st in stats:
@@ -114,8 +124,9 @@ def _rank_rows(rank: RankTrace, allow_incomplete: bool) -> tuple[list[dict[str, 
     return rows, names, problems
 
 
-def _rank_rows_job(job: tuple[Path, int, dict[str, Any], bool, frozenset[str], bool]) -> tuple[
-        list[dict[str, Any]], Names, list[str]]:
+def _rank_rows_job(
+    job: tuple[Path, int, dict[str, Any], bool, frozenset[str], bool],
+) -> tuple[list[dict[str, Any]], Names, list[str]]:
     path, rank, attrs, partial, unreadable, allow_incomplete = job
     return _rank_rows(RankTrace(path, rank, attrs, partial, unreadable), allow_incomplete)
 
@@ -131,14 +142,17 @@ def load_run(path: Path | str, allow_incomplete: bool = False, workers: int = 1)
     if workers < 1:
         raise ConfigError("workers", workers, "an int >= 1")
     path = Path(path)
+    if is_sweep(path):
+        return _load_sweep(path, allow_incomplete, workers)
     run = open_run(path)
     if run.problems and not allow_incomplete:
         raise TraceError(refuse_message(path, run.problems))
     if workers == 1 or len(run.ranks) < 2:
         parts = [_rank_rows(rank, allow_incomplete) for rank in run.ranks]
     else:
-        jobs = [(r.path, r.rank, r.attrs, r.partial, r.unreadable, allow_incomplete)
-                for r in run.ranks]
+        jobs = [
+            (r.path, r.rank, r.attrs, r.partial, r.unreadable, allow_incomplete) for r in run.ranks
+        ]
         ctx = mp.get_context("spawn")  # no fork: h5py and threads do not survive it well
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
             parts = list(pool.map(_rank_rows_job, jobs))
@@ -155,14 +169,50 @@ def load_run(path: Path | str, allow_incomplete: bool = False, workers: int = 1)
     df = pd.DataFrame(rows, columns=None if rows else order)
     extra_cols = [c for c in df.columns if c not in order]
     df = df[order + extra_cols]
-    df.attrs.update({
-        "run": str(path), "status": "incomplete" if problems else "complete",
-        "problems": problems, "unit": "us", "manifest": run.manifest,
-        "params": list(dict.fromkeys(names["params"].values())),
-        "results": list(dict.fromkeys(names["results"].values())),
-        "counters": list(dict.fromkeys(names["counters"].values())),
-    })
+    df.attrs.update(
+        {
+            "run": str(path),
+            "status": "incomplete" if problems else "complete",
+            "problems": problems,
+            "unit": "us",
+            "manifest": run.manifest,
+            "params": list(dict.fromkeys(names["params"].values())),
+            "results": list(dict.fromkeys(names["results"].values())),
+            "counters": list(dict.fromkeys(names["counters"].values())),
+        }
+    )
     return df
+
+
+def _load_sweep(path: Path, allow_incomplete: bool, workers: int) -> pd.DataFrame:
+    """A sweep directory (gicbench jobs sweep) as one run: its finished points, every
+    submission's, concatenated in point order with their point indices made distinct."""
+    runs = point_runs(path)
+    if not runs:
+        raise TraceError(f"{path}: a sweep with no finished point yet (gicbench jobs status)")
+    frames, problems, offset = [], [], 0
+    for run_dir in runs:
+        df = load_run(run_dir, allow_incomplete=allow_incomplete, workers=workers)
+        if not df.empty:
+            df = df.assign(point=df["point"] + offset)
+            offset = int(df["point"].max()) + 1
+        frames.append(df)
+        problems += [f"{run_dir.name}: {p}" for p in df.attrs["problems"]]
+    out = pd.concat(frames, ignore_index=True)
+    first = frames[0].attrs
+    out.attrs.update(
+        {
+            **first,
+            "run": str(path),
+            "problems": problems,
+            "status": "incomplete" if problems else "complete",
+            "params": list(dict.fromkeys(c for f in frames for c in f.attrs["params"])),
+            "results": list(dict.fromkeys(c for f in frames for c in f.attrs["results"])),
+            "counters": list(dict.fromkeys(c for f in frames for c in f.attrs["counters"])),
+            "sweep_points": [str(r) for r in runs],
+        }
+    )
+    return out
 
 
 def _value(v: Any) -> Any:
@@ -189,8 +239,11 @@ def aggregate_ranks(df: pd.DataFrame) -> pd.DataFrame:
         point_params = {p: _value(first[p]) for p in params if _value(first[p]) is not None}
         summaries: list[dict[str, Any]] = []
         for rec in g.to_dict(orient="records"):
-            s: dict[str, Any] = {"rank": int(rec["rank"]), "role": rec["role"],
-                                 "metric": rec["metric"]}
+            s: dict[str, Any] = {
+                "rank": int(rec["rank"]),
+                "role": rec["role"],
+                "metric": rec["metric"],
+            }
             if rec["metric"]:
                 s.update({k: _value(rec[k]) for k in STATS})
             for r in results:
@@ -201,8 +254,9 @@ def aggregate_ranks(df: pd.DataFrame) -> pd.DataFrame:
         closed = bool(g["closed"].all())
         sums = {c: float(g.drop_duplicates("rank")[c].sum(min_count=1)) for c in counters}
         for row in aggregate_point(point_params, summaries):
-            out.append({"experiment": experiment, "point": int(point), **row, **sums,
-                        "closed": closed})
+            out.append(
+                {"experiment": experiment, "point": int(point), **row, **sums, "closed": closed}
+            )
     agg = pd.DataFrame(out)
     if not agg.empty:  # the run's own order: experiments and metrics as they were measured
         agg = agg.sort_values(["point"], kind="stable").reset_index(drop=True)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from gicbench.analysis.load import load_run
 from gicbench.errors import ConfigError
 from gicbench.sweep import load_manifest, parse_spec_text, point_runs
 from gicbench.sweep.bind import bind_env
@@ -165,6 +166,22 @@ def test_sweep_runs_resumes_and_redoes_half_written(tmp_path: Path) -> None:
     assert (out / "aside/001-msg-rate-threads2.1/run.json").exists()  # kept, not deleted
     assert point_runs(out) == runs
     assert len(doc["submissions"]) == 2
+
+    # Both submissions' points analysed as one run: `gicbench analyze SWEEP_DIR`.
+    df = load_run(out)
+    assert df.attrs["status"] == "complete"
+    assert sorted(set(df["threads"])) == [1, 2]
+    assert df["point"].nunique() == sum(load_run(r)["point"].nunique() for r in runs)
+    r = subprocess.run(
+        [sys.executable, "-m", "gicbench", "analyze", str(out), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["experiments"]["msg-rate"]
+    assert sorted({row["threads"] for row in rows}) == [1, 2]
 
     # A changed sweep file is refused for this directory.
     sweep.write_text(SMALL.replace("[1, 2]", "[1, 2, 4]"))
