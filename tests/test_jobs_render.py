@@ -136,7 +136,7 @@ def test_template_experiment_fixed() -> None:
     )
 
 
-@pytest.mark.parametrize("name", ["proxy-rate", "active-connections", "all-to-all", "clock-sweep"])
+@pytest.mark.parametrize("name", ["proxy-rate", "active-connections", "clock-sweep"])
 def test_templates_of_missing_experiments_refused(name: str) -> None:
     assert name in templates()
     r = gicbench("jobs", "render", name)

@@ -24,7 +24,6 @@ SMALL = """
 experiment = "msg-rate"
 ranks = 2
 [run]
-iters = 20
 warmup = 2
 messages = 2000
 qps = 2

@@ -95,14 +95,17 @@ def _check_int(name: str, value: int, lo: int, hi: int) -> int:
 def _parse_run_args(args: list[str]) -> tuple[argparse.Namespace, list[str], str | None]:
     """Check `gicbench run` arguments with its own parser; return (experiments, the arguments
     without -o, the -o value). -o is the job's output directory, not silently replaced."""
-    from .main import build_parser
+    from .main import UsageError, build_parser
 
     parser = build_parser()
     try:
         ns = parser.parse_args(["run", *args])
-    except SystemExit:
+    except (SystemExit, UsageError) as e:
+        why = f" ({e})" if isinstance(e, UsageError) else ""
         raise ConfigError(
-            "run arguments", shlex.join(args), "arguments `gicbench run` accepts (see its --help)"
+            "run arguments",
+            shlex.join(args),
+            f"arguments `gicbench run` accepts (see its --help){why}",
         ) from None
     kept: list[str] = []
     skip = False

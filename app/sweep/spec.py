@@ -15,7 +15,6 @@ any experiment) before anything runs; values are checked for type. `out` is the 
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import itertools
 import json
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..knobs import Knob
 
 SCHEMA = "gicbench-sweep/1"
 _RESERVED = {"out", "help"}  # the sweep owns -o; --help would not run anything
@@ -68,22 +68,26 @@ class SweepSpec:
         return max(p.ranks for p in self.points)
 
 
-def _run_options() -> dict[str, argparse.Action]:
-    """`gicbench run`'s long options (without --) -> argparse action, from its own parser."""
-    from ..cli.main import build_parser
+# `gicbench run`'s output switches: the only run flags that are not knobs.
+_SWITCHES = ("json", "csv", "quiet")
 
-    parser = build_parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    run = sub.choices["run"]
-    out: dict[str, argparse.Action] = {}
-    for action in run._actions:
-        for opt in action.option_strings:
-            if opt.startswith("--"):
-                out[opt[2:]] = action
+
+def _run_options() -> dict[str, tuple[str, Knob | None]]:
+    """`gicbench run`'s long options (without --) -> (field, knob), from the knob declarations
+    the command line is generated from; switches have no knob."""
+    from ..plan import all_knobs
+
+    out: dict[str, tuple[str, Knob | None]] = {
+        k.flag.removeprefix("--"): (name, k) for name, k in all_knobs().items()
+    }
+    out.update({s: (s, None) for s in _SWITCHES})
+    out["out"] = ("out", None)
     return out
 
 
-def _flag_args(key: str, value: Any, options: dict[str, argparse.Action], where: str) -> list[str]:
+def _flag_args(
+    key: str, value: Any, options: dict[str, tuple[str, Knob | None]], where: str
+) -> list[str]:
     name = key.replace("_", "-")
     if name in _RESERVED:
         raise ConfigError(
@@ -91,23 +95,26 @@ def _flag_args(key: str, value: Any, options: dict[str, argparse.Action], where:
             value,
             "any `gicbench run` flag but out (the sweep gives each point its own run directory)",
         )
-    action = options.get(name)
-    if action is None:
+    if name not in options:
         raise ConfigError(
             f"{where}.{key}",
             value,
             "a `gicbench run` flag: " + ", ".join(sorted(k for k in options if k not in _RESERVED)),
         )
-    if action.nargs == 0:  # store_true flags
+    field, knob = options[name]
+    if knob is None:  # a switch
         if not isinstance(value, bool):
             raise ConfigError(f"{where}.{key}", value, "true or false")
         return [f"--{name}"] if value else []
+    if isinstance(value, list) and knob.many:
+        value = ",".join(map(str, value))
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ConfigError(f"{where}.{key}", value, "a number or a string")
-    if action.type is int and not isinstance(value, int):
-        raise ConfigError(f"{where}.{key}", value, "an integer")
-    if action.type is float and not isinstance(value, (int, float)):
-        raise ConfigError(f"{where}.{key}", value, "a number")
+    # The value as the command line would parse and check it, refused here before any run.
+    try:
+        knob.check(field, knob.parse(field, value) if isinstance(value, str) else value)
+    except ConfigError as e:
+        raise ConfigError(f"{where}.{key}", value, e.allowed) from None
     return [f"--{name}", str(value)]
 
 

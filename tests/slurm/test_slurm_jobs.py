@@ -21,7 +21,6 @@ SWEEP = """
 experiment = "msg-rate"
 ranks = 2
 [run]
-iters = 20
 warmup = 2
 messages = 100000000
 quiet = true
