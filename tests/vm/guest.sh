@@ -1,9 +1,11 @@
 #!/bin/sh
 # Runs inside the guest as root: Soft-RoCE on a veth, the device checks, then the VM test group
 # (pytest in-process, then under mpiexec -n 2 and -n 4). Writes its exit status to $1/rc and the
-# time of each phase to $1/phases. Later arguments go to pytest.
+# time of each phase to $1/phases. $2 is the mode: tests (the VM test group) or bench (only
+# bench/perftest_compare.py). Later arguments go to pytest.
 OUT=$1
-shift
+MODE=${2:-tests}
+shift 2
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN="$ROOT/.venv/bin"
 T0=$(date +%s)
@@ -34,14 +36,15 @@ cd "$ROOT" || finish 87
 export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
 PYTEST="$BIN/python -m pytest -q -p no:cacheprovider --color=no -p pytest_timeout -p pytest_mpi"
 rc=0
+if [ "$MODE" = bench ]; then
+    "$BIN/python" bench/perftest_compare.py --out "$OUT" "$@" || rc=79
+    phase "perftest comparison (rc $rc)"
+    finish "$rc"
+fi
 $PYTEST -m "not mpi" tests/vm "$@" || rc=$?
 phase "in-process tests (rc $rc)"
 for n in 2 4; do
     $MPIEXEC -n "$n" $PYTEST --with-mpi -m mpi tests/vm "$@" || rc=$(( rc ? rc : 70 + n ))
     phase "mpiexec -n $n tests (rc $rc)"
 done
-if [ -n "${GICBENCH_VM_BENCH:-}" ]; then
-    "$BIN/python" bench/perftest_compare.py --out "$OUT" || rc=$(( rc ? rc : 79 ))
-    phase "perftest comparison (rc $rc)"
-fi
 finish "$rc"

@@ -3,7 +3,8 @@
 # emulation unless GICBENCH_VM_KVM=1), run tests/vm/guest.sh in it, return the guest's exit code.
 # The guest sees this tree read-only through 9p, so the worktree's .venv runs inside unchanged.
 # A guest that cannot boot or dies before writing its exit code fails the group loudly (exit 90):
-# this group is never skipped silently. Prints its own wall time. Arguments go to the guest's pytest.
+# this group is never skipped silently. Prints its own wall time. Arguments go to the guest's pytest
+# (GICBENCH_VM_MODE=bench: to bench/perftest_compare.py instead of the tests).
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 VENV="$ROOT/.venv"
@@ -24,7 +25,7 @@ OUT=$(mktemp -d /tmp/gicbench-vm.XXXXXX)
 start=$(date +%s)
 echo "gicbench test-vm: booting $KERNEL (${KVM_FLAG:-kvm}, $CPUS CPUs, $MEMORY) results in $OUT"
 timeout "$LIMIT" vng --run "$KERNEL" $KVM_FLAG --memory "$MEMORY" --cpus "$CPUS" \
-    --rwdir "$OUT" --exec "$ROOT/tests/vm/guest.sh $OUT $*" </dev/null
+    --rwdir "$OUT" --exec "$ROOT/tests/vm/guest.sh $OUT ${GICBENCH_VM_MODE:-tests} $*" </dev/null
 vng_rc=$?
 wall=$(( $(date +%s) - start ))
 if [ ! -s "$OUT/rc" ]; then
@@ -32,6 +33,7 @@ if [ ! -s "$OUT/rc" ]; then
     fail "the guest did not boot or its script did not finish (vng exit $vng_rc, ${wall} s)"
 fi
 rc=$(cat "$OUT/rc")
+[ -f "$OUT/perftest_compare.json" ] && cp "$OUT/perftest_compare.json" "${GICBENCH_VM_RESULTS:-.}/"
 [ -f "$OUT/phases" ] && sed 's/^/gicbench test-vm: /' "$OUT/phases"
 echo "gicbench test-vm: guest exit status $rc; wall time ${wall} s (boot, Soft-RoCE set-up, tests, power-off)"
 exit "$rc"

@@ -186,7 +186,7 @@ def select(
     if gid_index is not None and (not isinstance(gid_index, int) or gid_index < 0):
         raise ConfigError("gid_index (--gid-index)", gid_index, "an int >= 0")
     if ib_dev:
-        spec, source = parse_hca(ib_dev, "ib_dev (--ib-dev)"), "--ib-dev"
+        spec, source = parse_hca(ib_dev, "ib_dev (--ib-dev)"), "ib_dev (--ib-dev)"
     elif env.get(HCA_ENV):
         spec, source = parse_hca(env[HCA_ENV]), HCA_ENV
     else:
