@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ...errors import ConfigError, UnsupportedError
 from .compat import enums
 
 HCA_ENV = "GICBENCH_IB_HCA"
+SYSFS = Path("/sys/class/infiniband")
 ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 IPV4_MAPPED_PREFIX = "0000:0000:0000:0000:0000:ffff:"
 LINK_LAYERS = {0: "unspecified", 1: "InfiniBand", 2: "Ethernet"}
@@ -119,9 +121,21 @@ def device_names() -> list[str]:
     return [d.name.decode() if isinstance(d.name, bytes) else str(d.name) for d in devs]
 
 
-def _gid_type(ctx: Any, port: int, index: int) -> str:
+def _gid_type(ctx: Any, name: str, port: int, index: int, link_layer: str) -> str:
+    """IB, RoCEv1 or RoCEv2. sysfs first (its text is unambiguous), then ibv_query_gid_ex.
+    Not ibv_query_gid_type: it answers in the sysfs numbering (0 = IB/RoCEv1, 1 = RoCEv2),
+    which differs from ibv_gid_type's (0 IB, 1 RoCEv1, 2 RoCEv2)."""
     try:
-        t = int(ctx.query_gid_type(port, index))
+        text = (SYSFS / name / "ports" / str(port) / "gid_attrs" / "types" / str(index)).read_text()
+    except OSError:
+        text = ""
+    text = text.strip().lower()
+    if "v2" in text:
+        return "RoCEv2"
+    if text:
+        return "IB" if link_layer == "InfiniBand" else "RoCEv1"
+    try:
+        t = int(ctx.query_gid_ex(port, index).gid_type)
     except Exception:
         return "unknown"
     return GID_TYPES.get(t, f"type{t}")
@@ -144,7 +158,7 @@ def query_port(ctx: Any, name: str, port: int) -> PortInfo:
             continue  # an empty slot
         if gid == ZERO_GID or gid == "::":
             continue
-        info.gids.append(GidEntry(i, gid, _gid_type(ctx, port, i)))
+        info.gids.append(GidEntry(i, gid, _gid_type(ctx, name, port, i, info.link_layer)))
     return info
 
 
