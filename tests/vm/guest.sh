@@ -1,8 +1,9 @@
 #!/bin/sh
 # Runs inside the guest as root: Soft-RoCE on a veth, the device checks, then the VM test group
 # (pytest in-process, then under mpiexec -n 2 and -n 4). Writes its exit status to $1/rc and the
-# time of each phase to $1/phases. $2 is the mode: tests (the VM test group) or bench (only
-# bench/perftest_compare.py). Later arguments go to pytest.
+# time of each phase to $1/phases. $2 is the mode: tests (the VM test group), inproc (without
+# mpiexec), mpi (only under mpiexec) or bench (only bench/perftest_compare.py). Later arguments
+# go to pytest.
 OUT=$1
 MODE=${2:-tests}
 shift 2
@@ -35,16 +36,22 @@ cd "$ROOT" || finish 87
 # No plugin autoload: hypothesis and friends cost ~a minute of imports under software emulation.
 export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
 PYTEST="$BIN/python -m pytest -q -p no:cacheprovider --color=no -p pytest_timeout -p pytest_mpi"
+# Test files named on the command line replace the default target (all of tests/vm).
+TARGET=tests/vm
+case " $* " in *" tests/"*) TARGET= ;; esac
 rc=0
 if [ "$MODE" = bench ]; then
     "$BIN/python" bench/perftest_compare.py --out "$OUT" "$@" || rc=79
     phase "perftest comparison (rc $rc)"
     finish "$rc"
 fi
-$PYTEST -m "not mpi" tests/vm "$@" || rc=$?
-phase "in-process tests (rc $rc)"
+if [ "$MODE" != mpi ]; then
+    $PYTEST -m "not mpi" $TARGET "$@" || rc=$?
+    phase "in-process tests (rc $rc)"
+fi
+[ "$MODE" = inproc ] && finish "$rc"
 for n in 2 4; do
-    $MPIEXEC -n "$n" $PYTEST --with-mpi -m mpi tests/vm "$@" || rc=$(( rc ? rc : 70 + n ))
+    $MPIEXEC -n "$n" $PYTEST --with-mpi -m mpi $TARGET "$@" || rc=$(( rc ? rc : 70 + n ))
     phase "mpiexec -n $n tests (rc $rc)"
 done
 finish "$rc"

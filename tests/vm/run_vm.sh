@@ -4,7 +4,8 @@
 # The guest sees this tree read-only through 9p, so the worktree's .venv runs inside unchanged.
 # A guest that cannot boot or dies before writing its exit code fails the group loudly (exit 90):
 # this group is never skipped silently. Prints its own wall time. Arguments go to the guest's pytest
-# (GICBENCH_VM_MODE=bench: to bench/perftest_compare.py instead of the tests).
+# (GICBENCH_VM_MODE: tests = all, inproc = without mpiexec, mpi = only under mpiexec, bench =
+# bench/perftest_compare.py instead of the tests).
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 VENV="$ROOT/.venv"
@@ -24,9 +25,11 @@ command -v qemu-system-x86_64 >/dev/null || fail "qemu-system-x86_64 missing (ap
 OUT=$(mktemp -d /tmp/gicbench-vm.XXXXXX)
 start=$(date +%s)
 echo "gicbench test-vm: booting $KERNEL (${KVM_FLAG:-kvm}, $CPUS CPUs, $MEMORY) results in $OUT"
+# Through a pipe: QEMU reopens our stdout for the guest's and would overwrite a redirected file.
 timeout "$LIMIT" vng --run "$KERNEL" $KVM_FLAG --memory "$MEMORY" --cpus "$CPUS" \
-    --rwdir "$OUT" --exec "$ROOT/tests/vm/guest.sh $OUT ${GICBENCH_VM_MODE:-tests} $*" </dev/null
-vng_rc=$?
+    --rwdir "$OUT" --exec "$ROOT/tests/vm/guest.sh $OUT ${GICBENCH_VM_MODE:-tests} $*" \
+    </dev/null 2>&1 | cat
+vng_rc=${PIPESTATUS[0]}
 wall=$(( $(date +%s) - start ))
 if [ ! -s "$OUT/rc" ]; then
     [ "$vng_rc" = 124 ] && fail "the guest ran past ${LIMIT} s (after ${wall} s)"
