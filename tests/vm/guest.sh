@@ -27,7 +27,7 @@ RC=86 step sh -c 'ibv_devinfo -d rxe0 | grep -q PORT_ACTIVE'
 ibv_devinfo -d rxe0 -v | grep -E 'hca_id|link_layer|state|active_mtu|GID\['
 phase "Soft-RoCE up"
 
-export GICBENCH_VM=1 HOME=/tmp PYTHONDONTWRITEBYTECODE=1 TMPDIR=/tmp
+export GICBENCH_VM=1 HOME=/tmp PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 TMPDIR=/tmp
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
 MPIEXEC="$BIN/mpiexec"
@@ -35,7 +35,9 @@ MPIEXEC="$BIN/mpiexec"
 cd "$ROOT" || finish 87
 # No plugin autoload: hypothesis and friends cost ~a minute of imports under software emulation.
 export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
-PYTEST="$BIN/python -m pytest -q -p no:cacheprovider --color=no -p pytest_timeout -p pytest_mpi"
+# A test stuck inside MPI or verbs is ended by a watchdog thread that dumps every stack.
+PYTEST="$BIN/python -m pytest -v -p no:cacheprovider --color=no -p pytest_timeout -p pytest_mpi"
+PYTEST="$PYTEST --timeout=${GICBENCH_VM_TEST_TIMEOUT:-240} --timeout-method=thread"
 # Test files named on the command line replace the default target (all of tests/vm).
 TARGET=tests/vm
 case " $* " in *" tests/"*) TARGET= ;; esac

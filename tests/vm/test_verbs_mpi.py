@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gicbench.bootstrap.collective import rendezvous
 from gicbench.errors import GicbenchError
 from gicbench.fabric.base import QpState, RemoteBuffer
 from gicbench.fabric.verbs import VerbsCompletionError
@@ -33,7 +34,7 @@ def job():
 
     j = bring_up(MPI.COMM_WORLD)
     yield j
-    MPI.COMM_WORLD.Barrier()
+    rendezvous(MPI.COMM_WORLD, "end of test")
     j.f.close()
 
 
@@ -65,7 +66,7 @@ def test_all_to_all_writes_and_immediates_land_intact(job):
                 if c.imm is not None:
                     imms[peer] = c.imm
         assert imms == {peer: (peer << 16) | rank for peer in job.qps}, imms
-        comm.Barrier()
+        rendezvous(comm, "test step")
         land = f.view(job.landing)
         for peer in job.qps:
             got = land[peer * slot : (peer + 1) * slot]
@@ -98,7 +99,7 @@ def test_single_op_pairs_validate(job, mode):
     comm, f, rank = job.comm, job.f, job.comm.rank
     peer = rank ^ 1
     if peer >= comm.size:
-        comm.Barrier()
+        rendezvous(comm, "test step")
         return
     size, iters, warmup = 64, 50, 5
     name = ("issue", "put_completion", "round_trip")[mode]
@@ -108,7 +109,7 @@ def test_single_op_pairs_validate(job, mode):
     sub = VerbsSubmitter(fabric=f, rank=rank, src=job.src, landing=job.landing,
                          peer_landing=job.peer_landing[peer], timeout_s=TIMEOUT)  # fmt: skip
     sender = rank % 2 == 0
-    comm.Barrier()
+    rendezvous(comm, "test step")
     err = None
     try:
         if sender:
@@ -116,7 +117,7 @@ def test_single_op_pairs_validate(job, mode):
             assert ns.shape == (iters,) and (ns > 0).all()
         elif mode == 2:
             sub.respond([job.qps[peer]], params)
-        comm.Barrier()
+        rendezvous(comm, "test step")
         if not sender or mode == 2:  # what landed: peer's pattern, last 8 bytes = final sequence
             exp = pattern(peer, rank, job.src.length)[:size].copy()
             exp[-8:] = np.frombuffer(np.uint64(iters + warmup).tobytes(), np.uint8)
@@ -131,7 +132,7 @@ def test_msg_rate_pairs_validate(job, batch):
     comm, f, rank = job.comm, job.f, job.comm.rank
     peer = rank ^ 1
     if peer >= comm.size:
-        comm.Barrier()
+        rendezvous(comm, "test step")
         return
     size, msgs = 8, 2000
     params = {"size": size, "payload": "inline", "threads": 1, "batch": batch,
@@ -139,14 +140,14 @@ def test_msg_rate_pairs_validate(job, batch):
     f.view(job.src)[:] = pattern(rank, peer, job.src.length)
     sub = VerbsSubmitter(fabric=f, rank=rank, src=job.src, landing=job.landing,
                          peer_landing=job.peer_landing[peer], timeout_s=TIMEOUT)  # fmt: skip
-    comm.Barrier()
+    rendezvous(comm, "test step")
     err = None
     try:
         if rank % 2 == 0:
             windows, stats = sub.msg_rate([job.qps[peer]], params)
             assert stats["messages"] == msgs and len(windows) == msgs // 100
             assert stats["doorbells"] == -(-(msgs + 100) // batch)
-        comm.Barrier()
+        rendezvous(comm, "test step")
         if rank % 2 == 1:  # every slot written holds the sender's bytes
             n = min(job.landing.length // size, msgs + 100) * size
             sent = pattern(peer, rank, job.src.length)[:n]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...bootstrap.collective import rendezvous
 from ..base import Access, QueuePair, RemoteBuffer
 from .fabric import VerbsFabric
 from .posting import Posting
@@ -55,5 +56,6 @@ def bring_up(
     job = VerbsJob(comm, f, qps, src, landing)
     for p in qps:
         job.peer_landing[p] = RemoteBuffer(p, *lands[p])
-    comm.Barrier()
+    # A sleeping barrier: ranks spinning in MPI_Barrier starve the guest kernel's rxe work.
+    rendezvous(comm, "verbs pairs: connected")
     return job
