@@ -30,6 +30,9 @@ phase "Soft-RoCE up"
 export GICBENCH_VM=1 HOME=/tmp PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 TMPDIR=/tmp
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
+# MPI over shared memory only: left to itself, Open MPI's OFI transport picks up rxe0 too (and
+# aborted or hung beside the tests' own QPs).
+export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,sm OMPI_MCA_mtl=^ofi
 MPIEXEC="$BIN/mpiexec"
 [ -x "$MPIEXEC" ] || MPIEXEC=mpiexec
 cd "$ROOT" || finish 87

@@ -85,6 +85,7 @@ class Posting:
         self.INLINE = int(e.IBV_SEND_INLINE)
         self.WC_RECV_IMM = int(e.IBV_WC_RECV_RDMA_WITH_IMM)
         self.WC_IMM = int(e.IBV_WC_WITH_IMM)
+        self.WC_RECV = int(e.IBV_WC_RECV)  # receive opcodes have this bit (128)
         self._chains: dict[int, Chain] = {}
         self._recv: dict[int, Any] = {}
 
@@ -253,8 +254,12 @@ class Posting:
             for wc in wcs[:got]:
                 if wc.status != 0:
                     self.raise_wc(qp, wc)
-                imm = int(wc.imm_data) if int(wc.wc_flags) & self.WC_IMM else None
-                out.append(Completion(int(wc.wr_id), int(wc.opcode), int(wc.byte_len), imm,
+                # The immediate is the responder's: rxe also flags the requester's completion
+                # of a WRITE_WITH_IMM, with imm_data 0.
+                op = int(wc.opcode)
+                recv = op & self.WC_RECV
+                imm = int(wc.imm_data) if recv and int(wc.wc_flags) & self.WC_IMM else None
+                out.append(Completion(int(wc.wr_id), op, int(wc.byte_len), imm,
                                       int(wc.qp_num)))  # fmt: skip
             if got:
                 continue
