@@ -99,7 +99,8 @@ def test_write_with_immediate(pair):
     p = Posting(f)
     p.post_recv(b, 1)
     p.post_write(a, src, remote(dst), 256, imm=0xC0FFEE)
-    p.poll_cq(a.sq.cq, 1, TIMEOUT, a)
+    (sent,) = p.poll_cq(a.sq.cq, 1, TIMEOUT, a)
+    assert sent.imm is None  # the immediate belongs to the receiver's completion only
     (r,) = p.poll_cq(b.sq.cq, 1, TIMEOUT, b)  # b's receive CQ is its send CQ
     assert r.imm == 0xC0FFEE and r.qpn == b.qpn
     assert (f.view(dst) == 0x5A).all()
