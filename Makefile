@@ -111,7 +111,7 @@ bench: setup
 
 # perftest against gicbench's verbs path in the guest (after the VM group's tests).
 bench-vm: setup $(VENV)/.vm
-	GICBENCH_VM_MODE=bench GICBENCH_VM_RESULTS=bench tests/vm/run_vm.sh
+	mkdir -p runs && GICBENCH_VM_MODE=bench GICBENCH_VM_RESULTS=runs tests/vm/run_vm.sh
 
 clean:
 	rm -rf build $(VENV) runs
