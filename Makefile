@@ -22,9 +22,9 @@ SOURCES := CMakeLists.txt pyproject.toml $(shell find app analysis cuda proxy jo
 	\( -name '*.py' -o -name '*.cpp' -o -name '*.hpp' -o -name '*.cuh' -o -name '*.cu' \
 	-o -name '*.sbatch' -o -name '*.toml' \) 2>/dev/null)
 
-.PHONY: setup install run test test-unit test-mpi test-slurm lint bench clean
+.PHONY: setup install run test test-unit test-mpi test-slurm test-vm lint bench bench-vm clean
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed $(VENV)/.verbs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,32 @@ $(VENV)/.installed: $(VENV)/.system $(VENV)/.deps $(SOURCES)
 	flock $(VENV)/.install.lock $(PIP) install -q --no-build-isolation ".[test]"
 	touch $@
 
+# The verbs provider: rdma-core's pyverbs is not on PyPI. Debian's python3-pyverbs (rdma-core 44,
+# built for CPython 3.11) is linked into the venv's site-packages; the venv's Python must be 3.11.
+PYVERBS_DIR := /usr/lib/python3/dist-packages/pyverbs
+$(VENV)/.verbs: | $(BIN)/python
+	@if [ ! -d $(PYVERBS_DIR) ]; then \
+	  echo "installing python3-pyverbs and rdma-core (the verbs provider) with apt-get"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    --no-install-recommends python3-pyverbs rdma-core ibverbs-providers ibverbs-utils; \
+	fi
+	ln -sfn $(PYVERBS_DIR) "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/pyverbs"
+	@$(BIN)/python -c 'import pyverbs.device' || echo "warning: pyverbs does not import in .venv (needs CPython 3.11): provider verbs unavailable"
+	touch $@
+
+# The VM test group: QEMU + Debian's kernel (rdma_rxe) + virtme-ng, perftest for bench-vm.
+VM_PACKAGES := qemu-system-x86 linux-image-amd64 busybox-static kmod iproute2 rdma-core \
+	ibverbs-providers ibverbs-utils perftest
+$(VENV)/.vm: | $(BIN)/python
+	@missing=""; for p in $(VM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing (the VM test group) with apt-get"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    --no-install-recommends $$missing; \
+	fi
+	$(PIP) install -q virtme-ng
+	touch $@
+
 install: setup
 
 lint: setup
@@ -73,7 +99,11 @@ test-slurm: setup
 	GICBENCH_SLURM_TESTS=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/slurm; \
 	  rc=$$?; tests/slurm/cluster.sh stop; exit $$rc
 
-test: lint test-unit test-mpi test-slurm
+# Boots a Soft-RoCE guest and runs tests/vm there (fails loudly when the guest cannot boot).
+test-vm: setup $(VENV)/.vm
+	tests/vm/run_vm.sh
+
+test: lint test-unit test-mpi test-slurm test-vm
 
 # The main job on the embedded default (the emulated NIC): the default suite on 2 ranks, the
 # rank-0 table as it runs, then the offline summary and report.md with plots from the traces.
@@ -89,6 +119,10 @@ bench: setup
 	$(BIN)/python bench/emu_engine.py
 	$(BIN)/python bench/bringup.py
 	$(BIN)/python bench/analysis_scale.py
+
+# perftest against gicbench's verbs path in the guest (after the VM group's tests).
+bench-vm: setup $(VENV)/.vm
+	mkdir -p runs && GICBENCH_VM_MODE=bench GICBENCH_VM_RESULTS=runs tests/vm/run_vm.sh
 
 clean:
 	rm -rf build $(VENV) runs

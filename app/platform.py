@@ -148,6 +148,7 @@ def probe_rdma_devices() -> Probe:
         info["ports"] = (
             sorted(x.name for x in (p / "ports").glob("*")) if (p / "ports").exists() else []
         )
+        info["port_info"] = [rdma_port(p / "ports" / n) for n in info["ports"]]
         with contextlib.suppress(OSError):
             info["pci"] = os.path.basename(os.path.realpath(p / "device"))
         devs.append(info)
@@ -159,6 +160,36 @@ def probe_rdma_devices() -> Probe:
         f"{len(devs)} device(s): " + ", ".join(d["name"] for d in devs),
         {"devices": devs},
     )
+
+
+def _read(p: Path) -> str | None:
+    try:
+        return p.read_text().strip()
+    except OSError:
+        return None
+
+
+def rdma_port(p: Path) -> dict[str, Any]:
+    """One port from sysfs, as `ibv_devinfo -v` shows what matters here: state, link layer,
+    LID and the populated GIDs with their type (IB / RoCE v1 / RoCE v2) and netdev."""
+    port: dict[str, Any] = {"port": int(p.name) if p.name.isdigit() else p.name}
+    for key in ("state", "phys_state", "link_layer", "lid", "rate"):
+        port[key] = _read(p / key)
+    gids = []
+    for g in sorted((p / "gids").glob("*"), key=lambda x: int(x.name) if x.name.isdigit() else 0):
+        gid = _read(g)
+        if not gid or gid.replace(":", "").strip("0") == "":
+            continue
+        gids.append(
+            {
+                "index": int(g.name),
+                "gid": gid,
+                "type": _read(p / "gid_attrs" / "types" / g.name),
+                "ndev": _read(p / "gid_attrs" / "ndevs" / g.name),
+            }
+        )
+    port["gids"] = gids
+    return port
 
 
 def probe_shm() -> Probe:

@@ -17,6 +17,31 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=main)
 
 
+def _print_rdma(con, nics: list[dict]) -> None:
+    """RDMA devices, ports, link layers and GIDs (what `ibv_devinfo -v` shows that matters)."""
+    from rich.table import Table
+
+    if not nics:
+        return
+    t = Table(title="RDMA devices")
+    for col in ("device:port", "state", "link layer", "LID", "GIDs (index type address netdev)"):
+        t.add_column(col)
+    for d in nics:
+        for p in d.get("port_info", []):
+            gids = "\n".join(
+                f"{g['index']} {g['type'] or '?'} {g['gid']} {g['ndev'] or ''}".rstrip()
+                for g in p["gids"]
+            )
+            t.add_row(
+                f"{d['name']}:{p['port']}",
+                p.get("state") or "?",
+                p.get("link_layer") or "?",
+                p.get("lid") or "",
+                gids or "none",
+            )
+    con.print(t)
+
+
 def main(args: argparse.Namespace) -> int:
     probes = probe_all()
     providers = provider_caps(probes)
@@ -54,6 +79,7 @@ def main(args: argparse.Namespace) -> int:
             f"GPU {g['index']}: {g['name']} pci={g['pci']} numa={g['numa_node']} "
             f"SM clock {g['sm_clock_mhz']}/{g['max_sm_clock_mhz']} MHz driver {g['driver']}"
         )
+    _print_rdma(con, nics)
     for row in affinity:
         con.print(
             f"GPU {row['gpu']} (NUMA {row['numa_node']}) near NICs: "

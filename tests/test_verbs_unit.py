@@ -1,0 +1,152 @@
+"""The verbs provider's host-side logic, without an RDMA device: NCCL_IB_HCA-style filters,
+device/port/GID selection over given port tables, enum styles, refusal without a device.
+(The provider's traffic is tested for real on Soft-RoCE in tests/vm, `make test-vm`.)"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from gicbench.errors import ConfigError, UnsupportedError
+from gicbench.fabric.base import MemoryDomain
+from gicbench.fabric.verbs import compat, device, types
+from gicbench.fabric.verbs.device import GidEntry, PortInfo, parse_hca, select
+
+V2 = "RoCEv2"
+
+
+def port(dev="rxe0", n=1, state="ACTIVE", ll="Ethernet", gids=None) -> PortInfo:
+    gids = gids or [
+        GidEntry(0, "fe80:0000:0000:0000:0024:13ff:fec5:518f", V2),
+        GidEntry(1, "0000:0000:0000:0000:0000:ffff:0ac8:0001", V2),
+        GidEntry(2, "fe80:0000:0000:0000:0024:13ff:fec5:518f", "RoCEv1"),
+    ]
+    return PortInfo(dev, n, state, ll, 0, 1024, list(gids))
+
+
+@pytest.fixture
+def ports(monkeypatch):
+    table = [port("mlx5_0", state="DOWN"), port("mlx5_1"), port("rxe0"), port("rxe0", 2)]
+    monkeypatch.setattr(device, "list_ports", lambda: table)
+    return table
+
+
+def test_parse_hca_forms():
+    s = parse_hca("mlx5_0:1,rxe")
+    assert s.entries == (("mlx5_0", 1), ("rxe", None)) and not s.exact and not s.exclude
+    assert s.matches("mlx5_0", 1) and not s.matches("mlx5_0", 2) and s.matches("rxe0", 2)
+    assert parse_hca("=mlx5_1").matches("mlx5_1", 1)
+    assert not parse_hca("=mlx5").matches("mlx5_1", 1)
+    ex = parse_hca("^mlx5")
+    assert ex.exclude and ex.matches("rxe0", 1) and not ex.matches("mlx5_3", 1)
+    for bad in ("", "^", ":1", "mlx5_0:x"):
+        with pytest.raises(ConfigError, match="GICBENCH_IB_HCA"):
+            parse_hca(bad)
+
+
+def test_gid_ipv4_mapped():
+    assert GidEntry(1, "0000:0000:0000:0000:0000:ffff:0ac8:0001", V2).ipv4 == "10.200.0.1"
+    assert GidEntry(0, "fe80:0000:0000:0000:0024:13ff:fec5:518f", V2).ipv4 is None
+
+
+def test_select_default_is_first_active_port_and_ipv4_rocev2(ports):
+    s = select(env={})
+    assert (s.device, s.port.port, s.gid.index) == ("mlx5_1", 1, 1)
+
+
+def test_select_by_flag_env_and_precedence(ports):
+    assert select(ib_dev="rxe0:2", env={}).port.port == 2
+    assert select(env={"GICBENCH_IB_HCA": "^mlx5"}).device == "rxe0"
+    # --ib-dev wins over the environment
+    assert select(ib_dev="=mlx5_1", env={"GICBENCH_IB_HCA": "rxe"}).device == "mlx5_1"
+    with pytest.raises(UnsupportedError, match="no ACTIVE port"):
+        select(ib_dev="=mlx5_0", env={})
+    with pytest.raises(ConfigError, match=r"ib_dev \(--ib-dev\).*rxe0:2 \(ACTIVE\)"):
+        select(ib_dev="bnxt", env={})
+
+
+def test_select_gid_index(ports):
+    assert select(gid_index=2, env={}).gid.type == "RoCEv1"
+    with pytest.raises(ConfigError, match=r"gid_index.*0 \(RoCEv2"):
+        select(gid_index=7, env={})
+    with pytest.raises(ConfigError, match="gid_index"):
+        select(gid_index=-1, env={})
+
+
+def test_select_refuses_without_rocev2_gid(monkeypatch):
+    monkeypatch.setattr(
+        device, "list_ports", lambda: [port(gids=[GidEntry(0, "fe80::1", "RoCEv1")])]
+    )
+    with pytest.raises(UnsupportedError, match="no RoCEv2 GID; give --gid-index"):
+        select(env={})
+
+
+def test_infiniband_uses_gid_zero(monkeypatch):
+    ib = port(
+        "mlx5_0", ll="InfiniBand", gids=[GidEntry(0, "fe80::2", "IB"), GidEntry(1, "fe80::3", "IB")]
+    )
+    monkeypatch.setattr(device, "list_ports", lambda: [ib])
+    assert select(env={}).gid.index == 0
+
+
+def test_select_without_devices_names_the_fix(monkeypatch):
+    monkeypatch.setattr(device, "list_ports", lambda: [])
+    with pytest.raises(UnsupportedError, match="rdma_rxe"):
+        select(env={})
+
+
+def test_enums_both_rdma_core_styles(monkeypatch):
+    real = importlib.import_module
+    calls = []
+
+    def fake(name, *a):
+        calls.append(name)
+        if name == "pyverbs.libibverbs_enums":
+            raise ImportError("rdma-core <= 58")
+        return real(name, *a)
+
+    compat.enums.cache_clear()
+    monkeypatch.setattr(importlib, "import_module", fake)
+    try:
+        e = compat.enums()
+    except UnsupportedError:
+        pytest.skip("pyverbs not importable here (needs CPython 3.11 and python3-pyverbs)")
+    finally:
+        compat.enums.cache_clear()
+    assert calls[:2] == ["pyverbs.libibverbs_enums", "pyverbs.enums"]
+    assert e.IBV_WR_RDMA_WRITE == 0 and e.IBV_WC_REM_ACCESS_ERR == 10
+
+
+def test_enums_absent_names_the_fix(monkeypatch):
+    def fail(name, *a):
+        raise ImportError(f"No module named {name!r}")
+
+    compat.enums.cache_clear()
+    monkeypatch.setattr(importlib, "import_module", fail)
+    try:
+        with pytest.raises(UnsupportedError, match=r"python3-pyverbs.*make setup"):
+            compat.enums()
+    finally:
+        compat.enums.cache_clear()
+
+
+def test_wc_status_names():
+    assert types.wc_status_name(10) == "IBV_WC_REM_ACCESS_ERR"
+    assert types.wc_status_name(12) == "IBV_WC_RETRY_EXC_ERR"
+    assert types.wc_status_name(99) == "status 99"
+
+
+def test_memory_region_domain_is_host():
+    mr = types.VerbsMemoryRegion(addr=4096, length=8, lkey=1, rkey=2, access=0)
+    assert mr.domain == MemoryDomain.HOST and mr.device_addr == 0  # the GPU cannot reach it
+
+
+def test_caps_without_device_says_why(monkeypatch):
+    from gicbench.fabric.verbs import provider
+
+    monkeypatch.setattr(device, "list_ports", lambda: [])
+    c = provider.caps({})
+    assert not c.available and c.name == "verbs"
+    assert "rdma_rxe" in c.reason or "pyverbs" in c.reason
+    assert c.details["mlx5_queues"] is False and c.details["post_send"] is True
