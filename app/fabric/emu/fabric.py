@@ -141,6 +141,29 @@ def _check_pd(pd: object) -> None:
         raise ConfigError("pd", pd, "a protection domain number (an unsigned 32-bit int)")
 
 
+# cudaHostRegister flags (cuda_runtime_api.h); CuPy's runtime module does not name them.
+_CUDA_HOST_REGISTER_PORTABLE = 0x01
+_CUDA_HOST_REGISTER_MAPPED = 0x02
+_CUDA_DEV_ATTR_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM = 91
+
+
+def _device_pointer(runtime: Any, host: int) -> int:
+    """The GPU's address of registered host memory: cudaHostGetDevicePointer where CuPy has
+    it, else the host address itself where the device says it may use it (unified
+    addressing, every 64-bit Linux GPU of interest), else refused."""
+    get = getattr(runtime, "hostGetDevicePointer", None)
+    if get is not None:
+        return int(get(host, 0))
+    dev = runtime.getDevice()
+    attr = _CUDA_DEV_ATTR_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
+    if runtime.deviceGetAttribute(attr, dev):
+        return host
+    raise UnsupportedError(
+        f"GPU {dev} cannot use host pointers for registered memory and CuPy has no "
+        "cudaHostGetDevicePointer: the queue arena cannot be mapped"
+    )
+
+
 class EmuFabric(Fabric):
     """The software NIC of `rank` (of `world_size`, all on this node) for job `job`."""
 
@@ -460,11 +483,11 @@ class EmuFabric(Fabric):
         if self._cuda_registered:
             raise FabricError(f"emu rank {self.rank}: the queue arena is already registered")
         host, n = self.queue_arena()
-        flags = runtime.hostRegisterPortable | runtime.hostRegisterMapped
+        flags = _CUDA_HOST_REGISTER_PORTABLE | _CUDA_HOST_REGISTER_MAPPED
         runtime.hostRegister(host, n, flags)
         self._cuda_registered = host
         self._cuda_ranges = [host]
-        dev = runtime.hostGetDevicePointer(host, 0)
+        dev = _device_pointer(runtime, host)
 
         def d(a: int) -> int:
             return dev + (a - host)
@@ -485,7 +508,7 @@ class EmuFabric(Fabric):
                 if lo not in self._cuda_ranges:
                     runtime.hostRegister(lo, hi - lo, flags)
                     self._cuda_ranges.append(lo)
-                out["mrs"][addr] = runtime.hostGetDevicePointer(lo, 0) + (addr - lo)
+                out["mrs"][addr] = _device_pointer(runtime, lo) + (addr - lo)
         return out
 
     # ---- counters and errors --------------------------------------------------------------------
