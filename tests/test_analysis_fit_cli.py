@@ -104,10 +104,15 @@ def declares_plateau(monkeypatch):
     class FakeExperiment:
         fits = ("plateau",)
 
+    from gicbench.errors import ConfigError
     from gicbench.experiments import registry
 
-    monkeypatch.setattr(registry, "get", lambda name: FakeExperiment if name == "msg-rate"
-                        else (_ for _ in ()).throw(KeyError(name)))
+    def get(name: str):
+        if name != "msg-rate":  # as the registry refuses a name it does not know
+            raise ConfigError("experiment", name, "one of msg-rate")
+        return FakeExperiment
+
+    monkeypatch.setattr(registry, "get", get)
 
 
 def test_declared_fits_are_read_from_the_experiment_class(declares_plateau) -> None:

@@ -221,7 +221,10 @@ def test_sweep_template_passes_signals(signum: int, tmp_path: Path) -> None:
     from gicbench.cli.jobs import RenderOptions, render
 
     sweep = tmp_path / "s.toml"
-    sweep.write_text(SMALL.replace("messages = 2000", "messages = 20000000"))
+    # USR1 lets the running point finish (a few seconds of messages); SIGTERM must interrupt
+    # it, so that point could never finish on its own.
+    long = "20000000" if signum == signal.SIGUSR1 else "100000000000"
+    sweep.write_text(SMALL.replace("messages = 2000", f"messages = {long}"))
     script = tmp_path / "sweep.sbatch"
     script.write_text(
         render("sweep", RenderOptions(sweep=str(sweep), sweep_dir="sw", launcher="mpiexec"))

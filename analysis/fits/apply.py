@@ -224,11 +224,13 @@ def _exposed(df: pd.DataFrame, unit: str | None) -> FitOutcome:
 def declared_fits(experiment: str) -> tuple[str, ...]:
     """The fits the experiment class declares (`fits` class attribute); () when it declares
     none or is not known to this gicbench."""
+    from gicbench.errors import ConfigError
     from gicbench.experiments import registry
 
-    if experiment not in registry.names():
+    try:
+        cls = registry.get(experiment)
+    except ConfigError:
         return ()  # a trace from an experiment this gicbench does not have
-    cls = registry.get(experiment)
     fits = tuple(getattr(cls, "fits", ()) or ())
     unknown = [f for f in fits if f not in FIT_NAMES]
     if unknown:
