@@ -107,10 +107,6 @@ class MsgRate(Experiment):
                 f"{len(traffic.sends_to)} destinations): each thread owns its QPs",
             )
 
-    @property
-    def max_message(self) -> int:
-        return self.params.top
-
     def points(self) -> list[dict[str, Any]]:
         p = self.params
         # --messages per thread, at least one message per recorded window.

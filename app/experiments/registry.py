@@ -97,9 +97,10 @@ class Experiment(ABC):
         return str(getattr(self.params, "transport", "rc"))
 
     @property
-    @abstractmethod
     def max_message(self) -> int:
-        """The largest message in the sweep (bytes): the landing layout is sized from it."""
+        """The largest message in the sweep (bytes): the landing layout is sized from it. An
+        experiment whose Params is a SizeSweep has it; others override."""
+        return int(self.params.top)
 
     @abstractmethod
     def points(self) -> list[dict[str, Any]]:

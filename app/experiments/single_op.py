@@ -76,10 +76,6 @@ class SingleOp(Experiment):
                 f"{self.cfg.pattern} (a round trip needs a partner that answers: --pattern pairs)",
             )
 
-    @property
-    def max_message(self) -> int:
-        return self.params.top
-
     def points(self) -> list[dict[str, Any]]:
         p = self.params
         return [
