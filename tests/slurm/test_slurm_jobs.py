@@ -16,13 +16,14 @@ from slurm_helpers import output, sbatch, wait
 from gicbench.cli.jobs import RenderOptions, render
 from gicbench.sweep import load_manifest, point_runs
 
-# Each point a few seconds of messages, 8 points: more than the 1-minute limit of the first job.
+# Each point 15-30 s of messages on the emulated NIC (13-25 M msg/s here), 8 points: well past
+# the 1-minute limit of the first job, well inside the 10 minutes of the second.
 SWEEP = """
 experiment = "msg-rate"
 ranks = 2
 [run]
 warmup = 2
-messages = 100000000
+messages = 400000000
 quiet = true
 [axes]
 seed = [1, 2, 3, 4, 5, 6, 7, 8]
@@ -151,7 +152,7 @@ def test_sweep_cut_by_time_limit_then_resumed(slurm: dict[str, str], cut_sweep: 
     assert point_runs(sweep_dir) == [sweep_dir / "points" / n for n in finished]
 
     job2 = sbatch(cwd / "resume.sbatch", slurm)
-    state = wait([job2], slurm, timeout=240)[job2]
+    state = wait([job2], slurm, timeout=540)[job2]
     log2 = output(cwd, job2)
     assert state["JobState"] == "COMPLETED", f"{state}\n{log2}"
     doc = load_manifest(sweep_dir)
