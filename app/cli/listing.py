@@ -55,6 +55,14 @@ def describe() -> list[dict]:
     return out
 
 
+def _shown(default: object) -> str:
+    if default is None:
+        return "auto"  # derived from another knob (e.g. -e defaults to -b)
+    if isinstance(default, list):
+        return ",".join(map(str, default))
+    return str(default)
+
+
 def main(args: argparse.Namespace) -> int:
     exps = describe()
     if args.json:
@@ -69,7 +77,7 @@ def main(args: argparse.Namespace) -> int:
     t.add_column("submitters / patterns")
     t.add_column("knobs (flag=default)")
     for e in exps:
-        knobs = "  ".join(f"{k['flag']}={k['default']}" for k in e["knobs"])
+        knobs = "  ".join(f"{k['flag']}={_shown(k['default'])}" for k in e["knobs"])
         t.add_row(
             e["name"],
             f"{e['summary']}\n[dim]{e['method']}[/dim]",
