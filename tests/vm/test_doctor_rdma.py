@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gicbench.fabric.catalog import provider_caps
+from gicbench.fabric.registry import catalog as provider_caps
 from gicbench.platform import probe_all, probe_rdma_devices
 
 
@@ -21,4 +21,5 @@ def test_doctor_says_verbs_is_ready_and_what_it_offers(rxe_device):
     assert f"{rxe_device}:1 GID 1 (RoCEv2)" in verbs.details["selected"]
     assert verbs.details["mlx5_queues"] is False and verbs.details["post_send"] is True
     assert verbs.details["pyverbs_enums"] in ("enums", "libibverbs_enums")
-    assert verbs.reason  # says what is missing to run it (wiring) or what mlx5 adds
+    assert verbs.posting == ("post-send",)
+    assert not verbs.available and "not open the verbs provider yet" in verbs.reason
