@@ -150,3 +150,10 @@ def test_caps_without_device_says_why(monkeypatch):
     assert not c.available and c.name == "verbs"
     assert "rdma_rxe" in c.reason or "pyverbs" in c.reason
     assert c.details["mlx5_queues"] is False and c.details["post_send"] is True
+
+
+def test_verbs_fabric_implements_the_whole_interface():
+    """Caught on the VM only before: an abstract method of Fabric left unimplemented."""
+    from gicbench.fabric.verbs.fabric import VerbsFabric
+
+    assert not VerbsFabric.__abstractmethods__

@@ -30,6 +30,7 @@ from ..base import (
     DcTarget,
     Fabric,
     MemoryDomain,
+    ProgressPolicy,
     QpState,
     QueuePair,
     ReceiveQueue,
@@ -77,6 +78,15 @@ def _access(a: Access) -> int:
 
 def _mtu_enum(nbytes: int) -> int:
     return {256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5}[nbytes]
+
+
+def _host_only(what: str, domain: MemoryDomain) -> None:
+    # pyverbs allocates host memory; GPU memory needs dma-buf, which this provider lacks.
+    if MemoryDomain(domain) is not MemoryDomain.HOST:
+        raise UnsupportedError(
+            f"provider verbs: {what} in memory domain {MemoryDomain(domain).value!r} is not "
+            "available (host memory only; GPU memory through dma-buf is not implemented)"
+        )
 
 
 class VerbsFabric(Fabric):
@@ -172,8 +182,11 @@ class VerbsFabric(Fabric):
                 )
         self.peers = list(infos)
 
-    def register(self, length: int, access: Access = ACCESS_ALL) -> VerbsMemoryRegion:
+    def register(
+        self, length: int, access: Access = ACCESS_ALL, domain: MemoryDomain = MemoryDomain.HOST
+    ) -> VerbsMemoryRegion:
         self._live()
+        _host_only("register", domain)
         if not isinstance(length, int) or length <= 0:
             raise ConfigError("length", length, "an int >= 1 (bytes)")
         if not isinstance(access, int) or int(access) & ~int(ACCESS_ALL):
@@ -197,8 +210,9 @@ class VerbsFabric(Fabric):
         self._live()
         return host_view(mr.addr, mr.length, dtype)
 
-    def create_cq(self, ncqe: int) -> CompletionQueue:
+    def create_cq(self, ncqe: int, domain: MemoryDomain = MemoryDomain.HOST) -> CompletionQueue:
         self._live()
+        _host_only("create_cq", domain)
         if not isinstance(ncqe, int) or not 1 <= ncqe <= (1 << 22):
             raise ConfigError("ncqe", ncqe, "an int in 1..4194304")
         from pyverbs.cq import CQ
@@ -225,8 +239,10 @@ class VerbsFabric(Fabric):
         recv_cq: CompletionQueue | None = None,
         rq_wqes: int = 0,
         dci: bool = False,
+        domain: MemoryDomain = MemoryDomain.HOST,
     ) -> QueuePair:
         self._live()
+        _host_only("create_qp", domain)
         if dci:
             raise UnsupportedError(
                 "provider verbs has no DC transport (DCIs/DCTs need the mlx5 provider); "
@@ -390,8 +406,11 @@ class VerbsFabric(Fabric):
         self._live()
         return {**self.sw, **self.hw_counters()}
 
+    def progress_policy(self) -> ProgressPolicy:
+        return ProgressPolicy("hardware", autonomous=True)  # a verbs NIC progresses on its own
+
     def progress_hook(self) -> int:
-        return 0  # a verbs NIC progresses on its own
+        return 0
 
     def progress_ctx(self) -> int:
         return 0
