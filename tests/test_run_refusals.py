@@ -79,7 +79,10 @@ def test_job_ending_during_bring_up_leaks_no_shared_memory(tmp_path: Path, actio
     assert r.returncode != 0
     assert shm_segments() <= segments
     manifest = json.loads((out / "run.json").read_text())
-    assert manifest["status"] == "incomplete"
+    if action == "raise":  # the collective check ends the job: rank 0 marks the run
+        assert manifest["status"] == "incomplete"
+    else:  # the launcher ends it, and may SIGKILL rank 0 before it writes: never "complete"
+        assert manifest["status"] in ("incomplete", "running")
 
 
 def test_bad_configuration_message_is_never_lost() -> None:
