@@ -40,3 +40,15 @@ def launch(
     return subprocess.run(
         cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd, check=False
     )
+
+
+def gicbench(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """`python -m gicbench ARGS` without a launcher (one process), output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "gicbench", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=cwd,
+    )

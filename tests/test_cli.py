@@ -4,24 +4,13 @@ with one clear message naming the field, before any resource exists (exit status
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
+from launching import gicbench
 
 from gicbench.cli.main import main
 
 SUBCOMMANDS = ("run", "list", "analyze", "report", "jobs", "doctor")
-
-
-def gicbench(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "gicbench", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 @pytest.mark.parametrize("sub", SUBCOMMANDS)

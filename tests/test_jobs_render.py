@@ -7,24 +7,13 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from launching import gicbench
 
 from gicbench.cli.jobs import RenderOptions, render, templates
 from gicbench.errors import ConfigError
-
-
-def gicbench(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "gicbench", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=cwd,
-    )
 
 
 @pytest.mark.parametrize(
