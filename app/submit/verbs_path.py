@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -231,27 +231,40 @@ class VerbsSubmitter:
         t_window = t_start
         next_window = warm + window
         posted = 0
-        for b in range(nbatches):
-            li = b % n
-            count = min(batch, total - posted)
-            final_of_lane = b + n >= nbatches
-            c, pcq, q = chains[li], pcqs[li], qps[li]
-            # Room for `count` WRs: reap signaled completions until enough have retired.
-            spins, deadline = 0, 0.0
-            while depth - (posted_l[li] - retired_l[li]) < count:
-                got, wcs = pcq.poll(4)
+
+        def reap_until(li: int, done: Callable[[], bool], what: str) -> int:
+            """Poll lane li's CQ until `done()`; signaled completions retire WRs by wr_id.
+            Returns the CQEs consumed; raises on an error completion or the timeout."""
+            spins, deadline, got_total = 0, 0.0, 0
+            while not done():
+                got, wcs = pcqs[li].poll(4)
                 for wc in wcs[:got]:
                     if wc.status:
-                        p.raise_wc(q, wc)
+                        p.raise_wc(qps[li], wc)
                     retired_l[li] = int(wc.wr_id)
-                cqes += got
+                got_total += got
                 if not got:
                     spins += 1
                     if spins % TIME_CHECK_EVERY == 0:
                         t = time.monotonic()
                         deadline = deadline or t + self.timeout_s
                         if t > deadline:
-                            raise self._timeout("msg-rate: SQ full", q)
+                            pending = posted_l[li] - retired_l[li]
+                            raise self._timeout(f"{what} ({pending} WRs pending)", qps[li])
+            return got_total
+
+        for b in range(nbatches):
+            li = b % n
+            count = min(batch, total - posted)
+            final_of_lane = b + n >= nbatches
+            c = chains[li]
+            # Room for `count` WRs: reap signaled completions until enough have retired.
+            if depth - (posted_l[li] - retired_l[li]) < count:
+                cqes += reap_until(
+                    li,
+                    lambda li=li, count=count: depth - (posted_l[li] - retired_l[li]) >= count,
+                    "msg-rate: SQ full",
+                )
             base = c.length - count
             for j in range(count):
                 m = posted + j
@@ -278,24 +291,7 @@ class VerbsSubmitter:
                 t_window = t
                 next_window += window
         for li in range(n):  # drain: every lane's last WR is signaled
-            spins, deadline = 0, 0.0
-            while retired_l[li] < posted_l[li]:
-                got, wcs = pcqs[li].poll(4)
-                for wc in wcs[:got]:
-                    if wc.status:
-                        p.raise_wc(qps[li], wc)
-                    retired_l[li] = int(wc.wr_id)
-                cqes += got
-                if not got:
-                    spins += 1
-                    if spins % TIME_CHECK_EVERY == 0:
-                        t = time.monotonic()
-                        deadline = deadline or t + self.timeout_s
-                        if t > deadline:
-                            raise self._timeout(
-                                f"msg-rate drain ({posted_l[li] - retired_l[li]} WRs pending)",
-                                qps[li],
-                            )
+            cqes += reap_until(li, lambda li=li: retired_l[li] >= posted_l[li], "msg-rate drain")
         t_end = now()
         windows.append(t_end - t_window)  # the last window carries the final drain
         f.sw["wqes"] += total
