@@ -11,7 +11,7 @@
 //
 // Every wait checks a deadline (globaltimer) and a host abort word, and stops when another thread
 // has failed: a call never hangs; the first failure is written to `status` (queue.cuh).
-#include "queue.cuh"
+#include "gda/queue.cuh"
 
 using namespace gicbench;
 using namespace gicbench::gda;
@@ -77,7 +77,7 @@ struct Wait {
 };
 
 __device__ __forceinline__ Lane lane_at(const uint64_t* table, int i) {
-  return Lane{table + static_cast<size_t>(i) * kLaneCols};
+  return Lane{table + static_cast<uint64_t>(i) * kLaneCols};
 }
 __device__ __forceinline__ QpState* state_of(QpState* states, const Lane& l) {
   return states + l[kState];
@@ -151,7 +151,7 @@ __device__ bool quiet_from_memory(const Ctl& c, int li, const Lane& l, QpState* 
 }
 
 __device__ __forceinline__ void store_seq(uint8_t* p, uint64_t seq) {
-  if ((reinterpret_cast<uintptr_t>(p) & 7) == 0) {
+  if ((reinterpret_cast<unsigned long long>(p) & 7) == 0) {
     st_volatile64(p, seq);
   } else {
     for (int k = 0; k < 8; ++k) reinterpret_cast<volatile uint8_t*>(p)[k] = seq >> (8 * k);
@@ -161,7 +161,7 @@ __device__ __forceinline__ void store_seq(uint8_t* p, uint64_t seq) {
 // The 8-byte word a round trip polls, composed of the widest loads its alignment allows, at the
 // polling scope (an equality test on a torn read can only succeed on the final value).
 __device__ __forceinline__ uint64_t load_seq(const uint8_t* p) {
-  if ((reinterpret_cast<uintptr_t>(p) & 3) == 0) {
+  if ((reinterpret_cast<unsigned long long>(p) & 3) == 0) {
     const uint32_t lo = poll_data32(p), hi = poll_data32(p + 4);
     return (static_cast<uint64_t>(hi) << 32) | lo;
   }
@@ -332,8 +332,8 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
   const uint64_t warm = warmup_per_thread * usize;
   const uint64_t win = window * usize;
   const uint64_t nbatches = (total + batch - 1) / batch;
-  int64_t* out = unit_out + static_cast<size_t>(unit) * 5;
-  int64_t* wout = windows + static_cast<size_t>(unit) * max_windows;
+  int64_t* out = unit_out + static_cast<uint64_t>(unit) * 5;
+  int64_t* wout = windows + static_cast<uint64_t>(unit) * max_windows;
   uint64_t posted = 0, doorbells = 0, reaped = 0, next_window = warm + win;
   uint32_t nwin = 0, last_end = 0;
   uint64_t t_start = warm == 0 ? globaltimer() : 0, t_window = t_start;

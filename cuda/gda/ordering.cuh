@@ -16,7 +16,7 @@
 // ld.acquire.sys. Names and numbers are the order of gicbench.submit.gpu.ORDERINGS.
 #pragma once
 
-#include "scope.cuh"
+#include "gda/scope.cuh"
 
 #ifndef GDA_ORDERING
 #define GDA_ORDERING 1

@@ -8,7 +8,7 @@
 // polled by their last word at the matching scope.
 #pragma once
 
-#include "ordering.cuh"
+#include "gda/ordering.cuh"
 
 namespace gicbench {
 namespace gda {
@@ -115,7 +115,7 @@ struct Payload {
   // Payload bytes [i, i+4) as a little-endian word, zero past the end.
   __device__ uint32_t word(uint32_t i) const {
     const bool whole = i + 4 <= length;
-    const bool aligned = (reinterpret_cast<uintptr_t>(src + i) & 3) == 0;
+    const bool aligned = (reinterpret_cast<unsigned long long>(src + i) & 3) == 0;
     if (whole && aligned && !(stamp && i + 4 > length - 8))
       return *reinterpret_cast<const uint32_t*>(src + i);
     uint32_t w = 0;

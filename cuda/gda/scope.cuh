@@ -7,7 +7,7 @@
 // GPU or system scope, and fences at either scope. Device code only.
 #pragma once
 
-#include "../mlx5.cuh"
+#include "mlx5.cuh"
 
 namespace gicbench {
 namespace gda {
