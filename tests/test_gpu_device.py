@@ -142,7 +142,7 @@ def test_a_qp_that_cannot_send_times_out_instead_of_hanging(world) -> None:
     lanes, _, _ = _lanes(fs, 1, connect=False)  # RESET: the doorbell is never executed
     sub = _submitter(fs, "gpu-fence", timeout_s=0.3)
     try:
-        with pytest.raises(CompletionTimeout, match="no completion within 0.3 s"):
+        with pytest.raises(CompletionTimeout, match=r"no completion within 0\.3 s"):
             sub.latency(LatencyWork(lanes, 0, "put_completion", 8, True, False, 1, 0))
         fs[0].errors()  # the engine's not-RTS records
     finally:

@@ -18,7 +18,6 @@ from gicbench.submit.gpu.build import build_options, cuda_dir
 from gicbench.submit.gpu.params import ORDERINGS
 
 
-
 def simulate(nlanes: int, threads: int, publish: str, batch: int, per_thread: int) -> list[int]:
     """A literal walk of gda_msg_rate's loop: unit by unit, batch by batch."""
     us = lanes.units(threads, publish)
