@@ -9,6 +9,7 @@ import re
 import stat
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gicbench.errors import ConfigError, FabricError, UnsupportedError
@@ -152,3 +153,69 @@ def test_gpu_submitter_without_cupy_says_why() -> None:
 def test_bad_clock_list_is_refused() -> None:
     with pytest.raises(ConfigError, match="clocks"):
         plan(experiments=["clock-sweep"], clocks=("1200", "fast"))
+
+
+# ---- clock-sweep's point: lock, measure, check, run, restore ------------------------------
+class _FakeGpuSubmitter:
+    def __init__(self, measured_hz: float) -> None:
+        self.measured_hz = measured_hz
+
+        class _Dev:
+            pci_bus_id = "00000000:19:00.0"
+
+        self.device = _Dev()
+
+    def measure_clock(self) -> float:
+        return self.measured_hz
+
+
+def _clock_sweep(monkeypatch: pytest.MonkeyPatch, measured_hz: float):
+    import types
+
+    from gicbench.config import RunConfig
+    from gicbench.experiments.clock_sweep import ClockSweep
+    from gicbench.experiments.registry import PointResult
+    from gicbench.experiments.single_op import SingleOp
+
+    calls = []
+
+    def fake_run(self, ctx, point):
+        calls.append(point["clock_mhz"])
+        return PointResult(samples={"issue_ns": np.array([1, 2])}, results={})
+
+    monkeypatch.setattr(SingleOp, "run_point", fake_run)
+    monkeypatch.setattr(
+        "gicbench.experiments.clock_sweep.submitter_class",
+        lambda name: types.SimpleNamespace(needs_gpu=True),
+    )
+    exp = ClockSweep.from_config(
+        RunConfig.build(experiments=["clock-sweep"], clocks=("1200", "1400"))
+    )
+    ctx = types.SimpleNamespace(
+        traffic=types.SimpleNamespace(sends=True), submitter=_FakeGpuSubmitter(measured_hz)
+    )
+    return exp, ctx, calls
+
+
+def test_clock_sweep_point_locks_measures_and_restores(monkeypatch, fake_smi: Path) -> None:
+    exp, ctx, calls = _clock_sweep(monkeypatch, 1.201e9)
+    points = exp.points()
+    assert [p["clock_mhz"] for p in points] == [1200, 1200, 1400, 1400]
+    r = exp.run_point(ctx, points[0])
+    assert calls == [1200]
+    assert r.results["sm_clock_mhz"] == pytest.approx(1201.0)
+    assert fake_smi.read_text().split("\n")[:2] == [
+        "-i 00000000:19:00.0 -lgc 1200,1200",
+        "-i 00000000:19:00.0 -rgc",
+    ]
+
+
+def test_clock_sweep_refuses_a_lock_that_did_not_hold_and_restores(monkeypatch, fake_smi) -> None:
+    exp, ctx, calls = _clock_sweep(monkeypatch, 1.98e9)
+    with pytest.raises(FabricError, match="did not hold"):
+        exp.run_point(ctx, exp.points()[2])
+    assert calls == []  # nothing measured at the wrong clock
+    assert fake_smi.read_text().split("\n")[:2] == [
+        "-i 00000000:19:00.0 -lgc 1400,1400",
+        "-i 00000000:19:00.0 -rgc",
+    ]

@@ -80,7 +80,8 @@ class ClockSweep(SingleOp):
             )
 
     def points(self) -> list[dict[str, Any]]:
-        return [{**pt, "clock_mhz": f} for f in self.params.mhz for pt in super().points()]
+        base = super().points()  # (zero-argument super() does not work in a comprehension)
+        return [{**pt, "clock_mhz": f} for f in self.params.mhz for pt in base]
 
     def run_point(self, ctx: RankContext, point: dict[str, Any]) -> PointResult:
         if not ctx.traffic.sends:
