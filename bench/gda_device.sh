@@ -3,7 +3,7 @@
 # `mpiexec -n 2 gicbench run ... --submitter gpu` on the emulated NIC's CPU engine (engine threads,
 # host-mapped queues). Never changes the GPU's clocks: the clock sweep is not run here (see
 # README); the effective SM clock is measured in every point instead. Results go to $OUT.
-#   bash bench/gda_device.sh [quick]
+#   bash bench/gda_device.sh [tests|runs]   (tests only, runs only; default both)
 set -u
 O=${OUT:-/tmp/gda}; mkdir -p "$O"
 export PYTHONUNBUFFERED=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
