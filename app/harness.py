@@ -361,6 +361,8 @@ def _sweep(
                     t0 = time.perf_counter()
                     result = exp.run_point(ctx, point)
                     wall = time.perf_counter() - t0
+                    if result.samples:  # what the submitter measured besides the samples
+                        result.results.update(ctx.submitter.point_details())
                     after = ctx.fabric.counters()
                     ctx.fabric.check()
                 # Every rank has finished sending (the phase check synchronises): validate.

@@ -87,6 +87,7 @@ class RunPlan:
             mr_sizes=(layout.region_bytes, layout.region_bytes * max(1, neighbours)),
             progress=self.cfg.progress,
             autonomous_progress=not self.submitter.cpu_progress,
+            mr_domain="host-mapped" if self.submitter.needs_gpu else None,
         )
 
 

@@ -9,7 +9,7 @@ from gicbench.config import RunConfig, size_sweep
 from gicbench.errors import ConfigError, UnsupportedError
 from gicbench.knobs import parse_size
 from gicbench.plan import all_knobs, make_plan
-from gicbench.submit.planned import ORDERINGS
+from gicbench.submit.gpu import ORDERINGS
 
 
 def plan(**kw):

@@ -92,9 +92,11 @@ def bring_up(
         for _ in range(plan.dcts):
             cq = fabric.create_cq(plan.sq_depth)
             res.dcts.append(fabric.create_dct(cq, DC_KEY_BASE + topo.rank))
-        res.src = fabric.register(src_bytes, Access.LOCAL_WRITE)
+        # A GPU submitter reads sources and polls landings: the regions are mapped into the GPU.
+        dom = {"domain": plan.mr_domain} if plan.mr_domain else {}
+        res.src = fabric.register(src_bytes, Access.LOCAL_WRITE, **dom)
         res.landing = fabric.register(
-            landing_bytes, Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC
+            landing_bytes, Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC, **dom
         )
         infos = fabric.local_info()
     t1 = time.perf_counter()

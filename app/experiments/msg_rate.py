@@ -18,6 +18,7 @@ from ..knobs import Knob
 from ..mlx5 import write_wqebbs
 from ..patterns import Traffic
 from ..submit.base import RateWork, Shape
+from ..submit.base import get as submitter_class
 from .common import (
     BATCH,
     MAX_MESSAGES,
@@ -99,7 +100,8 @@ class MsgRate(Experiment):
 
     def check_rank(self, traffic: Traffic) -> None:
         lanes = self.params.qps * len(traffic.sends_to)
-        if traffic.sends and self.params.threads > lanes:
+        shares = submitter_class(self.cfg.submitter).threads_share_lanes
+        if traffic.sends and self.params.threads > lanes and not shares:
             raise ConfigError(
                 "threads (-t)",
                 self.params.threads,
@@ -177,12 +179,13 @@ class MsgRate(Experiment):
 
         theirs = traffic(ctx.traffic.pattern, source, ctx.topo.size)
         qps, size = point["qps"], point["size"]
-        counts = lane_messages(
+        args = (
             qps * len(theirs.sends_to),
             point["threads"],
             point["batch"],
             point["messages_per_thread"] + point["warmup_per_thread"],
         )
+        counts = ctx.submitter.rate_lane_messages(*args) or lane_messages(*args)
         j = theirs.sends_to.index(ctx.topo.rank)
         slots = max(1, layout.lane_bytes // size)
         pieces = []

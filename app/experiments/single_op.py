@@ -112,7 +112,7 @@ class SingleOp(Experiment):
             return PointResult(role=t.role)
         samples = []
         for dest in t.sends_to:
-            lanes = ctx.configured_lanes(point["transport"], point["qps"], dest)
+            lanes = self.scope_lanes(ctx, point, dest)
             work = LatencyWork(
                 lanes=lanes,
                 selected=0,
@@ -130,6 +130,10 @@ class SingleOp(Experiment):
             results={"destinations": len(t.sends_to)},
             role=t.role,
         )
+
+    def scope_lanes(self, ctx: RankContext, point: dict[str, Any], dest: int) -> tuple:
+        """The QPs an all-QP quiet walks (lane 0 carries the operations): every configured QP."""
+        return ctx.configured_lanes(point["transport"], point["qps"], dest)
 
     def expected_landing(
         self,

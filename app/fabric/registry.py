@@ -36,6 +36,7 @@ class FabricPlan:
     mr_sizes: tuple[int, ...]  # bytes of each memory region (source, landing)
     progress: str  # requested: auto | thread | inline
     autonomous_progress: bool  # the submitter cannot drive a CPU progress hook (a GPU kernel)
+    mr_domain: str | None = None  # memory domain of the source and landing regions (GPU: mapped)
 
     @property
     def qps(self) -> int:

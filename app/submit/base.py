@@ -25,7 +25,7 @@ from ..errors import ConfigError
 from ..fabric.base import Fabric, MemoryRegion, ProgressPolicy, ProviderCaps, QueuePair
 from ..platform import Probe
 
-SUBMITTER_MODULES = ("gicbench.submit.host", "gicbench.submit.planned")
+SUBMITTER_MODULES = ("gicbench.submit.host", "gicbench.submit.gpu", "gicbench.submit.planned")
 _REGISTRY: dict[str, type[Submitter]] = {}
 
 
@@ -140,6 +140,7 @@ class Submitter(ABC):
     posting: ClassVar[tuple[str, ...]]  # fabric.base.Posting values it can drive
     needs_gpu: ClassVar[bool] = False
     cpu_progress: ClassVar[bool] = True  # its waits can call a provider's CPU progress hook
+    threads_share_lanes: ClassVar[bool] = False  # rate: more threads than lanes may share them
     Params: ClassVar[type] = NoParams  # knobs of this submitter (see experiments.knobs)
 
     @classmethod
@@ -180,6 +181,18 @@ class Submitter(ABC):
 
     def rate(self, work: RateWork) -> RateResult:
         raise NotImplementedError(f"submitter {self.name} has no rate loop")
+
+    def rate_lane_messages(
+        self, nlanes: int, threads: int, batch: int, per_thread: int
+    ) -> list[int] | None:
+        """Messages each lane of a rate call carries, where this submitter hands them out
+        differently from msg-rate's thread-per-lane rule (None: that rule)."""
+        return None
+
+    def point_details(self) -> dict[str, float]:
+        """Numbers the last loop measured besides its samples (e.g. the effective SM clock);
+        the harness adds them to the point's results."""
+        return {}
 
     def close(self) -> None:
         """Release what the submitter holds (threads, GPU memory); the harness calls it."""

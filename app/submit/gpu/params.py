@@ -1,0 +1,45 @@
+"""The GPU submitter's knobs: the ordering before the doorbell (the paper's Table 4, a build-time
+choice of the kernels) and how threads sharing a QP publish their WQEs in msg-rate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...knobs import KIND_STR, knob
+
+# The seven GPU-side orderings of the paper (arXiv 2610.01380), Table 4, in the order of
+# cuda/gda/ordering.cuh's GDA_ORDERING numbers.
+ORDERINGS = (
+    "none",
+    "gpu-fence",
+    "gpu-fence-dbrec",
+    "gpu-release-store",
+    "threadfence",
+    "sys-release-store",
+    "sys-fence",
+)
+UNSAFE_ORDERINGS = frozenset({"none"})
+
+# msg-rate publication (the paper §4.3.1, Table 5): per-thread slot handoff in reservation order,
+# cooperative per warp (reserve once, build in lockstep, one lane rings), one doorbell lock per WQE.
+PUBLISH = ("thread", "warp", "lock")
+PUBLISH_CODES = {"thread": 0, "warp": 1, "lock": 2}
+
+
+@dataclass(frozen=True)
+class GpuParams:
+    ordering: str = knob(
+        "gpu-fence",
+        flag="--ordering",
+        kind=KIND_STR,
+        choices=ORDERINGS,
+        help="ordering before the doorbell (the paper's Table 4)",
+    )
+    publish: str = knob(
+        "thread",
+        flag="--publish",
+        kind=KIND_STR,
+        choices=PUBLISH,
+        help="msg-rate: thread (slot handoff in reservation order), warp (cooperative), "
+        "lock (one doorbell lock per WQE)",
+    )

@@ -1,0 +1,286 @@
+"""The GPU submitter (mini-gda): GPU threads build WQEs, publish doorbell records, ring doorbells
+and poll CQs through device addresses (the paper, arXiv 2610.01380, §3-4).
+
+Python stages the work (the lane table, per-QP producer state kept in GPU memory across calls, a
+device copy of the source bytes inline payloads are read from), launches one kernel per call and
+waits for it without blocking signals: a signal sets a host-mapped abort word the kernel polls,
+so it ends within a few microseconds. Every kernel wait has a deadline (globaltimer); a failure is
+reported through the status words as CompletionTimeout / CompletionError / LoopInterrupted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ...errors import ConfigError, FabricError, UnsupportedError
+from ...fabric.base import Posting, host_view
+from ...mlx5 import write_wqebbs
+from ...platform import Probe
+from ..base import (
+    Buffer,
+    LatencyWork,
+    RateResult,
+    RateWork,
+    RespondWork,
+    Shape,
+    Submitter,
+    register,
+)
+from . import build, lanes, status
+from .device import DeviceMap
+from .params import ORDERINGS, PUBLISH_CODES, UNSAFE_ORDERINGS, GpuParams
+
+MODE_CODES = {"issue": 0, "put_completion": 1, "round_trip": 2}
+MAX_QP_STATES = 8192
+STATE_WORDS = 8  # uint32 words of cuda/gda/queue.cuh QpState
+MAX_DS = 63  # segments of one WQE (ds is 6 bits)
+BLOCK = 128  # msg-rate threads per block (whole warps)
+_CUDA_HOST_ALLOC_PORTABLE_MAPPED = 0x01 | 0x02
+
+
+@register
+class GpuSubmitter(Submitter):
+    name = "gpu"
+    summary = "mini-gda: GPU threads build WQEs, ring doorbells and poll CQs (CUDA kernels)"
+    shapes = frozenset({Shape.LATENCY, Shape.RESPOND, Shape.RATE})
+    posting = (Posting.MLX5_QUEUES.value,)
+    needs_gpu = True
+    cpu_progress = False
+    threads_share_lanes = True  # msg-rate: more threads than QPs share them (publication modes)
+    Params = GpuParams
+
+    @classmethod
+    def availability(cls, probes: Mapping[str, Probe]) -> str | None:
+        cupy = probes["cupy"]
+        if not cupy.ok:
+            return f"the GPU submitter (mini-gda) needs an NVIDIA GPU and CuPy ({cupy.detail})"
+        return None
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        import cupy as cp
+
+        self.cp = cp
+        n = cp.cuda.runtime.getDeviceCount()
+        if n < 1:
+            raise UnsupportedError("the GPU submitter needs a CUDA GPU: none found")
+        self.device = cp.cuda.Device(self.rank % n)  # node-local rank i takes GPU i mod count
+        self.device.use()
+        self.ordering = self.params.ordering
+        if self.ordering not in ORDERINGS:
+            raise ConfigError("ordering (--ordering)", self.ordering, " | ".join(ORDERINGS))
+        self.k = build.kernels(self.ordering)
+        self.dm = DeviceMap.of(self.fabric)
+        self.states = cp.zeros((MAX_QP_STATES, STATE_WORDS), dtype=cp.uint32)
+        self.slots: dict[int, int] = {}  # qpn -> QpState row
+        self.status = cp.zeros(status.WORDS, dtype=cp.uint64)
+        rt = cp.cuda.runtime
+        self._abort_host = rt.hostAlloc(4096, _CUDA_HOST_ALLOC_PORTABLE_MAPPED)
+        get = getattr(rt, "hostGetDevicePointer", None)
+        self._abort_dev = int(get(self._abort_host, 0)) if get else self._abort_host
+        self._abort = host_view(self._abort_host, 4096, np.uint32)
+        self._abort[:] = 0
+        self.stale_seen = 0
+        self.details: dict[str, float] = {"sm_clock_hz": float("nan")}
+        self.sm_clock_hz = self.measure_clock()
+
+    # ---- shared helpers --------------------------------------------------------------------
+    def measure_clock(self, ns: int = 2_000_000) -> float:
+        """The effective SM clock: clock64 cycles over globaltimer ns of one spinning thread."""
+        out = self.cp.zeros(2, dtype=self.cp.int64)
+        self.k["gda_clock"]((1,), (1,), (np.uint64(ns), out))
+        self.cp.cuda.runtime.deviceSynchronize()
+        dt, cyc = (int(v) for v in out.get())
+        return cyc / dt * 1e9 if dt > 0 else float("nan")
+
+    def _slot(self, qpn: int) -> tuple[int, bool]:
+        if qpn in self.slots:
+            return self.slots[qpn], False
+        if len(self.slots) >= MAX_QP_STATES:
+            raise ConfigError("qps", len(self.slots) + 1, f"<= {MAX_QP_STATES} QPs per rank (GPU)")
+        self.slots[qpn] = len(self.slots)
+        return self.slots[qpn], True
+
+    def _stage(self, bufs: list[Buffer]) -> tuple[Any, list[int]]:
+        """Device copies of source slices (inline payloads are read from GPU memory)."""
+        total = sum(b.length for b in bufs)
+        dev = self.cp.empty(max(total, 8), dtype=self.cp.uint8)
+        ptrs, off = [], 0
+        for b in bufs:
+            dev[off : off + b.length].set(host_view(b.addr, b.length))
+            ptrs.append(int(dev.data.ptr) + off)
+            off += b.length
+        return dev, ptrs
+
+    def _prepare(self, work_lanes: tuple, bbs: int, src_dev: list[int], wqes: list[int]) -> Any:
+        rows, attach = [], []
+        for lane, src, n in zip(work_lanes, src_dev, wqes, strict=True):
+            slot, fresh = self._slot(lane.qp.qpn)
+            rows.append(lanes.lane_row(self.dm, lane, slot, src, n))
+            attach.append(1 if fresh else 0)
+        tab = self.cp.asarray(lanes.table(rows))
+        att = self.cp.asarray(np.array(attach, dtype=np.uint8))
+        n = len(rows)
+        self.k["gda_prepare"](
+            ((n + 127) // 128,), (128,), (tab, np.int32(n), self.states, att, np.uint32(bbs))
+        )
+        return tab
+
+    def _run(self, fn: str, grid: tuple, block: tuple, args: tuple, what: str, total: int) -> None:
+        """Launch and wait; a signal (an exception raised by the harness' handler while we
+        sleep) sets the abort word, lets the kernel stop, and propagates."""
+        self.status.fill(0)
+        self._abort[0] = 0
+        self.k[fn](grid, block, args)
+        ev = self.cp.cuda.Event()
+        ev.record()
+        try:
+            while not ev.done:
+                time.sleep(20e-6)
+        except BaseException:
+            self._abort[0] = 1
+            ev.synchronize()
+            raise
+        st = self.status.get()
+        status.raise_for(st, self.rank, what, self.timeout_ns / 1e9, total)
+        self._check_stale()
+
+    def _check_stale(self) -> None:
+        """With the unsafe ordering a stale WQE (doorbell ahead of the WQE stores) is what is
+        measured: the engine re-serves it; count it here, raise anything else."""
+        if self.ordering not in UNSAFE_ORDERINGS or not hasattr(self.fabric, "errors"):
+            return
+        recs = self.fabric.errors()
+        other = [r for r in recs if r.kind != "stale_wqe"]
+        self.stale_seen += len(recs) - len(other)
+        if other:
+            raise FabricError("; ".join(str(r) for r in other[:8]))
+
+    @staticmethod
+    def _bbs(inline: bool, size: int, dc: bool) -> int:
+        """WQEBBs of one write (DC with the full 48-byte AV), refused past 63 segments."""
+        ds = 2 + (-(-(size + 4) // 16) if inline else 1) + (3 if dc else 0)
+        if ds > MAX_DS:
+            raise ConfigError("size", size, "a payload that fits one WQE of 63 segments")
+        return write_wqebbs(inline, size, dc)
+
+    # ---- loops -------------------------------------------------------------------------------
+    def latency(self, work: LatencyWork) -> np.ndarray:
+        sel = work.lanes[work.selected]
+        if work.size < 8:
+            raise ConfigError("size", work.size, ">= 8 (the sequence word)")
+        bbs = self._bbs(work.inline, work.size, sel.dc is not None)
+        keep, staged = self._stage([sel.src]) if work.inline else (None, [])
+        src_dev = staged[0] if work.inline else self.dm.local(sel.src.addr, "source buffer")
+        srcs = [0] * len(work.lanes)
+        srcs[work.selected] = src_dev
+        tab = self._prepare(work.lanes, bbs, srcs, [0] * len(work.lanes))
+        reply = work.reply if work.reply is not None else sel.src
+        reply_dev = self.dm.local(reply.addr, "reply buffer") if work.mode == "round_trip" else 0
+        samples = self.cp.zeros(work.iters, dtype=self.cp.int64)
+        cycles = self.cp.zeros(work.iters, dtype=self.cp.int64)
+        args = (
+            tab, np.int32(len(work.lanes)), self.states, np.int32(work.selected),
+            np.int32(MODE_CODES[work.mode]), np.uint32(work.size), np.int32(work.inline),
+            np.int32(work.scope_all), np.uint64(src_dev), np.uint64(reply_dev),
+            np.uint32(work.iters), np.uint32(work.warmup), np.uint64(self.timeout_ns),
+            samples, cycles, self.status, np.uint64(self._abort_dev),
+        )  # fmt: skip
+        self._run("gda_single_op", (1,), (1,), args, f"single-op {work.mode}",
+                  work.iters + work.warmup)  # fmt: skip
+        del keep
+        ns = samples.get()
+        cyc = cycles.get()
+        total_ns = int(ns.sum())
+        self.details = {
+            "sm_clock_hz": float(cyc.sum()) / total_ns * 1e9 if total_ns > 0 else float("nan"),
+            "issue_cycles_p50": float(np.median(cyc)) if cyc.size else float("nan"),
+        }
+        return ns
+
+    def respond(self, work: RespondWork) -> None:
+        lane = work.lane
+        bbs = self._bbs(work.inline, work.size, lane.dc is not None)
+        keep, staged = self._stage([lane.src]) if work.inline else (None, [])
+        src_dev = staged[0] if work.inline else self.dm.local(lane.src.addr, "source buffer")
+        tab = self._prepare((lane,), bbs, [src_dev], [0])
+        watch = self.dm.local(work.watch.addr, "watched buffer")
+        args = (
+            tab, self.states, np.uint32(work.size), np.int32(work.inline), np.uint64(src_dev),
+            np.uint64(watch), np.uint32(work.count), np.uint64(self.timeout_ns), self.status,
+            np.uint64(self._abort_dev),
+        )  # fmt: skip
+        self._run("gda_respond", (1,), (1,), args, "round-trip responder", work.count)
+        del keep
+        self.details = {}
+
+    def rate_lane_messages(
+        self, nlanes: int, threads: int, batch: int, per_thread: int
+    ) -> list[int] | None:
+        return lanes.lane_messages(nlanes, threads, self.params.publish, batch, per_thread)
+
+    def rate(self, work: RateWork) -> RateResult:
+        publish = self.params.publish
+        dc = any(lane.dc is not None for lane in work.lanes)
+        bbs = self._bbs(work.inline, work.size, dc)
+        L = len(work.lanes)
+        depth = min(lane.qp.sq.wqebb_cnt for lane in work.lanes)
+        ncqe = min(lane.qp.sq.cq.ncqe for lane in work.lanes)
+        if work.batch * bbs > depth:
+            raise ConfigError(
+                "batch", work.batch, f"<= {depth // bbs} WQEs of {bbs} WQEBBs (SQ of {depth})"
+            )
+        se = lanes.signal_every(depth, bbs, work.batch)
+        max_wqes = depth // bbs
+        if min(max_wqes, -(-max_wqes // se) + 1) > ncqe:
+            raise ConfigError("lanes", ncqe, f"CQs of at least {-(-max_wqes // se) + 1} entries")
+        total = work.messages_per_thread + work.warmup_per_thread
+        per_lane = lanes.lane_messages(L, work.threads, publish, work.batch, total)
+        keep, staged = self._stage([lane.src for lane in work.lanes]) if work.inline else (None, [])
+        srcs = staged if work.inline else [0] * L
+        tab = self._prepare(work.lanes, bbs, srcs, per_lane)
+        nunits = len(lanes.units(work.threads, publish))
+        max_windows = work.messages_per_thread // work.window + 3
+        unit_out = self.cp.zeros((nunits, 5), dtype=self.cp.int64)
+        windows = self.cp.zeros((nunits, max_windows), dtype=self.cp.int64)
+        block = min(BLOCK, -(-work.threads // 32) * 32)
+        grid = -(-work.threads // block)
+        args = (
+            tab, np.int32(L), self.states, np.uint32(work.threads),
+            np.int32(PUBLISH_CODES[publish]), np.uint32(work.batch), np.uint32(work.size),
+            np.int32(work.inline), np.uint64(work.messages_per_thread),
+            np.uint64(work.warmup_per_thread), np.uint64(work.window), np.uint32(se),
+            np.uint64(self.timeout_ns), unit_out, windows, np.uint32(max_windows),
+            self.status, np.uint64(self._abort_dev),
+        )  # fmt: skip
+        self._run("gda_msg_rate", (grid,), (block,), args, "msg-rate", total * work.threads)
+        del keep
+        out = unit_out.get()
+        win = windows.get()
+        wins = np.concatenate([win[u, : int(out[u, 4])] for u in range(nunits)])
+        elapsed = int((out[:, 1] - out[:, 0]).max())
+        self.details = {"signal_every": float(se), "units": float(nunits)}
+        return RateResult(
+            windows_ns=wins.astype(np.int64),
+            elapsed_ns=elapsed,
+            messages=work.messages_per_thread * work.threads,
+            doorbells=int(out[:, 2].sum()),
+            cqes=int(out[:, 3].sum()),
+        )
+
+    def point_details(self) -> dict[str, float]:
+        """What the last call measured besides its samples (the harness adds it to the point's
+        results): the effective SM clock, stale WQEs seen with the unsafe ordering."""
+        d = dict(self.details)
+        d["stale_wqes_seen"] = float(self.stale_seen)
+        return d
+
+    def close(self) -> None:
+        if getattr(self, "_abort_host", 0):
+            self.cp.cuda.runtime.deviceSynchronize()
+            self.cp.cuda.runtime.freeHost(self._abort_host)
+            self._abort_host = 0

@@ -1,0 +1,461 @@
+// mini-gda's kernels: GPU threads build mlx5 WQEs, publish doorbell records, ring doorbells and
+// poll CQs (the paper, arXiv 2610.01380, §3-4). Compiled at run time (CuPy RawModule, NVRTC) once
+// per ordering with -DGDA_ORDERING=n; tests compile every variant with nvcc for sm_90.
+//
+// gda_prepare    attach QP states (from the doorbell records in memory) and start a call
+// gda_single_op  one write at a time: issue, put+completion (selected QP or all), round trip
+// gda_respond    the far side of the round trip
+// gda_msg_rate   many writes outstanding: publication per thread (slot handoff in reservation
+//                order), per warp (cooperative), or under one doorbell lock per WQE
+// gda_clock      clock64 against globaltimer: the effective SM clock
+//
+// Every wait checks a deadline (globaltimer) and a host abort word, and stops when another thread
+// has failed: a call never hangs; the first failure is written to `status` (queue.cuh).
+#include "gda/queue.cuh"
+
+using namespace gicbench;
+using namespace gicbench::gda;
+
+namespace {
+
+__device__ __forceinline__ uint64_t clock64_now() {
+  uint64_t c;
+  asm volatile("mov.u64 %0, %%clock64;" : "=l"(c));
+  return c;
+}
+
+struct Ctl {
+  unsigned long long* status;
+  const uint32_t* abort;
+  uint64_t timeout_ns;
+};
+
+__device__ void fail(const Ctl& c, unsigned long long code, int lane, const Lane* l,
+                     const QpState* s, uint64_t a = 0, uint64_t b = 0) {
+  if (atomicCAS(&c.status[kStCode], 0ull, code) != 0ull) return;
+  c.status[kStLane] = lane;
+  if (l) c.status[kStQpn] = l->qpn();
+  if (s) {
+    c.status[kStPi] = ld_volatile32(&s->pub);
+    c.status[kStRetired] = ld_volatile32(&s->retired);
+    c.status[kStCqCi] = ld_volatile32(&s->cq_ci);
+  }
+  if (code == kCqeError) {
+    c.status[kStSyndrome] = a;
+    c.status[kStWqeCounter] = b;
+  } else {
+    c.status[kStWordSeen] = a;
+    c.status[kStWordExpected] = b;
+  }
+  __threadfence_system();
+}
+
+// One wait: deadline, abort word and sibling failure, checked every 256 spins.
+struct Wait {
+  const Ctl& c;
+  uint64_t start = 0;
+  uint32_t spins = 0;
+  __device__ explicit Wait(const Ctl& ctl) : c(ctl) {}
+  // false: stop (the status is set).
+  __device__ bool tick(int lane, const Lane* l, const QpState* s, uint64_t seen = 0,
+                       uint64_t want = 0) {
+    if ((++spins & 255) != 0) return true;
+    if (ld_volatile32(c.abort)) {
+      fail(c, kInterrupted, lane, l, s);
+      return false;
+    }
+    if (ld_volatile64(&c.status[kStCode]) != 0) return false;
+    const uint64_t now = globaltimer();
+    if (start == 0) {
+      start = now;
+    } else if (now - start > c.timeout_ns) {
+      fail(c, kTimeout, lane, l, s, seen, want);
+      return false;
+    }
+    return true;
+  }
+};
+
+__device__ __forceinline__ Lane lane_at(const uint64_t* table, int i) {
+  return Lane{table + static_cast<uint64_t>(i) * kLaneCols};
+}
+__device__ __forceinline__ QpState* state_of(QpState* states, const Lane& l) {
+  return states + l[kState];
+}
+
+// Reap every CQE present on the lane's CQ (one poller at a time); false on an error CQE.
+// Returns the CQEs reaped through `reaped`.
+__device__ bool try_reap(const Ctl& c, int li, const Lane& l, QpState* s, uint64_t& reaped) {
+  if (atomicCAS(&s->cq_lock, 0u, 1u) != 0u) return true;
+  fence_acq_rel_gpu();
+  uint32_t ci = ld_volatile32(&s->cq_ci);
+  const uint32_t bbs = ld_volatile32(&s->bbs);
+  bool ok = true, any = false;
+  uint32_t retired = 0;
+  Cqe e;
+  while (poll_cqe(l, ci, e)) {
+    if (e.opcode == m5::kCqeReqErr || e.opcode == m5::kCqeRespErr) {
+      fail(c, kCqeError, li, &l, s, e.syndrome, e.wqe_counter);
+      ok = false;
+      break;
+    }
+    const uint32_t pub = ld_volatile32(&s->pub);
+    retired = full_index(pub, e.wqe_counter) + bbs;
+    ++ci;
+    ++reaped;
+    any = true;
+  }
+  if (any) {
+    set_cq_ci(l, ci);
+    st_volatile32(&s->cq_ci, ci);
+    st_release_gpu32(&s->retired, retired);
+  }
+  fence_acq_rel_gpu();
+  atomicExch(&s->cq_lock, 0u);
+  return ok;
+}
+
+// Wait until the WQEBBs below `end` may be written: everything below end - SQ size retired.
+__device__ bool wait_room(const Ctl& c, int li, const Lane& l, QpState* s, uint32_t end,
+                          uint64_t& reaped) {
+  Wait w(c);
+  while (static_cast<int32_t>(end - ld_acquire_gpu32(&s->retired)) >
+         static_cast<int32_t>(l.wqebbs())) {
+    if (!try_reap(c, li, l, s, reaped) || !w.tick(li, &l, s)) return false;
+  }
+  return true;
+}
+
+// Wait until everything below `end` is retired.
+__device__ bool wait_retired(const Ctl& c, int li, const Lane& l, QpState* s, uint32_t end,
+                             uint64_t& reaped) {
+  Wait w(c);
+  while (static_cast<int32_t>(end - ld_acquire_gpu32(&s->retired)) > 0) {
+    if (!try_reap(c, li, l, s, reaped) || !w.tick(li, &l, s)) return false;
+  }
+  return true;
+}
+
+// A QP-wide quiet as NVSHMEM's: what the QP's doorbell record (in memory) announces, retired by
+// CQEs read from its CQ in memory. Single-threaded callers only.
+__device__ bool quiet_from_memory(const Ctl& c, int li, const Lane& l, QpState* s) {
+  const uint32_t posted =
+      m5::bswap32(ld_volatile32(l.dbrec() + m5::kSndDbr)) & 0xffff;  // low 16 bits
+  uint64_t reaped = 0;
+  Wait w(c);
+  for (;;) {
+    if (!try_reap(c, li, l, s, reaped)) return false;  // reads the CQ at least once
+    if (static_cast<uint16_t>(ld_volatile32(&s->retired)) == posted) return true;
+    if (!w.tick(li, &l, s)) return false;
+  }
+}
+
+__device__ __forceinline__ void store_seq(uint8_t* p, uint64_t seq) {
+  if ((reinterpret_cast<unsigned long long>(p) & 7) == 0) {
+    st_volatile64(p, seq);
+  } else {
+    for (int k = 0; k < 8; ++k) reinterpret_cast<volatile uint8_t*>(p)[k] = seq >> (8 * k);
+  }
+}
+
+// The 8-byte word a round trip polls, composed of the widest loads its alignment allows, at the
+// polling scope (an equality test on a torn read can only succeed on the final value).
+__device__ __forceinline__ uint64_t load_seq(const uint8_t* p) {
+  if ((reinterpret_cast<unsigned long long>(p) & 3) == 0) {
+    const uint32_t lo = poll_data32(p), hi = poll_data32(p + 4);
+    return (static_cast<uint64_t>(hi) << 32) | lo;
+  }
+  uint64_t v = 0;
+  for (int k = 0; k < 8; ++k) v |= static_cast<uint64_t>(ld_volatile8(p + k)) << (8 * k);
+  return v;
+}
+
+// Post one write on a lane used by this thread alone; returns the new producer index.
+__device__ __forceinline__ uint32_t post_one(const Lane& l, QpState* s, uint32_t bbs, bool inl,
+                                             const Payload& p, uint64_t raddr, uint64_t laddr) {
+  const uint32_t pi = s->pub;
+  const uint64_t db = build_write(l, pi, raddr, inl, p, laddr, true);
+  publish(l.dbrec(), l.doorbell(), pi + bbs, db);
+  s->pub = pi + bbs;
+  s->resv = pi + bbs;
+  return pi + bbs;
+}
+
+}  // namespace
+
+// ---- prepare -------------------------------------------------------------------------------------
+// One thread per lane. attach[i]: the QP is new to the submitter: take its producer and consumer
+// indices from the records in memory (a fresh or drained QP). Every lane: the call starts at the
+// published index with `bbs` WQEBBs per WQE.
+extern "C" __global__ void gda_prepare(const uint64_t* lanes, int nlanes, QpState* states,
+                                       const uint8_t* attach, uint32_t bbs) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= nlanes) return;
+  const Lane l = lane_at(lanes, i);
+  QpState* s = state_of(states, l);
+  if (attach[i]) {
+    const uint32_t pi = m5::bswap32(ld_volatile32(l.dbrec() + m5::kSndDbr)) & 0xffff;
+    const uint32_t ci = m5::bswap32(ld_volatile32(l.cq_dbrec() + m5::kCqSetCi)) & 0xffffff;
+    s->pub = s->resv = s->retired = pi;
+    s->cq_ci = ci;
+    s->lock = s->cq_lock = 0;
+  }
+  s->base = s->pub;
+  s->bbs = bbs;
+}
+
+// ---- single-op -----------------------------------------------------------------------------------
+// One thread. mode 0 issue, 1 put+completion, 2 round trip. src: the payload's device address
+// (inline: a device copy of the source slice; pointer: the mapped source slice, whose last 8
+// bytes the kernel stamps). reply: device address of the polled reply word (round trip).
+extern "C" __global__ void gda_single_op(const uint64_t* lanes, int nlanes, QpState* states,
+                                         int sel, int mode, uint32_t size, int inl, int scope_all,
+                                         uint8_t* src, const uint8_t* reply, uint32_t iters,
+                                         uint32_t warmup, uint64_t timeout_ns, int64_t* samples,
+                                         int64_t* cycles, unsigned long long* status,
+                                         const uint32_t* abort) {
+  const Ctl c{status, abort, timeout_ns};
+  const Lane l = lane_at(lanes, sel);
+  QpState* s = state_of(states, l);
+  const uint32_t bbs = write_wqebbs(inl, size, l[kDc] != 0);
+  const uint64_t total = static_cast<uint64_t>(warmup) + iters;
+  for (uint64_t i = 0; i < total; ++i) {
+    const uint64_t seq = i + 1;
+    const Payload p{src, size, inl != 0, seq};
+    uint64_t reaped = 0;
+    // Untimed: room for the WQE (the previous one is retired: one outstanding at most).
+    if (!wait_room(c, sel, l, s, s->pub + bbs, reaped)) {
+      status[kStDone] = i;
+      return;
+    }
+    if (!inl) store_seq(src + size - 8, seq);  // the NIC reads the payload from memory
+    uint64_t t0 = globaltimer();
+    const uint64_t c0 = clock64_now();
+    uint64_t t1 = 0, c1 = 0;
+    bool ok = true;
+    const uint32_t end = post_one(l, s, bbs, inl != 0, p, l[kDstAddr], l[kSrcAddr]);
+    if (mode == 0) {
+      t1 = globaltimer();
+      c1 = clock64_now();
+      ok = wait_retired(c, sel, l, s, end, reaped);
+    } else if (mode == 1) {
+      ok = wait_retired(c, sel, l, s, end, reaped);
+      if (ok && scope_all) {
+        for (int k = 0; k < nlanes && ok; ++k) {
+          if (k == sel) continue;
+          const Lane o = lane_at(lanes, k);
+          ok = quiet_from_memory(c, k, o, state_of(states, o));
+        }
+      }
+      t1 = globaltimer();
+      c1 = clock64_now();
+    } else {
+      Wait w(c);
+      const uint8_t* word = reply + size - 8;
+      uint64_t seen;
+      while ((seen = load_seq(word)) != seq) {
+        if (!try_reap(c, sel, l, s, reaped) || !w.tick(sel, &l, s, seen, seq)) {
+          ok = false;
+          break;
+        }
+      }
+      t1 = globaltimer();
+      c1 = clock64_now();
+      ok = ok && wait_retired(c, sel, l, s, end, reaped);
+    }
+    if (!ok) {
+      status[kStDone] = i;
+      return;
+    }
+    if (i >= warmup) {
+      samples[i - warmup] = static_cast<int64_t>(t1 - t0);
+      cycles[i - warmup] = static_cast<int64_t>(c1 - c0);
+    }
+  }
+  status[kStDone] = total;
+}
+
+// ---- round-trip responder ------------------------------------------------------------------------
+extern "C" __global__ void gda_respond(const uint64_t* lanes, QpState* states, uint32_t size,
+                                       int inl, uint8_t* src, const uint8_t* watch, uint32_t count,
+                                       uint64_t timeout_ns, unsigned long long* status,
+                                       const uint32_t* abort) {
+  const Ctl c{status, abort, timeout_ns};
+  const Lane l = lane_at(lanes, 0);
+  QpState* s = state_of(states, l);
+  const uint32_t bbs = write_wqebbs(inl, size, l[kDc] != 0);
+  const uint8_t* word = watch + size - 8;
+  for (uint64_t seq = 1; seq <= count; ++seq) {
+    status[kStDone] = seq - 1;
+    Wait w(c);
+    uint64_t seen, reaped = 0;
+    while ((seen = load_seq(word)) != seq)
+      if (!w.tick(0, &l, s, seen, seq)) return;
+    if (!wait_room(c, 0, l, s, s->pub + bbs, reaped)) return;
+    if (!inl) store_seq(src + size - 8, seq);
+    const uint32_t end = post_one(l, s, bbs, inl != 0, Payload{src, size, inl != 0, seq},
+                                  l[kDstAddr], l[kSrcAddr]);
+    if (!wait_retired(c, 0, l, s, end, reaped)) return;
+  }
+  status[kStDone] = count;
+}
+
+// ---- msg-rate ------------------------------------------------------------------------------------
+// Units: a thread (publish 0: slot handoff in reservation order; 2: doorbell lock per WQE) or a
+// warp (publish 1: reserve once, build in lockstep, one lane publishes and rings). With U units
+// and L lanes, unit u owns lanes u, u+U, ... when U <= L (its batch b goes to its (b mod n)-th
+// lane), else it shares lane u mod L. A unit posts per_thread x (its threads) messages after as
+// many warm-up ones, `batch` WQEs per doorbell. Lane WQE k (of the call) is signaled when
+// (k + 1) % signal_every == 0 or it is the lane's last (kLaneWqes); the drain is timed.
+// unit_out: per unit {t_start, t_end, doorbells, cqes, windows}; windows: per unit max_windows.
+extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpState* states,
+                                        uint32_t threads, int pub_mode, uint32_t batch,
+                                        uint32_t size, int inl, uint64_t per_thread,
+                                        uint64_t warmup_per_thread, uint64_t window,
+                                        uint32_t signal_every, uint64_t timeout_ns,
+                                        int64_t* unit_out, int64_t* windows, uint32_t max_windows,
+                                        unsigned long long* status, const uint32_t* abort) {
+  const Ctl c{status, abort, timeout_ns};
+  const uint32_t tid = blockIdx.x * blockDim.x + threadIdx.x;
+  const unsigned mask = __ballot_sync(0xffffffffu, tid < threads);
+  if (tid >= threads) return;
+  const bool warp_mode = pub_mode == 1;
+  const uint32_t lane_id = threadIdx.x & 31;
+  const uint32_t usize = warp_mode ? __popc(mask) : 1;
+  const uint32_t unit = warp_mode ? tid / 32 : tid;
+  const uint32_t units = warp_mode ? (threads + 31) / 32 : threads;
+  const bool leader = !warp_mode || lane_id == 0;
+  const uint32_t L = static_cast<uint32_t>(nlanes);
+  const uint32_t n = units <= L ? (L - unit + units - 1) / units : 1;
+  const uint32_t first = units <= L ? unit : unit % L;
+  const uint64_t total = (per_thread + warmup_per_thread) * usize;
+  const uint64_t warm = warmup_per_thread * usize;
+  const uint64_t win = window * usize;
+  const uint64_t nbatches = (total + batch - 1) / batch;
+  int64_t* out = unit_out + static_cast<uint64_t>(unit) * 5;
+  int64_t* wout = windows + static_cast<uint64_t>(unit) * max_windows;
+  uint64_t posted = 0, doorbells = 0, reaped = 0, next_window = warm + win;
+  uint32_t nwin = 0, last_end = 0;
+  uint64_t t_start = warm == 0 ? globaltimer() : 0, t_window = t_start;
+  bool ok = true;
+  for (uint64_t b = 0; b < nbatches && ok; ++b) {
+    const uint32_t li = first + static_cast<uint32_t>(b % n) * units;
+    const Lane l = lane_at(lanes, li);
+    QpState* s = state_of(states, l);
+    const uint32_t bbs = ld_volatile32(&s->bbs);
+    const uint32_t base = ld_volatile32(&s->base);
+    const uint32_t lane_wqes = static_cast<uint32_t>(l[kLaneWqes]);
+    const uint32_t count = static_cast<uint32_t>(total - posted < batch ? total - posted : batch);
+    uint32_t start = 0;
+    // reserve (and, for the lock, take it)
+    if (leader) {
+      if (pub_mode == 2) {
+        Wait w(c);
+        while (atomicCAS(&s->lock, 0u, 1u) != 0u)
+          if (!w.tick(li, &l, s)) {
+            ok = false;
+            break;
+          }
+        if (ok) {
+          fence_acq_rel_gpu();
+          start = ld_volatile32(&s->resv);
+          st_volatile32(&s->resv, start + count * bbs);
+        }
+      } else {
+        start = atomicAdd(&s->resv, count * bbs);
+      }
+      ok = ok && wait_room(c, li, l, s, start + count * bbs, reaped);
+    }
+    if (warp_mode) {
+      start = __shfl_sync(mask, start, 0);
+      ok = __shfl_sync(mask, ok, 0);
+    }
+    if (!ok) break;
+    // build: a warp builds WQEs lane_id, lane_id + usize, ...; a thread all of its batch
+    uint64_t db = 0;
+    const uint32_t step = warp_mode ? usize : 1;
+    for (uint32_t j = warp_mode ? lane_id : 0; j < count; j += step) {
+      const uint32_t pi = start + j * bbs;
+      const uint32_t k = (pi - base) / bbs;  // the lane's WQE number in this call
+      const bool sig = (k + 1) % signal_every == 0 || k + 1 == lane_wqes;
+      // message slot: the lane's k-th message goes to slot k mod slots of its slice
+      const uint64_t slots = l[kRegion] / size > 0 ? l[kRegion] / size : 1;
+      const uint64_t off = (k % slots) * size;
+      const Payload p{reinterpret_cast<const uint8_t*>(l[kSrcDev]) + off, size, false, 0};
+      db = build_write(l, pi, l[kDstAddr] + off, inl != 0, p, l[kSrcAddr] + off, sig);
+    }
+    if (warp_mode) {
+      db = __shfl_sync(mask, db, (count - 1) % usize);
+      __syncwarp(mask);
+    }
+    const uint32_t end = start + count * bbs;
+    if (leader) {
+      if (pub_mode != 2) {  // hand-off: publish after every earlier reservation
+        Wait w(c);
+        while (ld_acquire_gpu32(&s->pub) != start)
+          if (!w.tick(li, &l, s)) {
+            ok = false;
+            break;
+          }
+      }
+      if (ok) {
+        publish(l.dbrec(), l.doorbell(), end, db);
+        st_release_gpu32(&s->pub, end);
+        ++doorbells;
+      }
+      if (pub_mode == 2) {
+        fence_acq_rel_gpu();
+        atomicExch(&s->lock, 0u);
+      }
+      last_end = end;
+      const uint64_t before = posted;
+      posted += count;
+      if (before < warm && posted >= warm) t_start = t_window = globaltimer();
+      while (posted >= next_window && next_window < total) {
+        const uint64_t t = globaltimer();
+        if (nwin < max_windows) wout[nwin++] = static_cast<int64_t>(t - t_window);
+        t_window = t;
+        next_window += win;
+      }
+      ok = ok && try_reap(c, li, l, s, reaped);
+    } else {
+      posted += count;
+    }
+    if (warp_mode) ok = __shfl_sync(mask, ok, 0);
+  }
+  if (!leader) return;
+  // drain: every lane of this unit retired up to what the unit posted on it (shared lane) or
+  // up to everything reserved on it (lanes it owns)
+  for (uint32_t i = 0; i < n && ok; ++i) {
+    const uint32_t li = first + i * units;
+    const Lane l = lane_at(lanes, li);
+    QpState* s = state_of(states, l);
+    const uint32_t end = units <= L ? ld_volatile32(&s->resv) : last_end;
+    ok = wait_retired(c, li, l, s, end, reaped);
+  }
+  if (!ok) {
+    atomicAdd(&status[kStDone], posted);
+    return;
+  }
+  const uint64_t t_end = globaltimer();
+  if (nwin < max_windows) wout[nwin++] = static_cast<int64_t>(t_end - t_window);
+  out[0] = static_cast<int64_t>(t_start);
+  out[1] = static_cast<int64_t>(t_end);
+  out[2] = static_cast<int64_t>(doorbells);
+  out[3] = static_cast<int64_t>(reaped);
+  out[4] = nwin;
+  atomicAdd(&status[kStDone], posted);
+}
+
+// ---- clock ---------------------------------------------------------------------------------------
+// Spin for `ns` of globaltimer; out = {elapsed ns, elapsed SM cycles}.
+extern "C" __global__ void gda_clock(uint64_t ns, int64_t* out) {
+  const uint64_t t0 = globaltimer();
+  const uint64_t c0 = clock64_now();
+  uint64_t t;
+  while ((t = globaltimer()) - t0 < ns) {
+  }
+  const uint64_t c1 = clock64_now();
+  out[0] = static_cast<int64_t>(t - t0);
+  out[1] = static_cast<int64_t>(c1 - c0);
+}

@@ -1,0 +1,221 @@
+"""The GPU submitter's host-side rules (no GPU needed): msg-rate's distribution of messages over
+lanes as gda_msg_rate hands them out, the reclamation bound, the clock tools' lock/restore
+discipline (a fake nvidia-smi), and refusals before anything is created."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gicbench.errors import ConfigError, FabricError, UnsupportedError
+from gicbench.experiments.msg_rate import lane_messages as host_lane_messages
+from gicbench.submit.gpu import clock, lanes
+from gicbench.submit.gpu.build import build_options, cuda_dir
+from gicbench.submit.gpu.params import ORDERINGS
+
+
+def simulate(nlanes: int, threads: int, publish: str, batch: int, per_thread: int) -> list[int]:
+    """A literal walk of gda_msg_rate's loop: unit by unit, batch by batch."""
+    us = lanes.units(threads, publish)
+    counts = [0] * nlanes
+    for u, size in enumerate(us):
+        mine = lanes.unit_lanes(u, len(us), nlanes)
+        total, posted, b = per_thread * size, 0, 0
+        while posted < total:
+            n = min(batch, total - posted)
+            counts[mine[b % len(mine)]] += n
+            posted += n
+            b += 1
+    return counts
+
+
+@pytest.mark.parametrize(
+    ("nlanes", "threads", "publish", "batch", "per_thread"),
+    [
+        (1, 1, "thread", 1, 100),
+        (4, 2, "thread", 3, 101),
+        (4, 64, "thread", 5, 17),
+        (3, 64, "warp", 32, 10),
+        (16, 40, "warp", 7, 9),
+        (5, 5, "lock", 4, 33),
+        (2, 9, "lock", 1, 3),
+    ],
+)
+def test_lane_messages_match_the_kernel_walk(nlanes, threads, publish, batch, per_thread) -> None:
+    got = lanes.lane_messages(nlanes, threads, publish, batch, per_thread)
+    assert got == simulate(nlanes, threads, publish, batch, per_thread)
+    assert sum(got) == per_thread * threads
+
+
+def test_thread_publication_with_own_lanes_is_the_host_rule() -> None:
+    # threads <= lanes: the same distribution as the host loop's (msg-rate validates with it)
+    for nl, t, b, m in [(4, 2, 3, 101), (8, 8, 1, 50), (6, 4, 2, 7)]:
+        assert lanes.lane_messages(nl, t, "thread", b, m) == host_lane_messages(nl, t, b, m)
+
+
+@pytest.mark.parametrize("depth", [16, 64, 256, 1024])
+@pytest.mark.parametrize("bbs", [1, 2, 4])
+def test_signal_interval_keeps_every_wait_finite(depth: int, bbs: int) -> None:
+    for batch in range(1, depth // bbs + 1):
+        se = lanes.signal_every(depth, bbs, batch)
+        assert se >= 1
+        assert (se - 1 + batch) * bbs <= depth
+
+
+def test_lane_table_width_matches_the_kernel_header() -> None:
+    text = (Path(__file__).resolve().parents[1] / "cuda" / "gda" / "queue.cuh").read_text()
+    body = text[text.index("enum LaneCol") : text.index("kLaneCols")]
+    names = re.findall(r"^\s+(k\w+)", body, flags=re.M)
+    assert len(names) == len(lanes.COLUMNS)
+
+
+def test_build_options_name_the_ordering() -> None:
+    root = cuda_dir()
+    assert (root / "gda" / "kernels.cu").exists()  # installed with the package
+    for i, o in enumerate(ORDERINGS):
+        assert f"-DGDA_ORDERING={i}" in build_options(o, root)
+    with pytest.raises(ValueError):
+        build_options("fastest", root)
+
+
+# ---- clock tools ---------------------------------------------------------------------------
+@pytest.fixture
+def fake_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    log = tmp_path / "smi.log"
+    script = tmp_path / "nvidia-smi"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'echo "$@" >> {log}\n'
+        'case "$*" in *-lgc\\ 666,666*) echo "not supported" >&2; exit 3;; esac\n'
+        "exit 0\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    return log
+
+
+def test_clock_is_restored_after_success_and_failure(fake_smi: Path) -> None:
+    with clock.locked("00000000:01:00.0", 1200):
+        pass
+    with pytest.raises(RuntimeError), clock.locked("00000000:01:00.0", 1410):
+        raise RuntimeError("the point failed")
+    with pytest.raises(FabricError, match="-lgc 666,666 failed"), clock.locked("gpu0", 666):
+        pass
+    lines = fake_smi.read_text().split("\n")
+    assert lines[:6] == [
+        "-i 00000000:01:00.0 -lgc 1200,1200",
+        "-i 00000000:01:00.0 -rgc",
+        "-i 00000000:01:00.0 -lgc 1410,1410",
+        "-i 00000000:01:00.0 -rgc",
+        "-i gpu0 -lgc 666,666",
+        "-i gpu0 -rgc",  # restored even when the lock itself failed
+    ]
+    assert not clock._LOCKED
+
+
+def test_measured_clock_must_match_the_lock() -> None:
+    clock.check_measured(1200, 1.19e9)
+    with pytest.raises(FabricError, match="did not hold"):
+        clock.check_measured(1200, 1.98e9)
+
+
+def test_no_nvidia_smi_is_unsupported(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(UnsupportedError, match="nvidia-smi"):
+        clock.nvidia_smi()
+
+
+# ---- refusals in pre-flight (no GPU here) ---------------------------------------------------
+def plan(**kw):
+    from gicbench.config import RunConfig
+    from gicbench.plan import make_plan
+
+    return make_plan(RunConfig.build(**kw))
+
+
+def test_gpu_only_knobs_and_experiments_are_refused_with_the_host_submitter() -> None:
+    with pytest.raises(ConfigError, match="only with --submitter gpu"):
+        plan(experiments=["msg-rate"], publish="warp")
+    with pytest.raises(ConfigError, match=r"submitter \(--submitter\).*gpu"):
+        plan(experiments=["clock-sweep"])
+
+
+def test_gpu_submitter_without_cupy_says_why() -> None:
+    with pytest.raises(UnsupportedError, match="needs an NVIDIA GPU and CuPy"):
+        plan(experiments=["completion-scope"], submitter="gpu")
+
+
+def test_bad_clock_list_is_refused() -> None:
+    with pytest.raises(ConfigError, match="clocks"):
+        plan(experiments=["clock-sweep"], clocks=("1200", "fast"))
+
+
+# ---- clock-sweep's point: lock, measure, check, run, restore ------------------------------
+class _FakeGpuSubmitter:
+    def __init__(self, measured_hz: float) -> None:
+        self.measured_hz = measured_hz
+
+        class _Dev:
+            pci_bus_id = "00000000:19:00.0"
+
+        self.device = _Dev()
+
+    def measure_clock(self) -> float:
+        return self.measured_hz
+
+
+def _clock_sweep(monkeypatch: pytest.MonkeyPatch, measured_hz: float):
+    import types
+
+    from gicbench.config import RunConfig
+    from gicbench.experiments.clock_sweep import ClockSweep
+    from gicbench.experiments.registry import PointResult
+    from gicbench.experiments.single_op import SingleOp
+
+    calls = []
+
+    def fake_run(self, ctx, point):
+        calls.append(point["clock_mhz"])
+        return PointResult(samples={"issue_ns": np.array([1, 2])}, results={})
+
+    monkeypatch.setattr(SingleOp, "run_point", fake_run)
+    monkeypatch.setattr(
+        "gicbench.experiments.clock_sweep.submitter_class",
+        lambda name: types.SimpleNamespace(needs_gpu=True),
+    )
+    exp = ClockSweep.from_config(
+        RunConfig.build(experiments=["clock-sweep"], clocks=("1200", "1400"))
+    )
+    ctx = types.SimpleNamespace(
+        traffic=types.SimpleNamespace(sends=True), submitter=_FakeGpuSubmitter(measured_hz)
+    )
+    return exp, ctx, calls
+
+
+def test_clock_sweep_point_locks_measures_and_restores(monkeypatch, fake_smi: Path) -> None:
+    exp, ctx, calls = _clock_sweep(monkeypatch, 1.201e9)
+    points = exp.points()
+    assert [p["clock_mhz"] for p in points] == [1200, 1200, 1400, 1400]
+    r = exp.run_point(ctx, points[0])
+    assert calls == [1200]
+    assert r.results["sm_clock_mhz"] == pytest.approx(1201.0)
+    assert fake_smi.read_text().split("\n")[:2] == [
+        "-i 00000000:19:00.0 -lgc 1200,1200",
+        "-i 00000000:19:00.0 -rgc",
+    ]
+
+
+def test_clock_sweep_refuses_a_lock_that_did_not_hold_and_restores(monkeypatch, fake_smi) -> None:
+    exp, ctx, calls = _clock_sweep(monkeypatch, 1.98e9)
+    with pytest.raises(FabricError, match="did not hold"):
+        exp.run_point(ctx, exp.points()[2])
+    assert calls == []  # nothing measured at the wrong clock
+    assert fake_smi.read_text().split("\n")[:2] == [
+        "-i 00000000:19:00.0 -lgc 1400,1400",
+        "-i 00000000:19:00.0 -rgc",
+    ]
