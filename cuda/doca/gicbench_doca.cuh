@@ -34,6 +34,7 @@ struct gicbench_doca_queue {
   uint32_t reserved;
 };
 static_assert(sizeof(gicbench_doca_queue) == 80, "gicbench_doca_queue is 80 bytes (layout.py)");
+static_assert(sizeof(doca_gpu_dev_verbs_qp) == 296, "layout.py QP_BYTES");
 static_assert(offsetof(gicbench_doca_queue, qpn) == 48, "layout.py QUEUE_DTYPE order");
 
 // The DOCA version the adaptor was written against (VERSION of the extracted headers records
