@@ -14,7 +14,7 @@ import pytest
 from gicbench import mlx5
 from gicbench.fabric.base import Access, host_view
 from gicbench.fabric.emu import EmuFabric
-from gicbench.submit.doca.layout import CqType, NicHandler, proxy_bytes, queue_kwargs
+from gicbench.submit.doca.layout import CqType, NicHandler, init_cq, proxy_bytes, queue_kwargs
 from gicbench.submit.doca.proxy import HostRinger
 
 DEPTH = 16
@@ -32,6 +32,7 @@ def pair(handler: NicHandler) -> Iterator[tuple]:
             f.seal()
         args = queue_kwargs(handler, CqType.CQ_64B, DEPTH)
         qps = [f.create_qp(f.create_cq(args.ncqe, **args.cq), DEPTH, **args.qp) for f in fs]
+        init_cq(qps[0].sq.cq)
         fs[0].connect(qps[0], fs[1].endpoint(qps[1]))
         fs[1].connect(qps[1], fs[0].endpoint(qps[0]))
         landing = fs[1].register(4096, Access.LOCAL_WRITE | Access.REMOTE_WRITE)
@@ -75,6 +76,9 @@ def test_cpu_proxy_publishes_the_gpu_producer_index() -> None:
         got = host_view(landing.addr, 24).view(np.uint64)
         assert list(got) == [0x1000, 0x1001, 0x1002]
         assert ringer.stats() == [(qp.qpn, 3, 1)]
+        # init_cq: DOCA's first-lap CQEs read as empty (owner 1) until the engine writes them
+        op_own = host_view(qp.sq.cq.buf, DEPTH * 64).reshape(DEPTH, 64)[:, 63]
+        assert list(op_own[:4]) == [0x00, 0x00, 0x00, 0xF1]  # REQ, owner 0 x3; untouched
         c = fs[0].counters()
         assert c["stale_wqes"] == 0 and c["dbrec_lag"] == 0 and c["bad_doorbells"] == 0
         fs[0].check()

@@ -9,7 +9,7 @@
 // shared memory) or doca_gpu_dev_verbs_submit_bf_warp.
 //
 // Which QP a unit uses follows the sharing mode: EXCLUSIVE: one unit per QP (unit i -> QP i);
-// CTA: the units of block b share QP b % nqps; GPU: unit u uses QP u % nqps. Slots in the
+// CTA: one block per QP, its units share it (block b -> QP b); GPU: unit u uses QP u % nqps. Slots in the
 // destination are unique per operation: slot = (rank of the unit on its QP) * iters + i
 // (x 32 + lane in warp scope), at dst + slot * size.
 //
@@ -76,9 +76,8 @@ __device__ inline void gicbench_doca_unit(uint32_t unit, uint32_t nunits, uint32
     *qp_idx = unit;
     *rank_on_qp = 0;
   } else if (S == DOCA_GPUNETIO_VERBS_RESOURCE_SHARING_MODE_CTA) {
-    const uint32_t per_block = nunits / gridDim.x;
-    *qp_idx = blockIdx.x % nqps;
-    *rank_on_qp = (blockIdx.x / nqps) * per_block + unit % per_block;
+    *qp_idx = blockIdx.x;  // one block per QP: CTA sharing synchronises within a block only
+    *rank_on_qp = unit % (nunits / gridDim.x);
   } else {
     *qp_idx = unit % nqps;
     *rank_on_qp = unit / nqps;
@@ -190,7 +189,7 @@ __host__ __device__ constexpr bool gicbench_doca_supported(doca_gpu_dev_verbs_ni
 }
 
 // units = threads (thread scope) or warps (warp scope) of the launch. EXCLUSIVE needs units ==
-// nqps; CTA needs the block count to be a multiple of... any (blocks map to QPs modulo nqps).
+// nqps, CTA blocks == nqps; otherwise every unit reports EBADARG and nothing is posted.
 template <doca_gpu_dev_verbs_nic_handler H, doca_gpu_dev_verbs_resource_sharing_mode S,
           doca_gpu_dev_verbs_exec_scope E>
 __device__ inline void gicbench_doca_post(doca_gpu_dev_verbs_qp* qps,
@@ -211,7 +210,8 @@ __device__ inline void gicbench_doca_post(doca_gpu_dev_verbs_qp* qps,
   if (!gicbench_doca_supported(H, E, job.op)) {
     r.status = GICBENCH_DOCA_EUNSUPPORTED;
   } else if (job.nqps == 0 || q >= job.nqps ||
-             (S == DOCA_GPUNETIO_VERBS_RESOURCE_SHARING_MODE_EXCLUSIVE && nunits != job.nqps)) {
+             (S == DOCA_GPUNETIO_VERBS_RESOURCE_SHARING_MODE_EXCLUSIVE && nunits != job.nqps) ||
+             (S == DOCA_GPUNETIO_VERBS_RESOURCE_SHARING_MODE_CTA && gridDim.x != job.nqps)) {
     r.status = GICBENCH_DOCA_EBADARG;
   } else {
     doca_gpu_dev_verbs_qp* qp = &qps[q];

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import ConfigError
-from ...fabric.base import MemoryDomain, MemoryRegion, QueuePair
+from ...fabric.base import CompletionQueue, MemoryDomain, MemoryRegion, QueuePair, host_view
 
 QP_BYTES = 296  # sizeof(struct doca_gpu_dev_verbs_qp), checked by the adaptor's static_assert
 MAX_WQEBBS = 32768  # DOCA keeps the SQ size in a uint16 (sq_wqe_num)
@@ -266,4 +266,23 @@ def units(sharing: Sharing, scope: Scope, nqps: int, blocks: int, threads: int) 
     if Sharing(sharing) == Sharing.EXCLUSIVE and n != nqps:
         raise ConfigError("threads", threads, f"{nqps} issuing units in all (one per QP) for "
                           "exclusive sharing")  # fmt: skip
+    if Sharing(sharing) == Sharing.CTA and blocks != nqps:
+        raise ConfigError("blocks", blocks, f"{nqps} (one block per QP) for cta sharing")
     return n
+
+
+CQE_OP_OWN = 63  # offset of op_own in a 64-byte CQE
+DOCA_CQE_INIT = 0xF1  # opcode INVALID, owner 1
+
+
+def init_cq(cq: CompletionQueue) -> None:
+    """Give every CQE op_own = 0xF1 (INVALID, owner 1), as DOCA's host library prepares its CQs.
+    DOCA's sm_90 poll of a 64B CQ tests the owner bit alone (doca_priv_gpu_dev_verbs_poll_cq_
+    device_at), so a ring starting at rdma-core's 0xF0 (owner 0, what emu writes at creation)
+    reads as complete on the first lap. Host-visible rings only (host, host-mapped); a ring in
+    GPU memory needs the same bytes written on the GPU."""
+    if cq.domain == MemoryDomain.DEVICE or not cq.buf:
+        raise ConfigError("cq.domain", cq.domain, "host or host-mapped (a GPU-resident ring is "
+                          "initialised on the GPU)")  # fmt: skip
+    ring = host_view(cq.buf, cq.ncqe * 64).reshape(cq.ncqe, 64)
+    ring[:, CQE_OP_OWN] = DOCA_CQE_INIT
