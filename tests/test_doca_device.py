@@ -54,7 +54,7 @@ def _gpu() -> None:
 
 @contextmanager
 def world(handler: NicHandler, cq_type: CqType) -> Iterator[dict]:
-    from gicbench.submit.doca.device import DocaDevice, HostMapped
+    from gicbench.submit.doca.device import DocaDevice
     from gicbench.submit.doca.proxy import HostRinger
 
     job = "dd-" + uuid.uuid4().hex[:8]
@@ -82,17 +82,15 @@ def world(handler: NicHandler, cq_type: CqType) -> Iterator[dict]:
         fetched = fs[0].register(NQPS * 8, Access.LOCAL_WRITE)
         landing = fs[1].register(NQPS * REGION, Access.LOCAL_WRITE | Access.REMOTE_WRITE)
         signal = fs[1].register(NQPS * 8, ACCESS_SIG)
+        nb = proxy_bytes(handler, DEPTH)  # the GPU's proxy words / ready slots, one MR for all
+        words = fs[0].register(NQPS * nb, Access.LOCAL_WRITE, domain="host-mapped") if nb else None
         dev_addrs = fs[0].register_cuda()
-        words = []
-        for _ in qps:
-            nb = proxy_bytes(handler, DEPTH)
-            hm = HostMapped(nb) if nb else None
-            if hm:
-                stack.callback(hm.close)
-            words.append(hm)
-        recs = np.stack([queue_record(q, handler, cq_type, dev_addrs,
-                                      proxy_addr=w.device if w else 0)
-                         for q, w in zip(qps, words, strict=True)])  # fmt: skip
+        if words is not None:
+            host_view(words.addr, words.length)[:] = 0
+        proxy = [(words.addr + i * nb, dev_addrs["mrs"][words.addr] + i * nb) if words else (0, 0)
+                 for i in range(NQPS)]  # fmt: skip
+        recs = np.stack([queue_record(q, handler, cq_type, dev_addrs, proxy_addr=p[1])
+                         for q, p in zip(qps, proxy, strict=True)])  # fmt: skip
         lanes = np.stack([
             lane_record(
                 _slice(src, i), landing.addr + i * REGION, landing.rkey,
@@ -103,8 +101,8 @@ def world(handler: NicHandler, cq_type: CqType) -> Iterator[dict]:
         dev = DocaDevice()
         if handler.host_thread:
             ringer = HostRinger()
-            for q, w in zip(qps, words, strict=True):
-                ringer.add(q, handler, w.host)
+            for q, p in zip(qps, proxy, strict=True):
+                ringer.add(q, handler, p[0])
             ringer.start()
             stack.callback(ringer.stop)
         yield {"fs": fs, "qps": qps, "dev": dev, "doca_qps": dev.build(recs), "lanes": lanes,
@@ -201,24 +199,34 @@ HANDLER_CQ = [
 @pytest.mark.parametrize(("handler", "cq_type"), HANDLER_CQ, ids=lambda v: v.name.lower())
 def test_doca_posts_on_emu(handler: NicHandler, cq_type: CqType) -> None:
     _gpu()
-    bad = []
-    with world(handler, cq_type) as w:
-        for sharing, scope, blocks, threads in LAUNCHES:
-            for op, size in OPS:
-                r = run_case(w, handler, sharing, scope, blocks, threads, op, size)
-                r["cq_type"] = cq_type.name.lower()
-                ok = (r["status"] == (["ok"] if r["supported"] else ["unsupported"])
-                      and r["payload_ok"] and r["signal_ok"] and r["stale_wqes"] == 0
-                      and r["bad_doorbells"] == 0 and r["errors"] == 0)  # fmt: skip
-                if not r["supported"]:
-                    ok = ok and r["wqes"] == 0
-                if not ok:
-                    bad.append(r)
-        w["fs"][0].check()
-    path = os.environ.get("DOCA_DEVICE_REPORT")
-    if path:
-        with open(path, "a") as fh:
-            for r in REPORT:
-                fh.write(json.dumps(r) + "\n")
+    bad: list[dict] = []
+    try:
+        with world(handler, cq_type) as w:
+            for sharing, scope, blocks, threads in LAUNCHES:
+                for op, size in OPS:
+                    try:
+                        r = run_case(w, handler, sharing, scope, blocks, threads, op, size)
+                    except Exception as e:  # a hung or faulting kernel: record it, stop here
+                        r = {"handler": handler.cli, "sharing": sharing.name.lower(),
+                             "scope": scope.name.lower(), "op": op.name.lower(),
+                             "error": f"{type(e).__name__}: {e}"}  # fmt: skip
+                        REPORT.append(r)
+                        bad.append(r)
+                        raise
+                    r["cq_type"] = cq_type.name.lower()
+                    ok = (r["status"] == (["ok"] if r["supported"] else ["unsupported"])
+                          and r["payload_ok"] and r["signal_ok"] and r["stale_wqes"] == 0
+                          and r["bad_doorbells"] == 0 and r["errors"] == 0)  # fmt: skip
+                    if not r["supported"]:
+                        ok = ok and r["wqes"] == 0
+                    if not ok:
+                        bad.append(r)
+            w["fs"][0].check()
+    finally:
+        path = os.environ.get("DOCA_DEVICE_REPORT")
+        if path:
+            with open(path, "a") as fh:
+                for r in REPORT:
+                    fh.write(json.dumps(r) + "\n")
         REPORT.clear()
     assert not bad, json.dumps(bad, indent=1)

@@ -1,5 +1,7 @@
 """The GPU side of the doca submitter, through CuPy: the compiled kernels, DOCA's QP structures
-in GPU memory, host-mapped proxy words, and bounded kernel launches.
+in GPU memory, and bounded kernel launches. (The proxy words of the CPU_PROXY handlers are a
+"host-mapped" memory region of the fabric: register(n, domain="host-mapped"), whose GPU address
+register_cuda() returns.)
 
     dev = DocaDevice()                        # nvcc-built cubin for this GPU's arch
     qps = dev.build(np.stack([queue_record(...), ...]))
@@ -31,8 +33,6 @@ from .layout import (
     units,
 )
 
-_HOST_ALLOC_PORTABLE, _HOST_ALLOC_MAPPED = 1, 2
-
 
 def _cupy() -> Any:
     try:
@@ -40,25 +40,6 @@ def _cupy() -> Any:
     except ImportError as e:
         raise UnsupportedError(f"the doca submitter needs CuPy ({e})") from e
     return cupy
-
-
-class HostMapped:
-    """Pinned host memory mapped into the GPU (cudaHostAlloc portable|mapped): the proxy word or
-    ready slots the GPU writes and the host thread reads. `host`/`device` addresses; `view`."""
-
-    def __init__(self, nbytes: int) -> None:
-        rt = _cupy().cuda.runtime
-        self.nbytes = nbytes
-        self.host = int(rt.hostAlloc(nbytes, _HOST_ALLOC_PORTABLE | _HOST_ALLOC_MAPPED))
-        self.device = int(rt.hostGetDevicePointer(self.host, 0))
-        self.view = np.ctypeslib.as_array((np.ctypeslib.ctypes.c_uint64 * (nbytes // 8))
-                                          .from_address(self.host))  # fmt: skip
-        self.view[:] = 0
-
-    def close(self) -> None:
-        if self.host:
-            _cupy().cuda.runtime.freeHost(self.host)
-            self.host = 0
 
 
 class DocaDevice:
