@@ -1,5 +1,5 @@
 """cuda/doca/ compiles for sm_90 against DOCA GPUNetIO's headers: every handler x sharing mode x
-execution scope (the kernels gicbench.submit.doca.layout.kernel_name names), each header alone,
+execution scope x shape (rate, latency: the kernels layout.kernel_name names), each header alone,
 with no warnings from gicbench's own code."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from doca_helpers import headers_or_fail, nvcc_or_skip
 
 from gicbench.submit.doca import build
-from gicbench.submit.doca.layout import NicHandler, Scope, Sharing, kernel_name
+from gicbench.submit.doca.layout import SHAPES, NicHandler, Scope, Sharing, kernel_name
 
 REPO = Path(__file__).resolve().parents[1]
 CUDA = REPO / "cuda"
@@ -37,9 +37,10 @@ def test_every_variant_compiles_for_sm90(tmp_path: Path) -> None:
     assert_clean(compile_(CUDA / build.SOURCE, out))
     names = set(re.findall(rb"gicbench_doca_[a-z0-9_]+", out.read_bytes()))
     want = {
-        kernel_name(h, s, e).encode() for h, s, e in itertools.product(NicHandler, Sharing, Scope)
+        kernel_name(h, s, e, shape).encode()
+        for h, s, e, shape in itertools.product(NicHandler, Sharing, Scope, SHAPES)
     }
-    assert len(want) == 30
+    assert len(want) == 60
     assert want <= names, sorted(want - names)
     assert b"gicbench_doca_init" in names
 

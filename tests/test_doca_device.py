@@ -5,8 +5,9 @@ Two emu ranks in one process (CPU engine threads), rank 0's RC QPs host-mapped i
 every op DOCA offers, thread scope in each sharing mode, and warp scope; payloads land where they
 must, signals add up, every unit's last ticket completes, and the engine's stale-WQE and
 bad-doorbell counters read zero (dbrec_lag is reported: DOCA rings before it writes the record
-by design). CPU_PROXY handlers run the native host thread. Writes DOCA_DEVICE_REPORT (JSON) when
-that variable names a file."""
+by design); then the latency shape (post, wait, repeat) with per-op cycles. CPU_PROXY handlers
+run the native host thread. Writes DOCA_DEVICE_REPORT (JSON lines) when that variable names a
+file."""
 
 from __future__ import annotations
 
@@ -185,6 +186,38 @@ def run_case(w: dict, handler: NicHandler, sharing: Sharing, scope: Scope, block
     return rec
 
 
+def run_latency(w: dict, handler: NicHandler, scope: Scope, threads: int) -> dict:
+    """Latency shape, exclusive: each unit posts one PUT, waits, ITERS times; every sample must
+    have 0 < issue <= completion cycles and the payload must land."""
+    op = Op.PUT
+    fs, landing = w["fs"], w["landing"]
+    lv = host_view(landing.addr, NQPS * REGION)
+    lv[:] = 0
+    srcv = host_view(w["src"].addr, NQPS * REGION)
+    before = fs[0].counters()
+    job = job_record(op, 8, ITERS, NQPS, timeout_ns=2_000_000_000)
+    res, cycles = w["dev"].latency(w["doca_qps"], w["lanes"], job, handler, Sharing.EXCLUSIVE,
+                                   scope, 1, threads)  # fmt: skip
+    fs[0].quiesce()
+    fs[1].quiesce()
+    delta = {k: v - before[k] for k, v in fs[0].counters().items()}
+    slots = ITERS * (32 if scope == Scope.WARP else 1)
+    span = [slice(q * REGION, q * REGION + slots * 8) for q in range(NQPS)]
+    payload_ok = all(np.array_equal(lv[sl], srcv[sl]) for sl in span)
+    rec = {
+        "handler": handler.cli, "sharing": "exclusive", "scope": scope.name.lower(),
+        "op": "put", "shape": "latency", "status": sorted({STATUS[int(s)] for s in res["status"]}),
+        "payload_ok": payload_ok,
+        "cycles_ok": bool((cycles[..., 0] > 0).all() and (cycles[..., 0] <= cycles[..., 1]).all()),
+        "issue_cycles_p50": int(np.median(cycles[..., 0])),
+        "completion_cycles_p50": int(np.median(cycles[..., 1])),
+        "stale_wqes": delta["stale_wqes"], "dbrec_lag": delta["dbrec_lag"],
+        "bad_doorbells": delta["bad_doorbells"],
+    }  # fmt: skip
+    REPORT.append(rec)
+    return rec
+
+
 HANDLER_CQ = [
     (NicHandler.GPU_SM_DB, CqType.CQ_64B),
     (NicHandler.GPU_SM_DB, CqType.CQ_64B_COLLAPSED),
@@ -221,6 +254,12 @@ def test_doca_posts_on_emu(handler: NicHandler, cq_type: CqType) -> None:
                         ok = ok and r["wqes"] == 0
                     if not ok:
                         bad.append(r)
+            for scope, threads in ((Scope.THREAD, NQPS), (Scope.WARP, 32 * NQPS)):
+                r = run_latency(w, handler, scope, threads)
+                r["cq_type"] = cq_type.name.lower()
+                if not (r["status"] == ["ok"] and r["payload_ok"] and r["cycles_ok"]
+                        and r["stale_wqes"] == 0 and r["bad_doorbells"] == 0):  # fmt: skip
+                    bad.append(r)
             w["fs"][0].check()
     finally:
         path = os.environ.get("DOCA_DEVICE_REPORT")

@@ -1,6 +1,6 @@
-// Every DOCA posting variant as an extern "C" kernel, for nvcc (-cubin at run time, -c in the
-// compile test) and for CuPy's RawModule(path=cubin). Names:
-//   gicbench_doca_post_<handler>_<sharing>_<scope>
+// Every DOCA posting variant as extern "C" kernels, for nvcc (-cubin at run time, -c in the
+// compile test) and for CuPy's RawModule(path=cubin). Names (rate and latency shapes):
+//   gicbench_doca_post_<handler>_<sharing>_<scope>, gicbench_doca_latency_<handler>_<sharing>_<scope>
 // handler: gpu_sm_db gpu_sm_no_dbr gpu_sm_bf cpu_proxy cpu_proxy_free_flow;
 // sharing: exclusive cta gpu; scope: thread warp. gicbench_doca_init builds DOCA's QP structures.
 #include "doca/doca_kernels.cuh"
@@ -18,6 +18,14 @@ extern "C" __global__ void gicbench_doca_init(const gicbench_doca_queue* queues,
     gicbench_doca_post<DOCA_GPUNETIO_VERBS_NIC_HANDLER_##H,                                 \
                        DOCA_GPUNETIO_VERBS_RESOURCE_SHARING_MODE_##S,                       \
                        DOCA_GPUNETIO_VERBS_EXEC_SCOPE_##E>(qps, lanes, job, results);      \
+  }                                                                                         \
+  extern "C" __global__ void gicbench_doca_latency_##h##_##s##_##e(                         \
+      doca_gpu_dev_verbs_qp* qps, const gicbench_doca_lane* lanes,                          \
+      const gicbench_doca_job* job, gicbench_doca_result* results, uint64_t* cycles) {      \
+    gicbench_doca_latency<DOCA_GPUNETIO_VERBS_NIC_HANDLER_##H,                              \
+                          DOCA_GPUNETIO_VERBS_RESOURCE_SHARING_MODE_##S,                    \
+                          DOCA_GPUNETIO_VERBS_EXEC_SCOPE_##E>(qps, lanes, job, results,    \
+                                                              cycles);                      \
   }
 #define GICBENCH_DOCA_SCOPES(h, H, s, S)             \
   GICBENCH_DOCA_KERNEL(h, H, s, S, thread, THREAD) \

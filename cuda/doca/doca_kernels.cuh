@@ -188,8 +188,83 @@ __host__ __device__ constexpr bool gicbench_doca_supported(doca_gpu_dev_verbs_ni
                                                      : op == GICBENCH_DOCA_PUT);
 }
 
-// units = threads (thread scope) or warps (warp scope) of the launch. EXCLUSIVE needs units ==
-// nqps, CTA blocks == nqps; otherwise every unit reports EBADARG and nothing is posted.
+// One operation of `job` by this unit (this lane, in warp scope), iteration i: DOCA's one-sided
+// call for the op, or the BlueFlame path. Returns the op's last ticket.
+template <doca_gpu_dev_verbs_nic_handler H, doca_gpu_dev_verbs_resource_sharing_mode S,
+          doca_gpu_dev_verbs_exec_scope E>
+__device__ inline uint64_t gicbench_doca_issue(doca_gpu_dev_verbs_qp* qp,
+                                               doca_gpu_dev_verbs_wqe* smem,
+                                               const gicbench_doca_lane& l,
+                                               const gicbench_doca_job& job, uint32_t rank,
+                                               uint32_t i, uint32_t lane_id) {
+  const bool warp = E == DOCA_GPUNETIO_VERBS_EXEC_SCOPE_WARP;
+  const uint32_t sz = job.op == GICBENCH_DOCA_PUT || job.op == GICBENCH_DOCA_PUT_SIGNAL
+                          ? job.size
+                          : (uint32_t)sizeof(uint64_t);
+  const uint64_t slot = warp
+                            ? ((uint64_t)rank * job.iters + i) * DOCA_GPUNETIO_VERBS_WARP_SIZE + lane_id
+                            : (uint64_t)rank * job.iters + i;
+  const uint64_t off = slot * sz;
+  const doca_gpu_dev_verbs_addr ra = gicbench_doca_addr(l.dst + off, l.dst_rkey_be);
+  const doca_gpu_dev_verbs_addr la = gicbench_doca_addr(l.src + off, l.src_lkey_be);
+  const doca_gpu_dev_verbs_addr sr = gicbench_doca_addr(l.sig_remote, l.sig_rkey_be);
+  const doca_gpu_dev_verbs_addr sl = gicbench_doca_addr(l.sig_local, l.sig_lkey_be);
+  const uint64_t value = job.seed + slot;
+  uint64_t ticket = 0;
+  if (H == DOCA_GPUNETIO_VERBS_NIC_HANDLER_GPU_SM_BF)
+    return warp ? gicbench_doca_bf_warp<S>(qp, l, off, sz)
+                : gicbench_doca_bf_thread<S>(qp, smem, job.op, l, off, sz, value);
+  switch (job.op) {
+    case GICBENCH_DOCA_PUT:
+      doca_gpu_dev_verbs_put<S, H, E>(qp, ra, la, sz, &ticket);
+      break;
+    case GICBENCH_DOCA_P:
+      doca_gpu_dev_verbs_p<uint64_t, S, H>(qp, ra, value, &ticket);
+      break;
+    case GICBENCH_DOCA_PUT_SIGNAL:
+      doca_gpu_dev_verbs_put_signal<DOCA_GPUNETIO_VERBS_SIGNAL_OP_ADD, S, H>(
+          qp, ra, la, sz, sr, sl, job.sig_val, &ticket);
+      break;
+    case GICBENCH_DOCA_P_SIGNAL:
+      doca_gpu_dev_verbs_p_signal<uint64_t, DOCA_GPUNETIO_VERBS_SIGNAL_OP_ADD, S, H>(
+          qp, ra, value, sr, sl, job.sig_val, &ticket);
+      break;
+    default:
+      doca_gpu_dev_verbs_signal<DOCA_GPUNETIO_VERBS_SIGNAL_OP_ADD, S, H>(qp, sr, sl, job.sig_val,
+                                                                         &ticket);
+      break;
+  }
+  return ticket;
+}
+
+// Where this unit stands in the launch, and whether the launch fits the sharing mode. units =
+// threads (thread scope) or warps (warp scope): EXCLUSIVE needs units == nqps, CTA blocks ==
+// nqps; otherwise every unit reports EBADARG and nothing is posted.
+struct gicbench_doca_place {
+  uint32_t unit, nunits, lane_id, q, rank;
+  int32_t status;
+};
+
+template <doca_gpu_dev_verbs_nic_handler H, doca_gpu_dev_verbs_resource_sharing_mode S,
+          doca_gpu_dev_verbs_exec_scope E>
+__device__ inline gicbench_doca_place gicbench_doca_where(const gicbench_doca_job& job) {
+  const bool warp = E == DOCA_GPUNETIO_VERBS_EXEC_SCOPE_WARP;
+  const uint32_t tid = blockIdx.x * blockDim.x + threadIdx.x;
+  gicbench_doca_place p = {};
+  p.lane_id = warp ? (threadIdx.x % DOCA_GPUNETIO_VERBS_WARP_SIZE) : 0;
+  p.unit = warp ? tid / DOCA_GPUNETIO_VERBS_WARP_SIZE : tid;
+  p.nunits = gridDim.x * blockDim.x / (warp ? DOCA_GPUNETIO_VERBS_WARP_SIZE : 1);
+  gicbench_doca_unit<S>(p.unit, p.nunits, job.nqps, &p.q, &p.rank);
+  if (!gicbench_doca_supported(H, E, job.op))
+    p.status = GICBENCH_DOCA_EUNSUPPORTED;
+  else if (job.nqps == 0 || p.q >= job.nqps ||
+           (S == DOCA_GPUNETIO_VERBS_RESOURCE_SHARING_MODE_EXCLUSIVE && p.nunits != job.nqps) ||
+           (S == DOCA_GPUNETIO_VERBS_RESOURCE_SHARING_MODE_CTA && gridDim.x != job.nqps))
+    p.status = GICBENCH_DOCA_EBADARG;
+  return p;
+}
+
+// Rate shape: every unit posts `iters` ops back to back, then waits for its last ticket.
 template <doca_gpu_dev_verbs_nic_handler H, doca_gpu_dev_verbs_resource_sharing_mode S,
           doca_gpu_dev_verbs_exec_scope E>
 __device__ inline void gicbench_doca_post(doca_gpu_dev_verbs_qp* qps,
@@ -198,66 +273,18 @@ __device__ inline void gicbench_doca_post(doca_gpu_dev_verbs_qp* qps,
                                           gicbench_doca_result* results) {
   extern __shared__ doca_gpu_dev_verbs_wqe gicbench_doca_smem[];
   const gicbench_doca_job job = *jobp;
-  const uint32_t tid = blockIdx.x * blockDim.x + threadIdx.x;
   const bool warp = E == DOCA_GPUNETIO_VERBS_EXEC_SCOPE_WARP;
-  const uint32_t lane_id = warp ? (threadIdx.x % DOCA_GPUNETIO_VERBS_WARP_SIZE) : 0;
-  const uint32_t unit = warp ? tid / DOCA_GPUNETIO_VERBS_WARP_SIZE : tid;
-  const uint32_t nunits =
-      gridDim.x * blockDim.x / (warp ? DOCA_GPUNETIO_VERBS_WARP_SIZE : 1);
+  const gicbench_doca_place p = gicbench_doca_where<H, S, E>(job);
   gicbench_doca_result r = {};
-  uint32_t q, rank;
-  gicbench_doca_unit<S>(unit, nunits, job.nqps, &q, &rank);
-  if (!gicbench_doca_supported(H, E, job.op)) {
-    r.status = GICBENCH_DOCA_EUNSUPPORTED;
-  } else if (job.nqps == 0 || q >= job.nqps ||
-             (S == DOCA_GPUNETIO_VERBS_RESOURCE_SHARING_MODE_EXCLUSIVE && nunits != job.nqps) ||
-             (S == DOCA_GPUNETIO_VERBS_RESOURCE_SHARING_MODE_CTA && gridDim.x != job.nqps)) {
-    r.status = GICBENCH_DOCA_EBADARG;
-  } else {
-    doca_gpu_dev_verbs_qp* qp = &qps[q];
-    const gicbench_doca_lane l = lanes[q];
-    const doca_gpu_dev_verbs_addr sr = gicbench_doca_addr(l.sig_remote, l.sig_rkey_be);
-    const doca_gpu_dev_verbs_addr sl = gicbench_doca_addr(l.sig_local, l.sig_lkey_be);
-    const uint32_t sz = job.op == GICBENCH_DOCA_PUT || job.op == GICBENCH_DOCA_PUT_SIGNAL
-                            ? job.size
-                            : (uint32_t)sizeof(uint64_t);
+  r.status = p.status;
+  if (p.status == GICBENCH_DOCA_OK) {
+    doca_gpu_dev_verbs_qp* qp = &qps[p.q];
+    const gicbench_doca_lane l = lanes[p.q];
     uint64_t ticket = 0;
     const uint64_t t0 = doca_gpu_dev_verbs_query_globaltimer();
-    for (uint32_t i = 0; i < job.iters; ++i) {
-      const uint64_t slot =
-          warp ? ((uint64_t)rank * job.iters + i) * DOCA_GPUNETIO_VERBS_WARP_SIZE + lane_id
-               : (uint64_t)rank * job.iters + i;
-      const uint64_t off = slot * sz;
-      const doca_gpu_dev_verbs_addr ra = gicbench_doca_addr(l.dst + off, l.dst_rkey_be);
-      const doca_gpu_dev_verbs_addr la = gicbench_doca_addr(l.src + off, l.src_lkey_be);
-      const uint64_t value = job.seed + slot;
-      if (H == DOCA_GPUNETIO_VERBS_NIC_HANDLER_GPU_SM_BF) {
-        ticket = warp ? gicbench_doca_bf_warp<S>(qp, l, off, sz)
-                      : gicbench_doca_bf_thread<S>(qp, &gicbench_doca_smem[threadIdx.x], job.op,
-                                                   l, off, sz, value);
-        continue;
-      }
-      switch (job.op) {
-        case GICBENCH_DOCA_PUT:
-          doca_gpu_dev_verbs_put<S, H, E>(qp, ra, la, sz, &ticket);
-          break;
-        case GICBENCH_DOCA_P:
-          doca_gpu_dev_verbs_p<uint64_t, S, H>(qp, ra, value, &ticket);
-          break;
-        case GICBENCH_DOCA_PUT_SIGNAL:
-          doca_gpu_dev_verbs_put_signal<DOCA_GPUNETIO_VERBS_SIGNAL_OP_ADD, S, H>(
-              qp, ra, la, sz, sr, sl, job.sig_val, &ticket);
-          break;
-        case GICBENCH_DOCA_P_SIGNAL:
-          doca_gpu_dev_verbs_p_signal<uint64_t, DOCA_GPUNETIO_VERBS_SIGNAL_OP_ADD, S, H>(
-              qp, ra, value, sr, sl, job.sig_val, &ticket);
-          break;
-        default:
-          doca_gpu_dev_verbs_signal<DOCA_GPUNETIO_VERBS_SIGNAL_OP_ADD, S, H>(qp, sr, sl,
-                                                                             job.sig_val, &ticket);
-          break;
-      }
-    }
+    for (uint32_t i = 0; i < job.iters; ++i)
+      ticket = gicbench_doca_issue<H, S, E>(qp, &gicbench_doca_smem[threadIdx.x], l, job, p.rank,
+                                            i, p.lane_id);
     const uint64_t t1 = doca_gpu_dev_verbs_query_globaltimer();
     r.ticket = ticket;
     r.status = job.iters ? gicbench_doca_wait<S>(qp, ticket, job.timeout_ns, &r.cq_status) : 0;
@@ -268,5 +295,49 @@ __device__ inline void gicbench_doca_post(doca_gpu_dev_verbs_qp* qps,
       r.ticket = base_ticket_max(r.ticket);
     }
   }
-  if (!warp || lane_id == 0) results[unit] = r;
+  if (!warp || p.lane_id == 0) results[p.unit] = r;
+}
+
+// Latency shape (single-op / completion-scope): every unit posts one op, waits for its ticket,
+// and records, per iteration, issue cycles (the DOCA call) and put+completion cycles (call to
+// completed ticket) from clock64 into cycles[(unit * iters + i) * 2 + {0, 1}]; the harness turns
+// cycles into ns with its measured SM clock. The first failing wait ends the unit's loop.
+template <doca_gpu_dev_verbs_nic_handler H, doca_gpu_dev_verbs_resource_sharing_mode S,
+          doca_gpu_dev_verbs_exec_scope E>
+__device__ inline void gicbench_doca_latency(doca_gpu_dev_verbs_qp* qps,
+                                             const gicbench_doca_lane* lanes,
+                                             const gicbench_doca_job* jobp,
+                                             gicbench_doca_result* results, uint64_t* cycles) {
+  extern __shared__ doca_gpu_dev_verbs_wqe gicbench_doca_smem[];
+  const gicbench_doca_job job = *jobp;
+  const bool warp = E == DOCA_GPUNETIO_VERBS_EXEC_SCOPE_WARP;
+  const gicbench_doca_place p = gicbench_doca_where<H, S, E>(job);
+  gicbench_doca_result r = {};
+  r.status = p.status;
+  if (p.status == GICBENCH_DOCA_OK) {
+    doca_gpu_dev_verbs_qp* qp = &qps[p.q];
+    const gicbench_doca_lane l = lanes[p.q];
+    const uint64_t t0 = doca_gpu_dev_verbs_query_globaltimer();
+    for (uint32_t i = 0; i < job.iters; ++i) {
+      const long long c0 = clock64();
+      const uint64_t ticket = gicbench_doca_issue<H, S, E>(
+          qp, &gicbench_doca_smem[threadIdx.x], l, job, p.rank, i, p.lane_id);
+      const long long c1 = clock64();
+      r.status = gicbench_doca_wait<S>(qp, ticket, job.timeout_ns, &r.cq_status);
+      const long long c2 = clock64();
+      r.ticket = ticket;
+      if (warp) {
+        r.status = __reduce_max_sync(DOCA_GPUNETIO_VERBS_WARP_FULL_MASK, r.status);
+        r.ticket = base_ticket_max(r.ticket);
+      }
+      if (!warp || p.lane_id == 0) {
+        uint64_t* c = cycles + ((uint64_t)p.unit * job.iters + i) * 2;
+        c[0] = (uint64_t)(c1 - c0);
+        c[1] = (uint64_t)(c2 - c0);
+      }
+      if (r.status != GICBENCH_DOCA_OK) break;
+    }
+    r.total_ns = doca_gpu_dev_verbs_query_globaltimer() - t0;
+  }
+  if (!warp || p.lane_id == 0) results[p.unit] = r;
 }

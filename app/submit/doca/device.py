@@ -63,6 +63,28 @@ class DocaDevice:
         cp.cuda.runtime.deviceSynchronize()
         return out
 
+    def latency(
+        self,
+        qps: Any,
+        lanes: np.ndarray,
+        job: np.ndarray,
+        handler: NicHandler,
+        sharing: Sharing,
+        scope: Scope,
+        blocks: int,
+        threads: int,
+        grace_s: float = 5.0,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Latency shape: RESULT_DTYPE per unit, and cycles[unit, iter, {issue, completion}]
+        (clock64; convert with the measured SM clock)."""
+        cp = _cupy()
+        n = units(sharing, scope, int(job["nqps"]), blocks, threads)
+        iters = int(job["iters"])
+        cycles = cp.zeros(n * iters * 2, cp.uint64)
+        res = self._launch("latency", qps, lanes, job, handler, sharing, scope, blocks, threads,
+                           grace_s, (cycles,))  # fmt: skip
+        return res, cp.asnumpy(cycles).reshape(n, iters, 2)
+
     def post(
         self,
         qps: Any,
@@ -75,26 +97,44 @@ class DocaDevice:
         threads: int,
         grace_s: float = 5.0,
     ) -> np.ndarray:
-        """One launch; RESULT_DTYPE per issuing unit."""
+        """Rate shape: one launch; RESULT_DTYPE per issuing unit."""
+        return self._launch("post", qps, lanes, job, handler, sharing, scope, blocks, threads,
+                            grace_s, ())  # fmt: skip
+
+    def _launch(
+        self,
+        shape: str,
+        qps: Any,
+        lanes: np.ndarray,
+        job: np.ndarray,
+        handler: NicHandler,
+        sharing: Sharing,
+        scope: Scope,
+        blocks: int,
+        threads: int,
+        grace_s: float,
+        extra: tuple[Any, ...],
+    ) -> np.ndarray:
         cp = _cupy()
         nqps = int(job["nqps"])
         n = units(sharing, scope, nqps, blocks, threads)
         lanes = np.ascontiguousarray(lanes, LANE_DTYPE).reshape(-1)
         if len(lanes) != nqps or qps.size != nqps * QP_BYTES:
             raise ValueError(f"{len(lanes)} lanes and {qps.size // QP_BYTES} QPs for nqps={nqps}")
-        fn = self.module.get_function(kernel_name(handler, sharing, scope))
+        name = kernel_name(handler, sharing, scope, shape)
+        fn = self.module.get_function(name)
         smem = threads * 64 if (handler == NicHandler.GPU_SM_BF and scope == Scope.THREAD) else 0
         d_lanes = cp.asarray(lanes.view(np.uint8))
         d_job = cp.asarray(np.ascontiguousarray(job, JOB_DTYPE).reshape(1).view(np.uint8))
         d_res = cp.zeros(n * RESULT_DTYPE.itemsize, cp.uint8)
         stream = cp.cuda.Stream(non_blocking=True)
         with stream:
-            fn((blocks,), (threads,), (qps, d_lanes, d_job, d_res), shared_mem=smem)
+            fn((blocks,), (threads,), (qps, d_lanes, d_job, d_res, *extra), shared_mem=smem)
         deadline = time.monotonic() + int(job["timeout_ns"]) / 1e9 + grace_s
         while not stream.done:
             if time.monotonic() > deadline:
                 raise TimeoutError(
-                    f"{kernel_name(handler, sharing, scope)} still running "
+                    f"{name} still running "
                     f"{int(job['timeout_ns']) / 1e9 + grace_s:.1f} s after launch"
                 )
             time.sleep(0.0005)

@@ -252,8 +252,13 @@ def supported(handler: NicHandler, scope: Scope, op: Op) -> bool:
     return NicHandler(handler) != NicHandler.GPU_SM_BF or Op(op) in (Op.PUT, Op.P)
 
 
-def kernel_name(handler: NicHandler, sharing: Sharing, scope: Scope) -> str:
-    return (f"gicbench_doca_post_{NicHandler(handler).kernel}_{Sharing(sharing).name.lower()}"
+SHAPES = ("post", "latency")  # rate shape (post all, wait last) / latency shape (post, wait)
+
+
+def kernel_name(handler: NicHandler, sharing: Sharing, scope: Scope, shape: str = "post") -> str:
+    if shape not in SHAPES:
+        raise ConfigError("shape", shape, " or ".join(SHAPES))
+    return (f"gicbench_doca_{shape}_{NicHandler(handler).kernel}_{Sharing(sharing).name.lower()}"
             f"_{Scope(scope).name.lower()}")  # fmt: skip
 
 
