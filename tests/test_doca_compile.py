@@ -31,11 +31,22 @@ def assert_clean(proc: subprocess.CompletedProcess) -> None:
     assert "warning" not in log.lower(), log
 
 
+@pytest.fixture(scope="module")
+def cubin(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The run-time build (build.compile_cubin) once for the module: (cubin, its cache dir)."""
+    nvcc_or_skip()
+    headers_or_fail()
+    cache = tmp_path_factory.mktemp("doca-cubin")
+    path, _ = build.compile_cubin(cache_dir=cache)
+    return path, cache
+
+
 @pytest.mark.nvcc
-def test_every_variant_compiles_for_sm90(tmp_path: Path) -> None:
-    out = tmp_path / "doca_kernels.cubin"
-    assert_clean(compile_(CUDA / build.SOURCE, out))
-    names = set(re.findall(rb"gicbench_doca_[a-z0-9_]+", out.read_bytes()))
+def test_every_variant_compiles_for_sm90(cubin: tuple[Path, Path]) -> None:
+    path, _ = cubin
+    log = build.log_path(path).read_text()
+    assert "warning" not in log.lower(), log
+    names = set(re.findall(rb"gicbench_doca_[a-z0-9_]+", path.read_bytes()))
     want = {
         kernel_name(h, s, e, shape).encode()
         for h, s, e, shape in itertools.product(NicHandler, Sharing, Scope, SHAPES)
@@ -54,12 +65,10 @@ def test_header_compiles_alone(tmp_path: Path, header: str) -> None:
 
 
 @pytest.mark.nvcc
-def test_build_module_caches_the_cubin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """compile_cubin() (the run-time path) builds once and reuses the cubin."""
-    nvcc_or_skip()
-    headers_or_fail()
-    first, h = build.compile_cubin(cache_dir=tmp_path)
+def test_build_module_caches_the_cubin(cubin: tuple[Path, Path]) -> None:
+    """compile_cubin() (the run-time path) reuses a cubin built for the same sources."""
+    first, cache = cubin
     mtime = first.stat().st_mtime_ns
-    again, _ = build.compile_cubin(cache_dir=tmp_path)
+    again, h = build.compile_cubin(cache_dir=cache)
     assert again == first and again.stat().st_mtime_ns == mtime
     assert h.doca_version.startswith("4.")

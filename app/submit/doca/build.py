@@ -72,5 +72,11 @@ def compile_cubin(arch: str = DEFAULT_ARCH, cache_dir: Path | None = None) -> tu
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
         raise UnsupportedError(f"nvcc failed on {SOURCE} ({' '.join(cmd)}):\n{proc.stderr[-4000:]}")
+    log_path(out).write_text(" ".join(cmd) + "\n" + proc.stdout + proc.stderr)
     tmp.replace(out)
     return out, headers
+
+
+def log_path(cubin: Path) -> Path:
+    """nvcc's command line and output for `cubin` (warnings are kept, not raised at run time)."""
+    return cubin.with_suffix(".log")

@@ -5,8 +5,9 @@ NVIDIA ships the device side of DOCA GPUNetIO (GDAKI) as BSD-3-Clause CUDA heade
 kernels against them. `fetch()` extracts only the headers the device verbs need, plus the wheel's
 license file, into `<root>/<wheel version>/` (default root `.cache/gpunetio`, ignored by git), and
 writes `VERSION` (wheel version, DOCA GPUNetIO version, the wheel's sha256). `find()` looks, in
-order, at $GICBENCH_GPUNETIO_DIR, the installed wheel (the `gpu` extra), and the cache under the
-current directory; `unavailable_reason()` says why none is usable.
+order, at $GICBENCH_GPUNETIO_DIR, the cache under the current directory (what set-up fetched, the
+pinned version first), and the installed wheel (the `gpu` extra; an image may carry another
+version); `unavailable_reason()` says why none is usable.
 
     python -m gicbench.submit.doca.headers fetch [--root DIR] [--wheel FILE]
     python -m gicbench.submit.doca.headers show
@@ -106,14 +107,14 @@ def _candidates() -> list[tuple[Path, str, str]]:
         d = Path(env)
         out.append((d / "include" if (d / "include").is_dir() else d,
                     _read_version_file(d).get("wheel", "unknown"), "env"))  # fmt: skip
-    inst = _installed_include()
-    if inst:
-        out.append((inst[0], inst[1], "installed wheel"))
     root = Path.cwd() / DEFAULT_ROOT
     if root.is_dir():
         for d in sorted(root.iterdir(), key=lambda p: p.name != WHEEL_VERSION):
             if (d / "VERSION").is_file():
                 out.append((d / "include", _read_version_file(d).get("wheel", d.name), "cache"))
+    inst = _installed_include()
+    if inst:
+        out.append((inst[0], inst[1], "installed wheel"))
     return out
 
 
