@@ -15,7 +15,7 @@ export PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
 python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/gicbench-site . \
   > "$O/build.log" 2>&1 || { tail -30 "$O/build.log"; exit 1; }
 export PYTHONPATH=/tmp/gicbench-site${PYTHONPATH:+:$PYTHONPATH}
-VER=$(ls "$ROOT/.cache/gpunetio" | head -1)
+VER=$(cd "$ROOT/.cache/gpunetio" && dirname */VERSION | head -1)
 export GICBENCH_GPUNETIO_DIR="$ROOT/.cache/gpunetio/$VER" GICBENCH_DOCA_CACHE="$ROOT/.cache/doca-cubin"
 export DOCA_DEVICE_REPORT="$O/doca-report.jsonl"
 rm -f "$DOCA_DEVICE_REPORT"
