@@ -22,9 +22,9 @@ SOURCES := CMakeLists.txt pyproject.toml $(shell find app analysis cuda proxy jo
 	\( -name '*.py' -o -name '*.cpp' -o -name '*.hpp' -o -name '*.cuh' -o -name '*.cu' \
 	-o -name '*.sbatch' -o -name '*.toml' \) 2>/dev/null)
 
-.PHONY: setup install run test test-unit test-mpi test-slurm test-vm lint bench bench-vm clean
+.PHONY: gpunetio setup install run test test-unit test-mpi test-slurm test-vm lint bench bench-vm clean
 
-setup: $(VENV)/.installed $(VENV)/.verbs
+setup: $(VENV)/.installed $(VENV)/.verbs gpunetio
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,15 @@ $(VENV)/.deps: pyproject.toml | $(BIN)/python
 $(VENV)/.installed: $(VENV)/.system $(VENV)/.deps $(SOURCES)
 	flock $(VENV)/.install.lock $(PIP) install -q --no-build-isolation ".[test]"
 	touch $@
+
+# DOCA GPUNetIO's device-verbs headers (docs/doca.md): where nvcc exists, extracted from the
+# nvidia-nvshmem-cu13 wheel into .cache/gpunetio/<version>/ (a no-op once there). A failed
+# download fails set-up while a package index is reachable; with none reachable it records
+# .cache/gpunetio/OFFLINE and the DOCA compile tests skip, naming it.
+gpunetio: $(VENV)/.installed
+	@if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then \
+	  $(BIN)/python -m gicbench.submit.doca.headers fetch; \
+	else echo "nvcc not found: DOCA GPUNetIO headers not fetched (the DOCA compile tests skip)"; fi
 
 # The verbs provider: rdma-core's pyverbs is not on PyPI. Debian's python3-pyverbs (rdma-core 44,
 # built for CPython 3.11) is linked into the venv's site-packages; the venv's Python must be 3.11.

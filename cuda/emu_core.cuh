@@ -425,8 +425,15 @@ GB_HD CqeResult write_cqe(Mem& mem, const CqRef& cq, Fill fill) {
   }
   const uint32_t slot = (cq.flags & kCqCollapsed) ? 0 : (pi & (cq.ncqe - 1));
   uint8_t* b = cq.buf + slot * m5::kCqeBytes;
-  const uint8_t op_own = fill(b, static_cast<uint8_t>((pi & cq.ncqe) ? 1 : 0));
-  mem.st_rel8(b + m5::kCqeOpOwn, op_own);
+  // Build the CQE aside and publish it as a NIC's single DMA write is seen: the body, then the
+  // 4-byte tail (wqe_counter, signature, op_own) in one release store. Filling in place would
+  // expose a zeroed or half-written wqe_counter next to a valid op_own, which a collapsed-CQ
+  // poller (DOCA GPUNetIO's reads that word alone) takes as a completion.
+  alignas(8) uint8_t tmp[m5::kCqeBytes];
+  tmp[m5::kCqeOpOwn] = fill(tmp, static_cast<uint8_t>((pi & cq.ncqe) ? 1 : 0));
+  for (uint32_t i = 0; i < m5::kCqeWqeCounter; i += 4) m5::store32(b + i, m5::load32(tmp + i));
+  mem.st_rel32(reinterpret_cast<uint32_t*>(b + m5::kCqeWqeCounter),
+               m5::load32(tmp + m5::kCqeWqeCounter));
   *cq.pi = pi + 1;
   return kCqeWritten;
 }

@@ -1,0 +1,142 @@
+"""The GPU side of the doca submitter, through CuPy: the compiled kernels, DOCA's QP structures
+in GPU memory, and bounded kernel launches. (The proxy words of the CPU_PROXY handlers are a
+"host-mapped" memory region of the fabric: register(n, domain="host-mapped"), whose GPU address
+register_cuda() returns.)
+
+    dev = DocaDevice()                        # nvcc-built cubin for this GPU's arch
+    qps = dev.build(np.stack([queue_record(...), ...]))
+    res = dev.post(qps, lanes, job, handler, sharing, scope, blocks, threads)
+
+A launch whose kernel has not finished `job.timeout_ns` + `grace_s` after it started raises
+TimeoutError (the kernel itself bounds its final wait; a kernel stuck in DOCA's own slot wait or
+ringing for a host thread that is not running is what this catches)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from ...errors import UnsupportedError
+from .build import compile_cubin
+from .layout import (
+    JOB_DTYPE,
+    LANE_DTYPE,
+    QP_BYTES,
+    QUEUE_DTYPE,
+    RESULT_DTYPE,
+    NicHandler,
+    Scope,
+    Sharing,
+    kernel_name,
+    units,
+)
+
+
+def _cupy() -> Any:
+    try:
+        import cupy
+    except ImportError as e:
+        raise UnsupportedError(f"the doca submitter needs CuPy ({e})") from e
+    return cupy
+
+
+class DocaDevice:
+    def __init__(self, arch: str | None = None) -> None:
+        cp = _cupy()
+        if arch is None:
+            arch = f"sm_{cp.cuda.Device().compute_capability}"
+        self.arch = arch
+        self.cubin, self.headers = compile_cubin(arch)
+        self.module = cp.RawModule(path=str(self.cubin))
+
+    def build(self, queues: np.ndarray) -> Any:
+        """DOCA QP structures (n x QP_BYTES bytes of GPU memory) from QUEUE_DTYPE records."""
+        cp = _cupy()
+        queues = np.ascontiguousarray(queues, QUEUE_DTYPE).reshape(-1)
+        n = len(queues)
+        src = cp.asarray(queues.view(np.uint8))
+        out = cp.zeros(n * QP_BYTES, cp.uint8)
+        init = self.module.get_function("gicbench_doca_init")
+        init(((n + 127) // 128,), (128,), (src, np.int32(n), out))
+        cp.cuda.runtime.deviceSynchronize()
+        return out
+
+    def latency(
+        self,
+        qps: Any,
+        lanes: np.ndarray,
+        job: np.ndarray,
+        handler: NicHandler,
+        sharing: Sharing,
+        scope: Scope,
+        blocks: int,
+        threads: int,
+        grace_s: float = 5.0,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Latency shape: RESULT_DTYPE per unit, and cycles[unit, iter, {issue, completion}]
+        (clock64; convert with the measured SM clock)."""
+        cp = _cupy()
+        n = units(sharing, scope, int(job["nqps"]), blocks, threads)
+        iters = int(job["iters"])
+        cycles = cp.zeros(n * iters * 2, cp.uint64)
+        res = self._launch("latency", qps, lanes, job, handler, sharing, scope, blocks, threads,
+                           grace_s, (cycles,))  # fmt: skip
+        return res, cp.asnumpy(cycles).reshape(n, iters, 2)
+
+    def post(
+        self,
+        qps: Any,
+        lanes: np.ndarray,
+        job: np.ndarray,
+        handler: NicHandler,
+        sharing: Sharing,
+        scope: Scope,
+        blocks: int,
+        threads: int,
+        grace_s: float = 5.0,
+    ) -> np.ndarray:
+        """Rate shape: one launch; RESULT_DTYPE per issuing unit."""
+        return self._launch("post", qps, lanes, job, handler, sharing, scope, blocks, threads,
+                            grace_s, ())  # fmt: skip
+
+    def _launch(
+        self,
+        shape: str,
+        qps: Any,
+        lanes: np.ndarray,
+        job: np.ndarray,
+        handler: NicHandler,
+        sharing: Sharing,
+        scope: Scope,
+        blocks: int,
+        threads: int,
+        grace_s: float,
+        extra: tuple[Any, ...],
+    ) -> np.ndarray:
+        cp = _cupy()
+        nqps = int(job["nqps"])
+        n = units(sharing, scope, nqps, blocks, threads)
+        lanes = np.ascontiguousarray(lanes, LANE_DTYPE).reshape(-1)
+        if len(lanes) != nqps or qps.size != nqps * QP_BYTES:
+            raise ValueError(f"{len(lanes)} lanes and {qps.size // QP_BYTES} QPs for nqps={nqps}")
+        name = kernel_name(handler, sharing, scope, shape)
+        fn = self.module.get_function(name)
+        smem = threads * 64 if (handler == NicHandler.GPU_SM_BF and scope == Scope.THREAD) else 0
+        d_lanes = cp.asarray(lanes.view(np.uint8))
+        d_job = cp.asarray(np.ascontiguousarray(job, JOB_DTYPE).reshape(1).view(np.uint8))
+        d_res = cp.zeros(n * RESULT_DTYPE.itemsize, cp.uint8)
+        stream = cp.cuda.Stream(non_blocking=True)
+        with stream:
+            fn((blocks,), (threads,), (qps, d_lanes, d_job, d_res, *extra), shared_mem=smem)
+        deadline = time.monotonic() + int(job["timeout_ns"]) / 1e9 + grace_s
+        while not stream.done:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{name} still running "
+                    f"{int(job['timeout_ns']) / 1e9 + grace_s:.1f} s after launch"
+                )
+            time.sleep(0.0005)
+        stream.synchronize()
+        return cp.asnumpy(d_res).view(RESULT_DTYPE)

@@ -1,0 +1,271 @@
+"""DOCA GPUNetIO's device verbs, unchanged, posting on emu queues from a GPU (marked gpu).
+
+Two emu ranks in one process (CPU engine threads), rank 0's RC QPs host-mapped into the GPU
+(EmuFabric.register_cuda), DOCA QP structures built by cuda/doca from them. For every NIC handler:
+every op DOCA offers, thread scope in each sharing mode, and warp scope; payloads land where they
+must, signals add up, every unit's last ticket completes, and the engine's stale-WQE and
+bad-doorbell counters read zero (dbrec_lag is reported: DOCA rings before it writes the record
+by design); then the latency shape (post, wait, repeat) with per-op cycles. CPU_PROXY handlers
+run the native host thread. Writes DOCA_DEVICE_REPORT (JSON lines) when that variable names a
+file."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+
+import numpy as np
+import pytest
+
+from gicbench.fabric.base import Access, host_view
+from gicbench.fabric.emu import EmuFabric
+from gicbench.submit.doca.layout import (
+    STATUS,
+    CqType,
+    NicHandler,
+    Op,
+    Scope,
+    Sharing,
+    init_cq,
+    job_record,
+    lane_record,
+    proxy_bytes,
+    queue_kwargs,
+    queue_record,
+    supported,
+)
+
+DEPTH = 64
+NQPS = 2
+REGION = 1 << 16  # landing bytes per QP
+REPORT: list[dict] = []
+
+
+def _gpu() -> None:
+    cp = pytest.importorskip("cupy")
+    try:
+        if cp.cuda.runtime.getDeviceCount() < 1:
+            pytest.skip("no CUDA device")
+    except cp.cuda.runtime.CUDARuntimeError as e:
+        pytest.skip(f"no usable CUDA device: {e}")
+
+
+@contextmanager
+def world(handler: NicHandler, cq_type: CqType) -> Iterator[dict]:
+    from gicbench.submit.doca.device import DocaDevice
+    from gicbench.submit.doca.proxy import HostRinger
+
+    job = "dd-" + uuid.uuid4().hex[:8]
+    with ExitStack() as stack:
+        fs = [EmuFabric(r, 2, job, progress="thread", segment_bytes=64 << 20) for r in range(2)]
+        for f in fs:
+            stack.callback(f.close)
+        infos = [f.local_info() for f in fs]
+        for f in fs:
+            f.add_peers(infos)
+        for f in fs:
+            f.seal()
+        a = queue_kwargs(handler, cq_type, DEPTH)
+        qps, peers = [], []
+        for _ in range(NQPS):
+            cq = fs[0].create_cq(a.ncqe, **a.cq)
+            init_cq(cq)
+            q0 = fs[0].create_qp(cq, DEPTH, **a.qp)
+            q1 = fs[1].create_qp(fs[1].create_cq(DEPTH), DEPTH)
+            fs[0].connect(q0, fs[1].endpoint(q1))
+            fs[1].connect(q1, fs[0].endpoint(q0))
+            qps.append(q0)
+            peers.append(q1)
+        src = fs[0].register(NQPS * REGION, Access.LOCAL_WRITE)
+        fetched = fs[0].register(NQPS * 8, Access.LOCAL_WRITE)
+        landing = fs[1].register(NQPS * REGION, Access.LOCAL_WRITE | Access.REMOTE_WRITE)
+        signal = fs[1].register(NQPS * 8, ACCESS_SIG)
+        nb = proxy_bytes(handler, DEPTH)  # the GPU's proxy words / ready slots, one MR for all
+        words = fs[0].register(NQPS * nb, Access.LOCAL_WRITE, domain="host-mapped") if nb else None
+        dev_addrs = fs[0].register_cuda()
+        if words is not None:
+            host_view(words.addr, words.length)[:] = 0
+        proxy = [(words.addr + i * nb, dev_addrs["mrs"][words.addr] + i * nb) if words else (0, 0)
+                 for i in range(NQPS)]  # fmt: skip
+        recs = np.stack([queue_record(q, handler, cq_type, dev_addrs, proxy_addr=p[1])
+                         for q, p in zip(qps, proxy, strict=True)])  # fmt: skip
+        lanes = np.stack([
+            lane_record(
+                _slice(src, i), landing.addr + i * REGION, landing.rkey,
+                sig_remote=signal.addr + 8 * i, sig_rkey=signal.rkey,
+                sig_local=_slice(fetched, i, 8),
+            ) for i in range(NQPS)
+        ])  # fmt: skip
+        dev = DocaDevice()
+        if handler.host_thread:
+            ringer = HostRinger()
+            for q, p in zip(qps, proxy, strict=True):
+                ringer.add(q, handler, p[0])
+            ringer.start()
+            stack.callback(ringer.stop)
+        yield {"fs": fs, "qps": qps, "dev": dev, "doca_qps": dev.build(recs), "lanes": lanes,
+               "src": src, "landing": landing, "signal": signal}  # fmt: skip
+
+
+ACCESS_SIG = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC
+
+
+def _slice(mr, i: int, n: int = REGION):
+    import dataclasses
+
+    return dataclasses.replace(mr, addr=mr.addr + i * n, length=n)
+
+
+# (sharing, scope, blocks, threads): exclusive = one unit per QP; CTA: 2 blocks of 32 threads
+# (block b -> QP b); GPU: 64 threads over 2 QPs; warp: one warp per QP (exclusive) or 2 warps
+# sharing each QP (GPU). More WQEs than the SQ holds per QP in the shared modes: DOCA's own
+# slot-availability wait (CQ polling) runs.
+LAUNCHES = [
+    (Sharing.EXCLUSIVE, Scope.THREAD, 1, NQPS),
+    (Sharing.CTA, Scope.THREAD, NQPS, 32),
+    (Sharing.GPU, Scope.THREAD, 1, 64),
+    (Sharing.EXCLUSIVE, Scope.WARP, 1, 32 * NQPS),
+    (Sharing.GPU, Scope.WARP, 2, 64),
+]
+OPS = [(Op.P, 8), (Op.PUT, 8), (Op.PUT_SIGNAL, 8), (Op.P_SIGNAL, 8), (Op.SIGNAL, 8)]
+ITERS = 4
+
+
+def expected_units_per_qp(sharing: Sharing, scope: Scope, blocks: int, threads: int) -> int:
+    per = 32 if scope == Scope.WARP else 1
+    return blocks * threads // per // NQPS
+
+
+def run_case(w: dict, handler: NicHandler, sharing: Sharing, scope: Scope, blocks: int,
+             threads: int, op: Op, size: int) -> dict:  # fmt: skip
+    fs, landing, signal = w["fs"], w["landing"], w["signal"]
+    lv = host_view(landing.addr, NQPS * REGION)
+    lv[:] = 0
+    sv = host_view(signal.addr, NQPS * 8).view(np.uint64)
+    sv[:] = 0
+    srcv = host_view(w["src"].addr, NQPS * REGION)
+    srcv[:] = (np.arange(NQPS * REGION) * 7 + 3).astype(np.uint8)
+    before = fs[0].counters()
+    seed = 0x5EED_0000_0000 + int(op) * 0x1000_0000
+    job = job_record(op, size, ITERS, NQPS, seed=seed, sig_val=3, timeout_ns=2_000_000_000)
+    res = w["dev"].post(w["doca_qps"], w["lanes"], job, handler, sharing, scope, blocks, threads)
+    fs[0].quiesce()
+    fs[1].quiesce()
+    after = fs[0].counters()
+    delta = {k: after[k] - before[k] for k in after}
+    statuses = sorted({STATUS[int(s)] for s in res["status"]})
+    per_qp = expected_units_per_qp(sharing, scope, blocks, threads)
+    lanes_per_unit = 32 if scope == Scope.WARP else 1
+    slots = per_qp * ITERS * lanes_per_unit
+    payload_ok, signal_ok = True, True
+    if supported(handler, scope, op):
+        for q in range(NQPS):
+            region = lv[q * REGION : q * REGION + slots * 8]
+            if op in (Op.P, Op.P_SIGNAL):
+                want = (seed + np.arange(slots, dtype=np.uint64)).view(np.uint8)
+                payload_ok &= bool(np.array_equal(region, want))
+            elif op in (Op.PUT, Op.PUT_SIGNAL):
+                payload_ok &= bool(
+                    np.array_equal(region, srcv[q * REGION : q * REGION + slots * 8])
+                )
+            if op in (Op.PUT_SIGNAL, Op.P_SIGNAL, Op.SIGNAL):
+                signal_ok &= int(sv[q]) == 3 * slots
+    rec = {
+        "handler": handler.cli, "sharing": sharing.name.lower(), "scope": scope.name.lower(),
+        "op": op.name.lower(), "supported": supported(handler, scope, op), "status": statuses,
+        "payload_ok": payload_ok, "signal_ok": signal_ok,
+        "stale_wqes": delta["stale_wqes"], "dbrec_lag": delta["dbrec_lag"],
+        "bad_doorbells": delta["bad_doorbells"], "errors": delta["errors"],
+        "wqes": delta["wqes"], "doorbells": delta["doorbells"],
+        "total_ns_max": int(res["total_ns"].max()),
+    }  # fmt: skip
+    REPORT.append(rec)
+    return rec
+
+
+def run_latency(w: dict, handler: NicHandler, scope: Scope, threads: int) -> dict:
+    """Latency shape, exclusive: each unit posts one PUT, waits, ITERS times; every sample must
+    have 0 < issue <= completion cycles and the payload must land."""
+    op = Op.PUT
+    fs, landing = w["fs"], w["landing"]
+    lv = host_view(landing.addr, NQPS * REGION)
+    lv[:] = 0
+    srcv = host_view(w["src"].addr, NQPS * REGION)
+    before = fs[0].counters()
+    job = job_record(op, 8, ITERS, NQPS, timeout_ns=2_000_000_000)
+    res, cycles = w["dev"].latency(w["doca_qps"], w["lanes"], job, handler, Sharing.EXCLUSIVE,
+                                   scope, 1, threads)  # fmt: skip
+    fs[0].quiesce()
+    fs[1].quiesce()
+    delta = {k: v - before[k] for k, v in fs[0].counters().items()}
+    slots = ITERS * (32 if scope == Scope.WARP else 1)
+    span = [slice(q * REGION, q * REGION + slots * 8) for q in range(NQPS)]
+    payload_ok = all(np.array_equal(lv[sl], srcv[sl]) for sl in span)
+    rec = {
+        "handler": handler.cli, "sharing": "exclusive", "scope": scope.name.lower(),
+        "op": "put", "shape": "latency", "status": sorted({STATUS[int(s)] for s in res["status"]}),
+        "payload_ok": payload_ok,
+        "cycles_ok": bool((cycles[..., 0] > 0).all() and (cycles[..., 0] <= cycles[..., 1]).all()),
+        "issue_cycles_p50": int(np.median(cycles[..., 0])),
+        "completion_cycles_p50": int(np.median(cycles[..., 1])),
+        "stale_wqes": delta["stale_wqes"], "dbrec_lag": delta["dbrec_lag"],
+        "bad_doorbells": delta["bad_doorbells"],
+    }  # fmt: skip
+    REPORT.append(rec)
+    return rec
+
+
+HANDLER_CQ = [
+    (NicHandler.GPU_SM_DB, CqType.CQ_64B),
+    (NicHandler.GPU_SM_DB, CqType.CQ_64B_COLLAPSED),
+    (NicHandler.GPU_SM_NO_DBR, CqType.CQ_64B),
+    (NicHandler.GPU_SM_BF, CqType.CQ_64B),
+    (NicHandler.CPU_PROXY, CqType.CQ_64B),
+    (NicHandler.CPU_PROXY_FREE_FLOW, CqType.CQ_64B),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("handler", "cq_type"), HANDLER_CQ, ids=lambda v: v.name.lower())
+def test_doca_posts_on_emu(handler: NicHandler, cq_type: CqType) -> None:
+    _gpu()
+    bad: list[dict] = []
+    try:
+        with world(handler, cq_type) as w:
+            for sharing, scope, blocks, threads in LAUNCHES:
+                for op, size in OPS:
+                    try:
+                        r = run_case(w, handler, sharing, scope, blocks, threads, op, size)
+                    except Exception as e:  # a hung or faulting kernel: record it, stop here
+                        r = {"handler": handler.cli, "sharing": sharing.name.lower(),
+                             "scope": scope.name.lower(), "op": op.name.lower(),
+                             "error": f"{type(e).__name__}: {e}"}  # fmt: skip
+                        REPORT.append(r)
+                        bad.append(r)
+                        raise
+                    r["cq_type"] = cq_type.name.lower()
+                    ok = (r["status"] == (["ok"] if r["supported"] else ["unsupported"])
+                          and r["payload_ok"] and r["signal_ok"] and r["stale_wqes"] == 0
+                          and r["bad_doorbells"] == 0 and r["errors"] == 0)  # fmt: skip
+                    if not r["supported"]:
+                        ok = ok and r["wqes"] == 0
+                    if not ok:
+                        bad.append(r)
+            for scope, threads in ((Scope.THREAD, NQPS), (Scope.WARP, 32 * NQPS)):
+                r = run_latency(w, handler, scope, threads)
+                r["cq_type"] = cq_type.name.lower()
+                if not (r["status"] == ["ok"] and r["payload_ok"] and r["cycles_ok"]
+                        and r["stale_wqes"] == 0 and r["bad_doorbells"] == 0):  # fmt: skip
+                    bad.append(r)
+            w["fs"][0].check()
+    finally:
+        path = os.environ.get("DOCA_DEVICE_REPORT")
+        if path:
+            with open(path, "a") as fh:
+                for r in REPORT:
+                    fh.write(json.dumps(r) + "\n")
+        REPORT.clear()
+    assert not bad, json.dumps(bad, indent=1)
