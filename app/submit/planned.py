@@ -1,5 +1,5 @@
 """Submitters designed in DESIGN.md but not implemented in this release. They are registered so
-that `--submitter gpu|proxy` is refused in pre-flight with the reason, and `gicbench doctor`
+that `--submitter gpu` is refused in pre-flight with the reason, and `gicbench doctor`
 says what this machine would need; none of them runs anything."""
 
 from __future__ import annotations
@@ -55,18 +55,6 @@ class GpuSubmitter(Submitter):
                 f"({cupy.detail}); it is also not implemented in this release"
             )
         return "the GPU submitter (mini-gda) is not implemented in this release"
-
-
-@register
-class ProxySubmitter(Submitter):
-    name = "proxy"
-    summary = "mini-proxy: producers fill host rings, CPU proxy workers post WQEs"
-    shapes = frozenset({Shape.LATENCY, Shape.RATE})
-    posting = (Posting.MLX5_QUEUES.value, Posting.POST_SEND.value)
-
-    @classmethod
-    def availability(cls, probes: Mapping[str, Probe]) -> str | None:
-        return "the proxy submitter (mini-proxy) is not implemented in this release"
 
 
 __all__ = ["ORDERINGS", "GpuParams"]

@@ -6,4 +6,5 @@ namespace gicbench {
 void bind_wire(nanobind::module_ m);  // wire.cpp: cuda/mlx5.cuh encoders/decoders
 void bind_emu(nanobind::module_ m);   // emu_bindings.cpp: the emulated NIC's CPU engine
 void bind_host(nanobind::module_ m);  // host_bindings.cpp: the host submitter's timing loops
+void bind_proxy(nanobind::module_ m);  // proxy_bindings.cpp: mini-proxy's rings and workers
 }  // namespace gicbench

@@ -8,4 +8,5 @@ NB_MODULE(_native, m) {
   gicbench::bind_wire(m.def_submodule("wire", "mlx5 WQE/CQE encoders from cuda/mlx5.cuh"));
   gicbench::bind_emu(m.def_submodule("emu", "emulated NIC: shared-memory objects and CPU engine"));
   gicbench::bind_host(m.def_submodule("host", "host submitter: native posting and polling loops"));
+  gicbench::bind_proxy(m.def_submodule("proxy", "mini-proxy: request rings, CPU workers, host producers"));
 }

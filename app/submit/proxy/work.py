@@ -1,0 +1,57 @@
+"""Work that only the proxy submitter takes: proxy-rate's T/R/B point and loaded-rtt's probe under
+background load. The experiments that hand it out refuse other submitters in pre-flight."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..base import Buffer, Lane
+
+
+@dataclass(frozen=True)
+class ProxyRateWork:
+    """T workers (lanes[:T], one QP each), R rings, chains of up to B WQEs; `producers` fill the
+    rings with `messages` writes of `size` bytes each (after `warmup`)."""
+
+    lanes: tuple[Lane, ...]
+    workers: int
+    rings: int
+    batch: int
+    producers: int
+    size: int
+    inline: bool
+    messages: int
+    warmup: int
+    window: int
+
+
+@dataclass(frozen=True)
+class LoadedWork:
+    """A probe's round trip on ring 0 (its own ring when `reserved`, else shared with the
+    background), while `background` producers load this rank's rings; `requester` False answers
+    the probe instead. `reply` is the word the answer lands in (requester) or the request lands
+    in (responder): the last 8 bytes of a landing buffer of `size` bytes."""
+
+    lanes: tuple[Lane, ...]
+    requester: bool
+    reserved: bool
+    workers: int
+    rings: int
+    batch: int
+    background: int
+    pace_mps: float
+    size: int
+    reply: Buffer
+    iters: int
+    warmup: int
+
+
+@dataclass
+class LoadedResult:
+    rtt_ns: np.ndarray  # requester only
+    background: int  # background writes completed while the probe ran
+    probe_ns: int
+    ring_messages: list[int]
+    workers: list[dict]
