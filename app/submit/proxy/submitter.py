@@ -27,7 +27,7 @@ from ..base import (
 from ..host import LoopInterrupted, lane_table
 from .cores import default_cores
 from .params import HANDOFFS, MAX_CHAIN, ProxyParams
-from .work import LoadedResult, LoadedWork, ProxyRateWork
+from .work import LoadedResult, LoadedWork, ProxyRateWork, proxy_geometry
 
 MODE_CODES = {"issue": 0, "put_completion": 1, "round_trip": 2}
 MAX_INLINE = 512
@@ -247,10 +247,15 @@ class ProxySubmitter(Submitter):
             eng.check("round-trip responder", ok, err, {"size": work.size})
 
     def rate(self, work: RateWork) -> RateResult:
-        p = self.params
-        workers = min(p.workers, len(work.lanes))
-        rings = max(p.rings, workers)
-        producers = p.producers or work.threads
+        workers, rings, producers = proxy_geometry(
+            {
+                "workers": self.params.workers,
+                "rings": self.params.rings,
+                "producers": self.params.producers,
+            },
+            len(work.lanes),
+            work.threads,
+        )
         res = self.proxy_rate(
             ProxyRateWork(
                 lanes=work.lanes,

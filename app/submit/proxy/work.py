@@ -55,3 +55,12 @@ class LoadedResult:
     probe_ns: int
     ring_messages: list[int]
     workers: list[dict]
+
+
+def proxy_geometry(knobs: dict, lanes: int, threads: int) -> tuple[int, int, int]:
+    """(workers, rings, producers) the proxy's generic rate loop uses for `lanes` lanes and an
+    experiment's `threads` (ProxySubmitter.rate): one place for that choice."""
+    workers = min(int(knobs.get("workers", 1)), lanes)
+    rings = max(int(knobs.get("rings", 1)), workers)
+    producers = int(knobs.get("producers", 0)) or threads
+    return workers, rings, producers
