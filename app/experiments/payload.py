@@ -160,8 +160,7 @@ def _proxy_landing(
 ) -> list[tuple[int, np.ndarray]]:
     """The proxy's rate loop lays its writes out by ring (see proxy_rate.ring_counts)."""
     from ..patterns import traffic
-    from ..submit.proxy.work import proxy_geometry
-    from .proxy_rate import ring_counts
+    from ..submit.proxy.work import proxy_geometry, ring_counts
 
     if source not in ctx.traffic.receives_from:
         return []

@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..knobs import KIND_STR, Knob
 from ..submit.base import Shape
+from ..submit.proxy.work import ring_counts
 from .common import PAYLOAD, WARMUP, SizeSweep, field
 from .msg_rate import MESSAGES, WINDOWS
 from .registry import Column, Experiment, PointResult, register
@@ -45,17 +46,6 @@ def require_proxy(exp: Experiment) -> None:
         raise ConfigError(
             "submitter (--submitter)", exp.cfg.submitter, f"proxy for {exp.name} (mini-proxy)"
         )
-
-
-def ring_counts(rings: int, producers: int, per_producer: int) -> list[int]:
-    """Descriptors each ring is given, as the host producers hand them out (proxy_host.cpp,
-    rings_of): producer p fills rings p, p+P, ... in turn when P <= R, else ring p mod R."""
-    counts = [0] * rings
-    for p in range(producers):
-        mine = list(range(p, rings, producers)) if producers <= rings else [p % rings]
-        for j, r in enumerate(mine):
-            counts[r] += per_producer // len(mine) + (1 if j < per_producer % len(mine) else 0)
-    return counts
 
 
 def default_producers(cfg: Any, rings: int) -> int:

@@ -107,6 +107,7 @@ void bind_proxy(nb::module_ m) {
   m.attr("HEAD_OFF") = proxy::kHeadOff;
   m.attr("COMPLETED_OFF") = proxy::kCompletedOff;
   m.attr("RESERVE_OFF") = proxy::kReserveOff;
+  m.attr("CONTROL_OFF") = proxy::kControlOff;
   m.attr("HEADER_BYTES") = proxy::kHeaderBytes;
   m.attr("SLOT_BYTES") = proxy::kSlotBytes;
   m.attr("MAX_LENGTH") = proxy::kMaxLength;
@@ -191,11 +192,26 @@ void bind_proxy(nb::module_ m) {
              if (r >= s.get().rings()) throw std::out_of_range("ring index");
              return reinterpret_cast<uintptr_t>(s.get().ring(r).base);
            })
+      .def("rings", [](PyEngine& s) { return s.get().rings(); })
       .def("ring_bytes", [](PyEngine& s) { return proxy::Ring::bytes(s.get().depth()); })
       .def("ring_lane", [](PyEngine& s, uint32_t r) {
         if (r >= s.get().rings()) throw std::out_of_range("ring index");
         return s.get().ring_lane(r);
       })
+      .def(
+          "wait_completed",
+          [](PyEngine& s, uint32_t ring, uint64_t count, std::string who) {
+            if (ring >= s.get().rings()) throw std::out_of_range("ring index");
+            proxy::EngineError err;
+            bool ok;
+            {
+              nb::gil_scoped_release nogil;
+              ok = proxy::wait_completed(s.get(), ring, count, who.c_str(), err);
+            }
+            return std::make_tuple(ok, error_dict(err));
+          },
+          nb::arg("ring"), nb::arg("count"), nb::arg("who"),
+          "Wait until ring's completion counter reaches count (timeout, failure, signal).")
       .def("stats",
            [](PyEngine& s) {
              nb::list out;

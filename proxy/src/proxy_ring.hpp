@@ -14,6 +14,7 @@ namespace proxy {
 constexpr uint32_t kHeadOff = 0;        // worker: descriptors consumed ("host-resident progress")
 constexpr uint32_t kCompletedOff = 64;  // worker: descriptors whose writes completed (the counter)
 constexpr uint32_t kReserveOff = 128;   // baseline host producers: the reservation counter
+constexpr uint32_t kControlOff = 192;   // host -> GPU producers (ring 0): 1 stop, 2 abort
 constexpr uint32_t kHeaderBytes = 256;
 constexpr uint32_t kSlotBytes = 16;
 

@@ -64,3 +64,23 @@ def proxy_geometry(knobs: dict, lanes: int, threads: int) -> tuple[int, int, int
     rings = max(int(knobs.get("rings", 1)), workers)
     producers = int(knobs.get("producers", 0)) or threads
     return workers, rings, producers
+
+
+def rings_of(p: int, producers: int, rings: int, first: int = 0) -> list[int]:
+    """Rings producer p fills (proxy_host.cpp's rings_of, the GPU kernels' loop): p, p+P, ...
+    among rings first.. when there are enough, else one ring shared with other producers."""
+    n = rings - first
+    if producers <= n:
+        return list(range(first + p, rings, producers))
+    return [first + p % n]
+
+
+def ring_counts(rings: int, producers: int, per_producer: int) -> list[int]:
+    """Descriptors each ring is given when every producer sends `per_producer`, its k-th on
+    its (k mod n)-th ring."""
+    counts = [0] * rings
+    for p in range(producers):
+        mine = rings_of(p, producers, rings)
+        for j, r in enumerate(mine):
+            counts[r] += per_producer // len(mine) + (1 if j < per_producer % len(mine) else 0)
+    return counts
