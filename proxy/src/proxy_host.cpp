@@ -280,6 +280,14 @@ bool rate(Engine& e, const RateArgs& a, RateResult& res, EngineError& err) {
     int64_t t_window = a.warmup_per_producer == 0 ? now_ns() : 0;
     o.t_start = t_window;
     for (uint64_t k = 0; k < total; ++k) {
+      // One relaxed load each: a signal or a failed worker ends the stream within a message.
+      if (host::interrupted() || e.failed()) {
+        o.err.failed = true;
+        o.err.kind = host::interrupted() ? "interrupted" : "stopped";
+        o.err.who = who;
+        e.fill_ring(o.err, mine[k % mine.size()]);
+        break;
+      }
       const size_t j = k % mine.size();
       const uint32_t r = mine[j];
       uint64_t idx = 0;
@@ -386,7 +394,14 @@ bool loaded(Engine& e, const LoadedArgs& a, LoadedResult& res, EngineError& err)
     std::vector<ProducerCache> caches(mine.size());
     const double per_ns = a.pace_mps > 0 ? a.pace_mps * 1e6 / P / 1e9 : 0;  // msgs per ns
     const int64_t t0 = now_ns();
-    for (uint64_t k = 0; !stop.load(std::memory_order_relaxed); ++k) {
+    for (uint64_t k = 0; !stop.load(std::memory_order_relaxed) && !e.failed(); ++k) {
+      if (host::interrupted()) {
+        perr[p].failed = true;
+        perr[p].kind = "interrupted";
+        perr[p].who = who;
+        e.fail(perr[p]);
+        return;
+      }
       if (per_ns > 0)
         while (static_cast<double>(now_ns() - t0) * per_ns < static_cast<double>(k)) {
           if (stop.load(std::memory_order_relaxed)) return;
