@@ -64,6 +64,7 @@ class LoadedRtt(Experiment):
     Params = LoadedRttParams
     shapes = frozenset({Shape.LATENCY, Shape.RESPOND})
     patterns = ("pairs",)
+    fits = ("ratio",)  # analysis: shared/reserved p50 and p99, with the background carried
 
     @property
     def workers(self) -> int:

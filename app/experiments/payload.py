@@ -75,31 +75,31 @@ class Payload(MsgRate):
     fits = ("crossover",)
 
     def points(self) -> list[dict[str, Any]]:
+        # Per-size message counts are derived (per_thread), not parameters: the points differ
+        # only in size, so the crossover fit sees one curve.
         p = self.params
-        out = []
-        for size in p.sizes:
-            per = max(WINDOWS, min(p.messages, p.point_bytes // size))
-            out.append(
-                {
-                    "size": size,
-                    "payload": "pointer",
-                    "transport": "rc",
-                    "qps": p.qps,
-                    "threads": p.threads,
-                    "batch": p.batch,
-                    "messages_per_thread": per,
-                    "warmup_per_thread": min(p.warmup, per),
-                    "window": max(1, per // WINDOWS),
-                    "reference_gbps": p.reference_gbps,
-                    "fraction": FRACTION,
-                }
-            )
-        return out
+        return [
+            {
+                "size": size,
+                "payload": "pointer",
+                "transport": "rc",
+                "qps": p.qps,
+                "threads": p.threads,
+                "batch": p.batch,
+                "messages": p.messages,
+                "point_bytes": p.point_bytes,
+                "warmup": p.warmup,
+                "reference_gbps": p.reference_gbps,
+                "fraction": FRACTION,
+            }
+            for size in p.sizes
+        ]
 
     def run_point(self, ctx: RankContext, point: dict[str, Any]) -> PointResult:
         t = ctx.traffic
         if not t.sends:
             return PointResult(role=t.role)
+        point = with_counts(point)
         lanes = tuple(lane for d in t.sends_to for lane in ctx.lanes_to(d, "rc", point["qps"]))
         res = ctx.submitter.rate(
             RateWork(
@@ -136,6 +136,7 @@ class Payload(MsgRate):
         source_bytes: np.ndarray,
         layout: Layout,
     ) -> list[tuple[int, np.ndarray]]:
+        point = with_counts(point)
         if ctx.cfg.submitter == "proxy":
             return _proxy_landing(ctx, point, source, source_bytes, layout)
         return super().expected_landing(ctx, point, source, source_bytes, layout)
@@ -149,6 +150,18 @@ class Payload(MsgRate):
             Column("batch", "batch", "{:d}"),
             Column("window p50(µs)", "p50_us"),
         ]
+
+
+def with_counts(point: dict[str, Any]) -> dict[str, Any]:
+    """The point with its message counts, as msg-rate's loops and landing model take them: at
+    most point_bytes per thread, at least WINDOWS messages."""
+    per = max(WINDOWS, min(point["messages"], point["point_bytes"] // point["size"]))
+    return {
+        **point,
+        "messages_per_thread": per,
+        "warmup_per_thread": min(point["warmup"], per),
+        "window": max(1, per // WINDOWS),
+    }
 
 
 def _proxy_landing(
