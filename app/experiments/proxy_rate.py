@@ -167,7 +167,14 @@ class ProxyRate(Experiment):
                 "cqes": res.cqes,
                 "msg_rate_mps": res.messages / s / 1e6 if s > 0 else 0.0,
                 "gbps": res.messages * point["size"] / s / 1e9 if s > 0 else 0.0,
-                "wqes_per_doorbell": res.messages / res.doorbells if res.doorbells else 0.0,
+                # warm-up included: the workers' doorbells count every chain
+                "wqes_per_doorbell": (
+                    (point["messages_per_producer"] + point["warmup_per_producer"])
+                    * point["producers"]
+                    / res.doorbells
+                    if res.doorbells
+                    else 0.0
+                ),
                 **worker_results(sub),
             },
             role=t.role,
