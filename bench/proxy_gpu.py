@@ -162,10 +162,17 @@ def rates(w: World, producer: str, producers: int, per: int, workers=range(1, 9)
     return out
 
 
-def loaded(w: World, producer: str, background: int, iters: int) -> dict:
+def loaded(
+    w: World,
+    producer: str,
+    background: int,
+    iters: int,
+    handoff: str = "baseline",
+    queues: tuple[str, ...] = ("shared", "reserved"),
+) -> dict:
     out = {}
-    for queue in ("shared", "reserved"):
-        kw = {"producer": producer, "handoff": "baseline", "workers": 4, "rings": 32}
+    for queue in queues:
+        kw = {"producer": producer, "handoff": handoff, "workers": 4, "rings": 32}
         req, resp = w.proxy(0, **kw), w.proxy(1, **kw)
         box: dict = {}
 
@@ -205,7 +212,8 @@ def loaded(w: World, producer: str, background: int, iters: int) -> dict:
             "background_mps_requester": r.background / r.probe_ns * 1e3,
             "background_mps_responder": s.background / s.probe_ns * 1e3,
         }
-    out["p50 shared/reserved"] = out["shared"]["p50_us"] / out["reserved"]["p50_us"]
+    if len(queues) == 2:
+        out["p50 shared/reserved"] = out["shared"]["p50_us"] / out["reserved"]["p50_us"]
     return out
 
 
@@ -249,9 +257,14 @@ def main() -> int:
                 res,
                 lambda: rates(w, "gpu", 32, 2000 if q else 10000, (1, 2) if q else range(1, 9)),
             )
-        section("host_loaded", res, lambda: loaded(w, "host", 4 if q else 8, 100 if q else 500))
+        section("host_loaded", res, lambda: loaded(w, "host", 4, 100 if q else 500))
         if gpu:
             section("gpu_loaded", res, lambda: loaded(w, "gpu", 64, 100 if q else 500))
+            section(
+                "gpu_loaded_tuned_reserved",
+                res,
+                lambda: loaded(w, "gpu", 31, 100 if q else 500, "tuned", ("reserved",)),
+            )
     finally:
         w.close()
     (out / "proxy_figures.json").write_text(json.dumps(res, indent=2, default=str))
