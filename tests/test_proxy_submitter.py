@@ -282,6 +282,12 @@ def test_tuned_needs_a_producer_per_ring(world) -> None:
         sub.proxy_rate(ProxyRateWork(world.lanes(1), 1, 2, 1, 3, 64, True, 10, 0, 10))
 
 
+def test_rate_needs_a_ring_per_lane(world) -> None:
+    sub = proxy(world, 0, rings=1)
+    with pytest.raises(ConfigError, match="rings"):
+        sub.rate(RateWork(world.lanes(2), 1, 1, 64, True, 10, 0, 10))
+
+
 def test_chain_limit_refused(world) -> None:
     sub = proxy(world, 0)
     with pytest.raises(ConfigError, match="batch"):

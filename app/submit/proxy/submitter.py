@@ -247,6 +247,14 @@ class ProxySubmitter(Submitter):
             eng.check("round-trip responder", ok, err, {"size": work.size})
 
     def rate(self, work: RateWork) -> RateResult:
+        # Every lane the experiment hands out carries writes (and is validated): each needs a
+        # ring, since ring r writes through lane r when rings = lanes.
+        if self.params.rings < len(work.lanes):
+            raise ConfigError(
+                "rings (--rings)",
+                self.params.rings,
+                f">= {len(work.lanes)} (one ring per lane of this experiment's rate loop)",
+            )
         workers, rings, producers = proxy_geometry(
             {
                 "workers": self.params.workers,
