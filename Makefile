@@ -98,6 +98,7 @@ test-unit: setup
 test-mpi: setup
 	$(MPIEXEC) -n 2 $(MPI_PYTEST) -m mpi tests
 	$(MPIEXEC) -n 3 $(MPI_PYTEST) -m mpi tests/mpi/test_run_mpi.py
+	$(MPIEXEC) -n 3 $(MPI_PYTEST) -m mpi tests/mpi/test_proxy_mpi.py
 	$(MPIEXEC) -n 4 $(MPI_PYTEST) -m mpi tests
 
 # Jobs through a real one-node Slurm (tests/slurm/cluster.sh): installs slurm-wlm, munge and
@@ -118,11 +119,21 @@ test: lint test-unit test-mpi test-slurm test-vm
 # rank-0 table as it runs, then the offline summary and report.md with plots from the traces.
 RUN_DIR ?= runs/make-run
 RUN_ARGS ?= --suite default -b 8 -e 512 -f 4 -n 2000 --messages 200000
+# The same suite's proxy half (mini-proxy, host producers; baseline handoff so loaded-rtt can put
+# the probe on a ring shared with the background as well as on a reserved one).
+PROXY_RUN_DIR ?= $(RUN_DIR)-proxy
+PROXY_RUN_ARGS ?= --suite proxy --submitter proxy --producer host --handoff baseline \
+	--workers 2 --rings 4 --background 2 -n 2000 --messages 50000 --point-bytes 16M \
+	--sweep-workers 1,2 --sweep-rings 4 --sweep-batch 1,16
 run: setup
 	rm -rf $(RUN_DIR)
 	$(MPIEXEC) -n $(NP) $(BIN)/gicbench run $(RUN_ARGS) -o $(RUN_DIR)
 	$(BIN)/gicbench analyze $(RUN_DIR)
 	$(BIN)/gicbench report $(RUN_DIR)
+	rm -rf $(PROXY_RUN_DIR)
+	$(MPIEXEC) -n $(NP) $(BIN)/gicbench run $(PROXY_RUN_ARGS) -o $(PROXY_RUN_DIR)
+	$(BIN)/gicbench analyze $(PROXY_RUN_DIR)
+	$(BIN)/gicbench report $(PROXY_RUN_DIR)
 
 bench: setup
 	$(BIN)/python bench/emu_engine.py

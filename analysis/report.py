@@ -123,7 +123,7 @@ def _fit_block(agg: pd.DataFrame, experiment: str, plot_dir: Path, section: Sect
         section.lines += ["", f"### {name} fit", ""]
         for o in outcomes:
             section.lines += ["    " + line for line in fit_apply.outcome_lines(o)]
-        if name != "exposed" and any(o.error is None for o in outcomes):
+        if name not in ("exposed", "ratio") and any(o.error is None for o in outcomes):
             section.plot(plots.fit_curves, outcomes, f"{experiment}: {name} fit",
                          plot_dir / f"{experiment}-fit-{name}.png")
 

@@ -125,7 +125,7 @@ def test_template_experiment_fixed() -> None:
     )
 
 
-@pytest.mark.parametrize("name", ["proxy-rate", "active-connections"])
+@pytest.mark.parametrize("name", ["active-connections"])
 def test_templates_of_missing_experiments_refused(name: str) -> None:
     assert name in templates()
     r = gicbench("jobs", "render", name)
@@ -141,6 +141,12 @@ def test_clock_sweep_template_renders_now_that_the_experiment_exists() -> None:
     r = gicbench("jobs", "render", "clock-sweep", "--", "--submitter", "gpu")
     assert r.returncode == 0, r.stderr
     assert "gicbench run clock-sweep --submitter gpu" in r.stdout
+
+
+def test_proxy_rate_template_runs_the_proxy() -> None:
+    """proxy-rate exists now (issue 13): its template renders and runs --submitter proxy."""
+    text = render("proxy-rate", RenderOptions(run_args=["--sweep-workers", "1,2"]))
+    assert "gicbench run --submitter proxy proxy-rate --sweep-workers 1,2 -o" in text
 
 
 def test_pmi2_refused_with_open_mpi_5() -> None:

@@ -23,6 +23,8 @@ from .exposed import exposed_model
 from .plateau import fit_plateau_power_law
 
 FIT_NAMES = ("clock", "plateau", "crossover", "exposed")
+# Summaries an experiment may declare that compare rows of its own table (not `gicbench fit`).
+TABLE_FITS = ("ratio",)
 FREQ_UNITS = {"hz": "Hz", "khz": "kHz", "mhz": "MHz", "ghz": "GHz"}
 TIME_UNITS = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}  # factor to µs
 OTHER_UNITS = {"gbs": "GB/s", "b": "B", "mps": "M msg/s"}
@@ -44,6 +46,8 @@ SOURCES = {
     "crossover": "first size reaching a fraction of a reference bandwidth, arXiv 2610.01380 "
                  "Fig. 8",
     "exposed": "exposed communication S, J, O, X, D, arXiv 2611.12362 eqs. 1-3",
+    "ratio": "loaded round trip on a shared over a reserved queue, arXiv 2610.01380 Fig. 6 / "
+             "Table 11",
 }
 
 
@@ -232,7 +236,7 @@ def declared_fits(experiment: str) -> tuple[str, ...]:
     except ConfigError:
         return ()  # a trace from an experiment this gicbench does not have
     fits = tuple(getattr(cls, "fits", ()) or ())
-    unknown = [f for f in fits if f not in FIT_NAMES]
+    unknown = [f for f in fits if f not in FIT_NAMES + TABLE_FITS]
     if unknown:
         raise AnalysisError(f"experiment {experiment} declares unknown fits {unknown}: allowed "
                             f"{list(FIT_NAMES)}")
@@ -248,6 +252,8 @@ def fit_table(name: str, table: pd.DataFrame, params: Sequence[str]) -> list[Fit
             return [_exposed(table, None)]
         except (AnalysisError, FitError) as exc:
             return [FitOutcome(fit=name, x="", y="", n=0, error=str(exc))]
+    if name == "ratio":
+        return _queue_ratio(table, params)
     xs = [c for c in X_CANDIDATES[name] if c in table.columns]
     ys = [c for c in Y_CANDIDATES[name] if c in table.columns]
     if not xs or not ys:
@@ -264,8 +270,14 @@ def fit_table(name: str, table: pd.DataFrame, params: Sequence[str]) -> list[Fit
     for key, g in groups:
         key = key if isinstance(key, tuple) else (key,)
         group = dict(zip(keys, key, strict=True))
+        kw: dict[str, Any] = {}
+        if name == "crossover" and "reference_gbps" in g.columns:
+            # the experiment's reference bandwidth (payload --reference-gbps); 0: the largest
+            ref = pd.to_numeric(g["reference_gbps"], errors="coerce").dropna()
+            if len(ref) and float(ref.iloc[0]) > 0:
+                kw["reference"] = float(ref.iloc[0])
         try:
-            out = fit_columns(name, g[[x, y]].reset_index(drop=True), x, y)
+            out = fit_columns(name, g[[x, y]].reset_index(drop=True), x, y, **kw)
         except (AnalysisError, FitError) as exc:
             out = FitOutcome(fit=name, x=x, y=y, n=len(g), error=str(exc))
         out.group = group
@@ -295,3 +307,44 @@ def format_param(p: Param) -> str:
     if p.err is not None and math.isfinite(p.err):
         text += f" ± {p.err:.2g}"
     return f"{text} {p.unit}".rstrip()
+
+
+QUEUE_STATS = (("p50_us", "p50"), ("p99_us", "p99"))
+
+
+def _queue_ratio(table: pd.DataFrame, params: Sequence[str]) -> list[FitOutcome]:
+    """loaded-rtt: the probe's round trip with its queue shared with the background over the
+    same with a reserved queue (p50, p99), per combination of the other varying parameters,
+    with the background rate each carried (it differs: read latency with the load)."""
+    need = {"queue", "p50_us"}
+    if not need <= set(table.columns) or not {"shared", "reserved"} <= set(table["queue"]):
+        return [FitOutcome(fit="ratio", x="queue", y="p50_us", n=0, error=(
+            "needs rows with queue=shared and queue=reserved (loaded-rtt --queue "
+            "shared,reserved)"))]
+    keys = [p for p in params if p not in ("queue", "metric") and p in table.columns
+            and table[p].nunique(dropna=False) > 1]
+    groups = table.groupby(keys, dropna=False, sort=False) if keys else [((), table)]
+    out: list[FitOutcome] = []
+    for key, g in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        o = FitOutcome(fit="ratio", x="queue", y="p50_us", n=len(g))
+        o.group = dict(zip(keys, key, strict=True))
+        shared, reserved = g[g["queue"] == "shared"], g[g["queue"] == "reserved"]
+        if shared.empty or reserved.empty:
+            o.error = "this group lacks a shared or a reserved row"
+            out.append(o)
+            continue
+        s, r = shared.iloc[0], reserved.iloc[0]
+        for col, label in QUEUE_STATS:
+            if col in g.columns:
+                a, b = float(s[col]), float(r[col])
+                o.params[f"{label} shared/reserved"] = Param(a / b if b > 0 else math.nan,
+                                                             None, "")
+                o.params[f"{label} shared"] = Param(a, None, "µs")
+                o.params[f"{label} reserved"] = Param(b, None, "µs")
+        if "background_mps" in g.columns:
+            o.params["background shared"] = Param(float(s["background_mps"]), None, "M msg/s")
+            o.params["background reserved"] = Param(float(r["background_mps"]), None,
+                                                    "M msg/s")
+        out.append(o)
+    return out

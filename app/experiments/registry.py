@@ -60,7 +60,7 @@ class Experiment(ABC):
     patterns: ClassVar[tuple[str, ...]] = PATTERNS
     fits: ClassVar[
         tuple[str, ...]
-    ] = ()  # analysis fits that apply: clock|plateau|crossover|exposed
+    ] = ()  # analysis fits that apply: clock|plateau|crossover|exposed|ratio
 
     def __init__(self, params: Any, cfg: RunConfig) -> None:
         self.params, self.cfg = params, cfg
@@ -165,4 +165,6 @@ def get(name: str) -> type[Experiment]:
 SUITES: dict[str, tuple[str, ...]] = {
     # What `make run` runs: the host submitter's single-op and msg-rate on the embedded NIC.
     "default": ("single-op", "msg-rate"),
+    # `make run`'s second run: the same path through mini-proxy (--submitter proxy).
+    "proxy": ("single-op", "proxy-rate", "loaded-rtt", "payload"),
 }

@@ -25,7 +25,7 @@ from ..errors import ConfigError
 from ..fabric.base import Fabric, MemoryRegion, ProgressPolicy, ProviderCaps, QueuePair
 from ..platform import Probe
 
-SUBMITTER_MODULES = ("gicbench.submit.host", "gicbench.submit.gpu", "gicbench.submit.planned")
+SUBMITTER_MODULES = ("gicbench.submit.host", "gicbench.submit.gpu", "gicbench.submit.proxy")
 _REGISTRY: dict[str, type[Submitter]] = {}
 
 

@@ -9,4 +9,5 @@ NB_MODULE(_native, m) {
   gicbench::bind_emu(m.def_submodule("emu", "emulated NIC: shared-memory objects and CPU engine"));
   gicbench::bind_host(m.def_submodule("host", "host submitter: native posting and polling loops"));
   gicbench::bind_doca(m.def_submodule("doca", "DOCA GPUNetIO: host threads of the CPU proxy handlers"));
+  gicbench::bind_proxy(m.def_submodule("proxy", "mini-proxy: request rings, CPU workers, host producers"));
 }

@@ -1,0 +1,206 @@
+"""payload: pipelined goodput against payload size, and the first size reaching 90% of a
+reference bandwidth (the paper, arXiv 2610.01380, §4.2, Figure 8, Table 12).
+
+Pointer writes (a data segment per WQE) stream with many outstanding, as msg-rate does, for sizes
+from 8 B to 1 MiB; each point moves at most --point-bytes per submitting thread (at least
+WINDOWS messages). Runs with any submitter that has rate loops (host, proxy), so the paths
+compare on one experiment. The crossover fit (analysis) takes --reference-gbps, or the largest
+goodput measured when it is 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..knobs import KIND_FLOAT, KIND_SIZE, Knob
+from ..submit.base import RateWork, Shape
+from .common import BATCH, QPS, THREADS, WARMUP, SizeSweep, field
+from .msg_rate import MESSAGES, WINDOWS, MsgRate
+from .registry import Column, PointResult, register
+
+if TYPE_CHECKING:
+    from .context import Layout, RankContext
+
+REFERENCE = Knob(
+    "--reference-gbps",
+    "reference bandwidth for the crossover, GB/s (0: the largest measured)",
+    KIND_FLOAT,
+    lo=0.0,
+    hi=10_000.0,
+)
+POINT_BYTES = Knob(
+    "--point-bytes",
+    "bytes each submitting thread moves per point at most (e.g. 256M)",
+    KIND_SIZE,
+    lo=1,
+    hi=1 << 40,
+    unit="bytes",
+)
+FRACTION = 0.9
+
+
+@dataclass(frozen=True)
+class PayloadParams(SizeSweep):
+    min_size: int = field(SizeSweep.__dataclass_fields__["min_size"].metadata["knob"], 8)
+    max_size: int | None = field(
+        SizeSweep.__dataclass_fields__["max_size"].metadata["knob"], 1 << 20
+    )
+    messages: int = field(MESSAGES, 20_000)
+    point_bytes: int = field(POINT_BYTES, 256 << 20)
+    warmup: int = field(WARMUP, 100)
+    threads: int = field(THREADS, 1)
+    qps: int = field(QPS, 1)
+    batch: int = field(BATCH, 16)
+    reference_gbps: float = field(REFERENCE, 0.0)
+
+    @property
+    def payload(self) -> str:
+        return "pointer"  # goodput of pointer writes (inline is capped at 512 B)
+
+    @property
+    def transport(self) -> str:
+        return "rc"
+
+
+@register
+class Payload(MsgRate):
+    name = "payload"
+    summary = "pipelined goodput against payload size; first size at 90% of a reference"
+    method = "the paper (arXiv 2610.01380) §4.2, Figure 8, Table 12"
+    Params = PayloadParams
+    shapes = frozenset({Shape.RATE})
+    fits = ("crossover",)
+
+    def points(self) -> list[dict[str, Any]]:
+        # Per-size message counts are derived (per_thread), not parameters: the points differ
+        # only in size, so the crossover fit sees one curve.
+        p = self.params
+        return [
+            {
+                "size": size,
+                "payload": "pointer",
+                "transport": "rc",
+                "qps": p.qps,
+                "threads": p.threads,
+                "batch": p.batch,
+                "messages": p.messages,
+                "point_bytes": p.point_bytes,
+                "warmup": p.warmup,
+                "reference_gbps": p.reference_gbps,
+                "fraction": FRACTION,
+            }
+            for size in p.sizes
+        ]
+
+    def run_point(self, ctx: RankContext, point: dict[str, Any]) -> PointResult:
+        t = ctx.traffic
+        if not t.sends:
+            return PointResult(role=t.role)
+        point = with_counts(point)
+        lanes = tuple(lane for d in t.sends_to for lane in ctx.lanes_to(d, "rc", point["qps"]))
+        res = ctx.submitter.rate(
+            RateWork(
+                lanes=lanes,
+                threads=point["threads"],
+                batch=point["batch"],
+                size=point["size"],
+                inline=False,
+                messages_per_thread=point["messages_per_thread"],
+                warmup_per_thread=point["warmup_per_thread"],
+                window=point["window"],
+            )
+        )
+        s = res.elapsed_ns / 1e9
+        return PointResult(
+            samples={"window_ns": res.windows_ns},
+            results={
+                "messages": res.messages,
+                "elapsed_ns": res.elapsed_ns,
+                "doorbells": res.doorbells,
+                "cqes": res.cqes,
+                "msg_rate_mps": res.messages / s / 1e6 if s > 0 else 0.0,
+                "gbps": res.messages * point["size"] / s / 1e9 if s > 0 else 0.0,
+                "destinations": len(t.sends_to),
+            },
+            role=t.role,
+        )
+
+    def expected_landing(
+        self,
+        ctx: RankContext,
+        point: dict[str, Any],
+        source: int,
+        source_bytes: np.ndarray,
+        layout: Layout,
+    ) -> list[tuple[int, np.ndarray]]:
+        point = with_counts(point)
+        if ctx.cfg.submitter == "proxy":
+            return _proxy_landing(ctx, point, source, source_bytes, layout)
+        return super().expected_landing(ctx, point, source, source_bytes, layout)
+
+    def columns(self) -> list[Column]:
+        return [
+            Column("size(B)", "size", "{:d}"),
+            Column("GB/s (sum)", "gbps", "{:.3f}"),
+            Column("M msg/s (sum)", "msg_rate_mps"),
+            Column("threads", "threads", "{:d}"),
+            Column("batch", "batch", "{:d}"),
+            Column("window p50(µs)", "p50_us"),
+        ]
+
+
+def with_counts(point: dict[str, Any]) -> dict[str, Any]:
+    """The point with its message counts, as msg-rate's loops and landing model take them: at
+    most point_bytes per thread, at least WINDOWS messages."""
+    per = max(WINDOWS, min(point["messages"], point["point_bytes"] // point["size"]))
+    return {
+        **point,
+        "messages_per_thread": per,
+        "warmup_per_thread": min(point["warmup"], per),
+        "window": max(1, per // WINDOWS),
+    }
+
+
+def _proxy_landing(
+    ctx: RankContext,
+    point: dict[str, Any],
+    source: int,
+    source_bytes: np.ndarray,
+    layout: Layout,
+) -> list[tuple[int, np.ndarray]]:
+    """The proxy's rate loop lays its writes out by ring (see proxy_rate.ring_counts)."""
+    from ..patterns import traffic
+    from ..submit.proxy.work import proxy_geometry, ring_counts
+
+    if source not in ctx.traffic.receives_from:
+        return []
+    theirs = traffic(ctx.traffic.pattern, source, ctx.topo.size)
+    qps, size = point["qps"], point["size"]
+    nlanes = qps * len(theirs.sends_to)
+    workers, rings, producers = proxy_geometry(ctx.cfg.knobs, nlanes, point["threads"])
+    counts = ring_counts(
+        rings, producers, point["messages_per_thread"] + point["warmup_per_thread"]
+    )
+    per_lane = [0] * nlanes
+    for r, c in enumerate(counts):
+        lane = ring_lane(r, workers, nlanes)
+        per_lane[lane] = max(per_lane[lane], c)
+    j = theirs.sends_to.index(ctx.topo.rank)
+    slots = max(1, layout.lane_bytes // size)
+    pieces = []
+    for lane in range(qps):
+        written = min(slots, per_lane[j * qps + lane]) * size
+        start = lane * layout.lane_bytes
+        if written:
+            pieces.append((start, source_bytes[start : start + written]))
+    return pieces
+
+
+def ring_lane(r: int, workers: int, lanes: int) -> int:
+    """The lane ring r writes through (proxy_engine.cpp, Engine::init)."""
+    w = r % workers
+    n = (lanes - w + workers - 1) // workers
+    return w + ((r // workers) % n) * workers

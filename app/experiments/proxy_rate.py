@@ -1,0 +1,234 @@
+"""proxy-rate: mini-proxy's message rate against workers T, rings R and chain limit B (the paper,
+arXiv 2610.01380, §4.2, Figure 7, Table 10).
+
+Producers (host threads or GPU CTAs, `--producer`) fill R rings with writes to the peer; T pinned
+workers, each with its own QP, drain them in chains of up to B WQEs per doorbell. Samples are
+windows of each producer's stream; the final drain (every ring's completion counter reaching what
+it was given) is inside the timed region. Needs --submitter proxy and --pattern pairs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..knobs import KIND_STR, Knob
+from ..submit.base import Shape
+from ..submit.proxy.work import ring_counts
+from .common import PAYLOAD, WARMUP, SizeSweep, field
+from .msg_rate import MESSAGES, WINDOWS
+from .registry import Column, Experiment, PointResult, register
+
+if TYPE_CHECKING:
+    from .context import Layout, RankContext
+
+SWEEP_WORKERS = Knob("--sweep-workers", "worker counts T to sweep (1..8), e.g. 1,2,4,8", KIND_STR)
+SWEEP_RINGS = Knob("--sweep-rings", "ring counts R to sweep (1..32, >= T)", KIND_STR)
+SWEEP_BATCH = Knob("--sweep-batch", "chain limits B to sweep (1..16 WQEs per doorbell)", KIND_STR)
+HOST_PRODUCERS = 4  # default host producer threads (GPU: one CTA per ring)
+
+
+def int_list(label: str, text: str, lo: int, hi: int) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ConfigError(label, text, f"comma-separated integers in {lo}..{hi}") from None
+    if not vals or any(v < lo or v > hi for v in vals):
+        raise ConfigError(label, text, f"comma-separated integers in {lo}..{hi}")
+    return vals
+
+
+def require_proxy(exp: Experiment) -> None:
+    if exp.cfg.submitter != "proxy":
+        raise ConfigError(
+            "submitter (--submitter)", exp.cfg.submitter, f"proxy for {exp.name} (mini-proxy)"
+        )
+
+
+def default_producers(cfg: Any, rings: int) -> int:
+    given = int(cfg.knobs.get("producers", 0))
+    if given:
+        return given
+    if cfg.knobs.get("producer", "host") == "gpu":
+        return rings
+    return min(rings, HOST_PRODUCERS)
+
+
+@dataclass(frozen=True)
+class ProxyRateParams(SizeSweep):
+    messages: int = field(MESSAGES, 100_000)
+    warmup: int = field(WARMUP, 100)
+    payload: str = field(PAYLOAD, "inline")
+    sweep_workers: str = field(SWEEP_WORKERS, "1,2,4,8")
+    sweep_rings: str = field(SWEEP_RINGS, "32")
+    sweep_batch: str = field(SWEEP_BATCH, "1,16")
+
+    @property
+    def workers_list(self) -> tuple[int, ...]:
+        return int_list("sweep_workers (--sweep-workers)", self.sweep_workers, 1, 8)
+
+    @property
+    def rings_list(self) -> tuple[int, ...]:
+        return int_list("sweep_rings (--sweep-rings)", self.sweep_rings, 1, 32)
+
+    @property
+    def batch_list(self) -> tuple[int, ...]:
+        return int_list("sweep_batch (--sweep-batch)", self.sweep_batch, 1, 16)
+
+
+@register
+class ProxyRate(Experiment):
+    name = "proxy-rate"
+    summary = "mini-proxy message rate against workers T, rings R and chain limit B"
+    method = "the paper (arXiv 2610.01380) §4.2, Figure 7, Table 10"
+    Params = ProxyRateParams
+    shapes = frozenset({Shape.RATE})
+    patterns = ("pairs",)
+
+    @property
+    def lanes_per_peer(self) -> int:
+        return max(self.params.workers_list)
+
+    def check(self) -> None:
+        require_proxy(self)
+        p = self.params
+        p.check_sizes(p.payload)
+        bad = [(t, r) for t in p.workers_list for r in p.rings_list if r < t]
+        if bad:
+            raise ConfigError(
+                "sweep_rings (--sweep-rings)",
+                p.sweep_rings,
+                f"rings >= workers in every point (T, R) = {bad} have fewer rings than workers",
+            )
+        if self.cfg.knobs.get("handoff", "tuned") == "tuned":
+            for r in p.rings_list:
+                if default_producers(self.cfg, r) > r:
+                    raise ConfigError(
+                        "producers (--producers)",
+                        self.cfg.knobs.get("producers"),
+                        f"<= {r} (--sweep-rings) with --handoff tuned: one producer per ring",
+                    )
+
+    def points(self) -> list[dict[str, Any]]:
+        p = self.params
+        per = max(p.messages, WINDOWS)
+        return [
+            {
+                "size": size,
+                "payload": p.payload,
+                "workers": t,
+                "rings": r,
+                "batch": b,
+                "producers": default_producers(self.cfg, r),
+                "messages_per_producer": per,
+                "warmup_per_producer": p.warmup,
+                "window": max(1, per // WINDOWS),
+            }
+            for size in p.sizes
+            for t in p.workers_list
+            for r in p.rings_list
+            if r >= t
+            for b in p.batch_list
+        ]
+
+    def run_point(self, ctx: RankContext, point: dict[str, Any]) -> PointResult:
+        from ..submit.proxy.work import ProxyRateWork
+
+        t = ctx.traffic
+        if not t.sends:
+            return PointResult(role=t.role)
+        (dest,) = t.sends_to
+        lanes = ctx.lanes_to(dest, "rc", self.lanes_per_peer)[: point["workers"]]
+        sub = ctx.submitter
+        res = sub.proxy_rate(  # type: ignore[attr-defined]
+            ProxyRateWork(
+                lanes=lanes,
+                workers=point["workers"],
+                rings=point["rings"],
+                batch=point["batch"],
+                producers=point["producers"],
+                size=point["size"],
+                inline=point["payload"] == "inline",
+                messages=point["messages_per_producer"],
+                warmup=point["warmup_per_producer"],
+                window=point["window"],
+            )
+        )
+        s = res.elapsed_ns / 1e9
+        return PointResult(
+            samples={"window_ns": res.windows_ns},
+            results={
+                "messages": res.messages,
+                "elapsed_ns": res.elapsed_ns,
+                "doorbells": res.doorbells,
+                "cqes": res.cqes,
+                "msg_rate_mps": res.messages / s / 1e6 if s > 0 else 0.0,
+                "gbps": res.messages * point["size"] / s / 1e9 if s > 0 else 0.0,
+                # warm-up included: the workers' doorbells count every chain
+                "wqes_per_doorbell": (
+                    (point["messages_per_producer"] + point["warmup_per_producer"])
+                    * point["producers"]
+                    / res.doorbells
+                    if res.doorbells
+                    else 0.0
+                ),
+                **worker_results(sub),
+            },
+            role=t.role,
+        )
+
+    def expected_landing(
+        self,
+        ctx: RankContext,
+        point: dict[str, Any],
+        source: int,
+        source_bytes: np.ndarray,
+        layout: Layout,
+    ) -> list[tuple[int, np.ndarray]]:
+        # Ring r writes through lane r mod T (one lane per worker); its i-th descriptor goes to
+        # slot i mod slots of that lane's slice, from the same offset of the source's slice.
+        if source not in ctx.traffic.receives_from:
+            return []
+        size, T = point["size"], point["workers"]
+        counts = ring_counts(
+            point["rings"],
+            point["producers"],
+            point["messages_per_producer"] + point["warmup_per_producer"],
+        )
+        slots = max(1, layout.lane_bytes // size)
+        pieces = []
+        for lane in range(T):
+            n = max(c for r, c in enumerate(counts) if r % T == lane)
+            written = min(slots, n) * size
+            start = lane * layout.lane_bytes
+            if written:
+                pieces.append((start, source_bytes[start : start + written]))
+        return pieces
+
+    def columns(self) -> list[Column]:
+        return [
+            Column("size(B)", "size", "{:d}"),
+            Column("T", "workers", "{:d}", width=4),
+            Column("R", "rings", "{:d}", width=4),
+            Column("B", "batch", "{:d}", width=4),
+            Column("P", "producers", "{:d}", width=4),
+            Column("M msg/s (sum)", "msg_rate_mps"),
+            Column("WQEs/doorbell", "wqes_per_doorbell"),
+            Column("window p50(µs)", "p50_us"),
+            Column("worker MHz", "worker_mhz_min", "{:.0f}"),
+        ]
+
+
+def worker_results(sub: Any) -> dict[str, Any]:
+    """Where the workers ran and their clock after preconditioning (App. C.1)."""
+    stats = list(getattr(sub, "last_workers", []))
+    khz = [int(w["khz"]) for w in stats if int(w["khz"]) > 0]
+    return {
+        "worker_cores": ",".join(str(w["core"]) for w in stats),
+        "worker_mhz_min": min(khz) / 1e3 if khz else float("nan"),
+        "worker_mhz_max": max(khz) / 1e3 if khz else float("nan"),
+        "precondition": str(getattr(sub.params, "precondition", "")),
+    }

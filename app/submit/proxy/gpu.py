@@ -1,0 +1,374 @@
+"""GPU producers for mini-proxy: CuPy launches the kernels of gpu_kernels.py over the engine's
+rings, registered with CUDA (cudaHostRegister, mapped) for the call and unregistered after it,
+whatever happened. While a kernel runs the host watches the engine, signals and a deadline; on
+any of them it sets the abort bit the kernels poll, so no GPU thread is left spinning."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+import numpy as np
+
+from ...errors import CompletionTimeout, ConfigError, FabricError
+from ...fabric.emu.fabric import _device_pointer
+from ..base import LatencyWork
+from .gpu_kernels import source
+from .params import ProxyParams
+from .work import LoadedWork, ProxyRateWork, ring_counts, rings_of
+
+_REGISTER_PORTABLE_MAPPED = 0x1 | 0x2  # cudaHostRegisterPortable | cudaHostRegisterMapped
+_ALREADY_REGISTERED = 712  # cudaErrorHostMemoryAlreadyRegistered
+_PAGE = 4096
+STOP, ABORT = 1, 2
+STATUS = {1: "timeout", 2: "aborted by the host"}
+
+
+class GpuProducers:
+    def __init__(self, params: ProxyParams) -> None:
+        import cupy
+        from cupy.cuda import runtime
+
+        from ... import _native
+
+        self.cp, self.rt, self.params = cupy, runtime, params
+        self.consts = _native.proxy
+        self.host = _native.host
+        self.device = cupy.cuda.Device()
+        self.pci_bus_id: str | None = self.device.pci_bus_id
+        self.module = cupy.RawModule(code=source(self.consts), options=("-std=c++17",))
+        self.fn = {
+            n: self.module.get_function(n)
+            for n in ("px_clock", "px_latency", "px_rate", "px_background", "px_probe")
+        }
+        self.sm_hz = self._measure_clock()
+
+    # ---- plumbing --------------------------------------------------------------------------
+    def _measure_clock(self) -> float:
+        out = self.cp.zeros(2, dtype=self.cp.int64)
+        self.fn["px_clock"]((1,), (1,), (np.int64(20_000_000), out))
+        cycles, ns = (int(v) for v in out.get())
+        return cycles / ns * 1e9
+
+    @contextmanager
+    def mapped(self, addr: int, nbytes: int) -> Iterator[int]:
+        """The device address of host bytes [addr, addr + nbytes), registered for the block
+        (pages already registered by someone else are used as they are)."""
+        lo = addr & ~(_PAGE - 1)
+        hi = (addr + nbytes + _PAGE - 1) & ~(_PAGE - 1)
+        ours = True
+        try:
+            self.rt.hostRegister(lo, hi - lo, _REGISTER_PORTABLE_MAPPED)
+        except self.rt.CUDARuntimeError as e:
+            if getattr(e, "status", None) != _ALREADY_REGISTERED:
+                raise FabricError(f"cudaHostRegister of {hi - lo} bytes at 0x{lo:x}: {e}") from e
+            ours = False
+        try:
+            yield _device_pointer(self.rt, lo) + (addr - lo)
+        finally:
+            if ours:
+                self.rt.hostUnregister(lo)
+
+    def _rings(self, eng: Any, stack: ExitStack) -> list[int]:
+        n = eng.native.ring_bytes()
+        return [
+            stack.enter_context(self.mapped(eng.native.ring_addr(r), n))
+            for r in self._ring_range(eng)
+        ]
+
+    @staticmethod
+    def _ring_range(eng: Any) -> range:
+        return range(eng.native.rings())
+
+    def _control(self, eng: Any) -> np.ndarray:
+        """Ring 0's control word, host view (the kernels poll it)."""
+        import ctypes
+
+        addr = eng.native.ring_addr(0) + self.consts.CONTROL_OFF
+        return np.ctypeslib.as_array((ctypes.c_uint64 * 1).from_address(addr))
+
+    def _watch(self, eng: Any, stream: Any, what: str, timeout_s: float) -> None:
+        """Wait for `stream`'s work; on an engine failure, a signal or the deadline, tell the
+        kernels to give up (abort bit), wait for them, and raise."""
+        ctl = self._control(eng)
+        ev = self.cp.cuda.Event()
+        ev.record(stream)
+        deadline = time.monotonic() + timeout_s
+        why = None
+        while not ev.done:
+            if eng.native.failed():
+                why = "engine"
+            elif self.host.interrupted():
+                why = "interrupted"
+            elif time.monotonic() > deadline:
+                why = "timeout"
+            if why:
+                ctl[0] |= ABORT
+                ev.synchronize()
+                break
+            time.sleep(0.0002)
+        if why == "engine":
+            err = eng.native.first_error()
+            eng.sub.raise_error(what, err, {})
+        if why == "interrupted":
+            from ..host import LoopInterrupted
+
+            raise LoopInterrupted(f"rank {eng.sub.rank}: {what} interrupted by a signal", 0, 0)
+        if why == "timeout":
+            raise CompletionTimeout(
+                f"rank {eng.sub.rank}: {what}: GPU producers did not finish within "
+                f"{timeout_s:g} s (aborted; rings: {self._ring_state(eng)})"
+            )
+
+    def _ring_state(self, eng: Any) -> str:
+        import ctypes
+
+        parts = []
+        for r in self._ring_range(eng):
+            base = eng.native.ring_addr(r)
+            head = ctypes.c_uint64.from_address(base + self.consts.HEAD_OFF).value
+            done = ctypes.c_uint64.from_address(base + self.consts.COMPLETED_OFF).value
+            parts.append(f"ring {r} consumed {head} completed {done}")
+        return "; ".join(parts)
+
+    def _status(self, eng: Any, what: str, status: Any, where: Any = None) -> None:
+        st = status.get()
+        bad = [(i, int(s)) for i, s in enumerate(st) if s != 0]
+        if bad:
+            i, s = bad[0]
+            at = f" at operation {int(where.get()[0])}" if where is not None else ""
+            raise CompletionTimeout(
+                f"rank {eng.sub.rank}: {what}: GPU producer block {i}: {STATUS.get(s, s)}{at} "
+                f"({self._ring_state(eng)})"
+            )
+
+    def _cycles_to_ns(self, cycles: np.ndarray) -> np.ndarray:
+        return np.rint(np.asarray(cycles, dtype=np.float64) * 1e9 / self.sm_hz).astype(np.int64)
+
+    def _timeout_s(self, eng: Any, ops: int) -> float:
+        return eng.sub.timeout_ns / 1e9 + ops * 1e-4
+
+    def _lanes_slots(self, eng: Any, size: int, lanes: tuple) -> tuple[Any, Any]:
+        rr = self._ring_range(eng)
+        lane_of = [eng.native.ring_lane(r) for r in rr]
+        slots = [max(1, min(lanes[ln].src.length, lanes[ln].dst.length) // size) for ln in lane_of]
+        return (
+            self.cp.asarray(np.array(lane_of, dtype=np.uint32)),
+            self.cp.asarray(np.array(slots, dtype=np.uint64)),
+        )
+
+    # ---- single-op --------------------------------------------------------------------------
+    def latency(self, eng: Any, work: LatencyWork, handoff: int) -> np.ndarray:
+        if work.mode == "round_trip":
+            raise ConfigError(
+                "modes (--modes)", "round_trip", "issue,put_completion with --producer gpu"
+            )
+        if work.scope_all:
+            raise ConfigError("scope (--scope)", "all", "selected with --producer gpu")
+        cp = self.cp
+        with ExitStack() as stack:
+            rings = self._rings(eng, stack)
+            ctl_dev = rings[0] + self.consts.CONTROL_OFF
+            reserve = cp.zeros(1, dtype=cp.uint64)
+            out = cp.zeros(max(1, work.iters), dtype=cp.int64)
+            status = cp.zeros(1, dtype=cp.int32)
+            where = cp.zeros(1, dtype=cp.uint64)
+            s = cp.cuda.Stream(non_blocking=True)
+            with s:
+                self.fn["px_latency"](
+                    (1,),
+                    (1,),
+                    (
+                        np.uint64(rings[0]),
+                        reserve,
+                        np.int32(handoff),
+                        np.uint32(self.params.ring_depth),
+                        np.uint32(eng.native.ring_lane(0)),
+                        np.uint32(work.size),
+                        np.int32(0 if work.mode == "issue" else 1),
+                        np.uint32(work.iters),
+                        np.uint32(work.warmup),
+                        np.int64(eng.sub.timeout_ns),
+                        np.uint64(ctl_dev),
+                        out,
+                        status,
+                        where,
+                    ),
+                )
+            self._watch(
+                eng,
+                s,
+                f"single-op {work.mode} (GPU producer)",
+                self._timeout_s(eng, work.iters + work.warmup),
+            )
+            self._status(eng, f"single-op {work.mode}", status, where)
+            return self._cycles_to_ns(out.get()[: work.iters])
+
+    # ---- rate -------------------------------------------------------------------------------
+    def rate(self, eng: Any, work: ProxyRateWork, handoff: int) -> tuple[np.ndarray, dict]:
+        cp = self.cp
+        with ExitStack() as stack:
+            rings = self._rings(eng, stack)
+            ctl_dev = rings[0] + self.consts.CONTROL_OFF
+            nr = len(rings)
+            lanes, slots = self._lanes_slots(eng, work.size, work.lanes)
+            ring_ptrs = cp.asarray(np.array(rings, dtype=np.uint64))
+            reserve = cp.zeros(nr, dtype=cp.uint64)
+            P = work.producers
+            sent = cp.zeros(P, dtype=cp.uint64)
+            status = cp.zeros(P, dtype=cp.int32)
+            cycles = cp.zeros(P, dtype=cp.int64)
+            total = work.messages + work.warmup
+            s = cp.cuda.Stream(non_blocking=True)
+            t0 = time.perf_counter_ns()
+            with s:
+                self.fn["px_rate"](
+                    (P,),
+                    (32,),
+                    (
+                        ring_ptrs,
+                        reserve,
+                        np.int32(handoff),
+                        np.uint32(nr),
+                        np.uint32(self.params.ring_depth),
+                        lanes,
+                        slots,
+                        np.uint32(work.size),
+                        np.uint64(total),
+                        np.int64(eng.sub.timeout_ns),
+                        np.uint64(ctl_dev),
+                        sent,
+                        status,
+                        cycles,
+                    ),
+                )
+            self._watch(eng, s, "proxy rate (GPU producers)", self._timeout_s(eng, total))
+            self._status(eng, "proxy rate", status)
+            given = ring_counts(nr, P, total)
+            for r in range(nr):
+                ok, err = eng.native.wait_completed(r, given[r], "drain")
+                eng.check("proxy rate drain", ok, err, {})
+            elapsed = time.perf_counter_ns() - t0
+        return np.array([elapsed], dtype=np.int64), {
+            "elapsed_ns": elapsed,
+            "messages": total * P,  # warm-up included: the GPU stream is timed as a whole
+            "ring_messages": given,
+        }
+
+    # ---- loaded round trip ------------------------------------------------------------------
+    def loaded(self, eng: Any, work: LoadedWork, handoff: int) -> tuple[np.ndarray, dict]:
+        cp = self.cp
+        lane0 = work.lanes[eng.native.ring_lane(0)]
+        with ExitStack() as stack:
+            rings = self._rings(eng, stack)
+            ctl_dev = rings[0] + self.consts.CONTROL_OFF
+            ctl = self._control(eng)
+            nr = len(rings)
+            first = 1 if work.reserved else 0
+            lanes, slots = self._lanes_slots(eng, work.size, work.lanes)
+            ring_ptrs = cp.asarray(np.array(rings, dtype=np.uint64))
+            reserve = cp.zeros(nr, dtype=cp.uint64)
+            P = work.background
+            sent = cp.zeros(P * 32, dtype=cp.uint64)
+            bstatus = cp.zeros(P, dtype=cp.int32)
+            src = stack.enter_context(self.mapped(lane0.src.addr + work.size - 8, 8))
+            reply = stack.enter_context(self.mapped(work.reply.addr + work.size - 8, 8))
+            out = cp.zeros(max(1, work.iters), dtype=cp.int64)
+            pstatus = cp.zeros(1, dtype=cp.int32)
+            where = cp.zeros(1, dtype=cp.uint64)
+            per_block_ns = P / (work.pace_mps * 1e6) * 1e9 if work.pace_mps > 0 else 0.0
+            bg_stream = cp.cuda.Stream(non_blocking=True)
+            probe_stream = cp.cuda.Stream(non_blocking=True)
+            with bg_stream:
+                self.fn["px_background"](
+                    (P,),
+                    (32,),
+                    (
+                        ring_ptrs,
+                        reserve,
+                        np.int32(handoff),
+                        np.uint32(first),
+                        np.uint32(nr),
+                        np.uint32(self.params.ring_depth),
+                        lanes,
+                        slots,
+                        np.uint32(work.size),
+                        np.float64(per_block_ns),
+                        np.int64(eng.sub.timeout_ns),
+                        np.uint64(ctl_dev),
+                        sent,
+                        bstatus,
+                    ),
+                )
+            bg0 = self._completed(eng, range(first, nr))
+            t0 = time.perf_counter_ns()
+            try:
+                with probe_stream:
+                    self.fn["px_probe"](
+                        (1,),
+                        (1,),
+                        (
+                            np.uint64(rings[0]),
+                            reserve,
+                            np.int32(handoff),
+                            np.uint32(self.params.ring_depth),
+                            np.uint32(eng.native.ring_lane(0)),
+                            np.uint32(work.size),
+                            np.int32(0 if work.requester else 1),
+                            np.uint64(src),
+                            np.uint64(reply),
+                            np.uint32(work.iters),
+                            np.uint32(work.warmup),
+                            np.int64(eng.sub.timeout_ns),
+                            np.uint64(ctl_dev),
+                            out,
+                            pstatus,
+                            where,
+                        ),
+                    )
+                self._watch(
+                    eng,
+                    probe_stream,
+                    "loaded round trip (GPU probe)",
+                    self._timeout_s(eng, work.iters + work.warmup),
+                )
+                probe_ns = time.perf_counter_ns() - t0
+                bg1 = self._completed(eng, range(first, nr))
+            finally:
+                ctl[0] |= STOP
+                bg_stream.synchronize()
+            self._status(eng, "loaded round trip (probe)", pstatus, where)
+            self._status(eng, "loaded round trip (background)", bstatus)
+            per_block = sent.get().reshape(P, 32)
+            counts = [0] * nr
+            for b in range(P):
+                for j, r in enumerate(rings_of(b, P, nr, first)):
+                    counts[r] += int(per_block[b, j])
+            if not work.reserved:
+                counts[0] += work.iters + work.warmup
+            for r in range(nr):
+                ok, err = eng.native.wait_completed(r, counts[r], "drain")
+                eng.check("loaded drain", ok, err, {})
+            background = bg1 - bg0
+            if not work.reserved:
+                background = max(0, background - (work.iters + work.warmup))
+            rtt = (
+                self._cycles_to_ns(out.get()[: work.iters])
+                if work.requester
+                else np.array([], dtype=np.int64)
+            )
+        return rtt, {"background": background, "probe_ns": probe_ns, "ring_messages": counts}
+
+    def _completed(self, eng: Any, rings: range) -> int:
+        import ctypes
+
+        return sum(
+            ctypes.c_uint64.from_address(eng.native.ring_addr(r) + self.consts.COMPLETED_OFF).value
+            for r in rings
+        )
+
+    def close(self) -> None:
+        self.module = None
+        self.fn = {}

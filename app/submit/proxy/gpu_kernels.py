@@ -1,0 +1,257 @@
+"""CUDA source of mini-proxy's GPU producers (CuPy RawModule): the two handoff protocols of the
+paper (arXiv 2610.01380, §4.2) writing descriptors into host rings mapped into the GPU.
+
+- baseline: a device atomic reserves the ring index, every publish reads the worker's progress
+  from host memory (a PCIe read), word1 is stored and word0 published with a system-scope
+  release store;
+- tuned: one producer per ring, progress cached and re-read only when the ring looks full, one
+  16-byte store of both words (validity is the sequence encoded in them).
+
+The ring layout and descriptor encoding come from the native module (proxy_ring.hpp) so there
+is one place for them. Every spin loop gives up at a deadline (globaltimer) or when the host
+sets the abort bit in ring 0's control word, and says why in `status`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SOURCE = r"""
+typedef unsigned long long u64;
+typedef long long i64;
+#define HEAD_OFF %(head)d
+#define COMPLETED_OFF %(completed)d
+#define CONTROL_OFF %(control)d
+#define HEADER_BYTES %(header)d
+#define MAX_LENGTH %(maxlen)dULL
+#define CTL_STOP 1ULL
+#define CTL_ABORT 2ULL
+// status codes (per block): 0 ok, 1 timeout, 2 aborted by the host
+#define ST_OK 0
+#define ST_TIMEOUT 1
+#define ST_ABORT 2
+
+__device__ __forceinline__ u64 ld_sys(const u64* p) {
+  u64 v;
+  asm volatile("ld.volatile.global.u64 %%0, [%%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ u64 gtime() {
+  u64 t;
+  asm volatile("mov.u64 %%0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ u64* word(unsigned char* ring, int off) {
+  return reinterpret_cast<u64*>(ring + off);
+}
+
+struct Waiter {
+  u64 deadline;
+  const u64* control;
+  int status;
+  __device__ bool ok() {
+    if (ld_sys(control) & CTL_ABORT) { status = ST_ABORT; return false; }
+    if (gtime() > deadline) { status = ST_TIMEOUT; return false; }
+    return true;
+  }
+};
+
+struct Producer {
+  u64 next;    // tuned: the ring's next index (one producer per ring)
+  u64 cached;  // tuned: the worker's progress as last read
+};
+
+// One descriptor on `ring`: slot (slot0 + index mod slots) of `len` bytes, through `lane`.
+__device__ bool enqueue(unsigned char* ring, u64* reserve, int handoff, Producer& p,
+                        unsigned depth, unsigned lane, unsigned slot0, u64 slots, unsigned len,
+                        Waiter& w, u64& idx) {
+  const u64* head = word(ring, HEAD_OFF);
+  if (handoff == 0) {
+    idx = atomicAdd(reserve, 1ULL);
+    while (idx - ld_sys(head) >= depth)
+      if (!w.ok()) return false;
+  } else {
+    idx = p.next++;
+    while (idx - p.cached >= depth) {
+      p.cached = ld_sys(head);
+      if (idx - p.cached < depth) break;
+      if (!w.ok()) return false;
+    }
+  }
+  const u64 s = idx + 1;
+  const u64 w0 = (s & 0xffffffffULL) | ((u64)lane << 32);
+  const u64 off = ((u64)slot0 + idx %% slots) * len;
+  const u64 w1 = off | (((u64)len & MAX_LENGTH) << 32) | ((s & 0x7ffULL) << 53);
+  u64* slot = reinterpret_cast<u64*>(ring + HEADER_BYTES + (idx & (depth - 1)) * 16);
+  if (handoff == 0) {
+    asm volatile("st.volatile.global.u64 [%%0], %%1;" :: "l"(slot + 1), "l"(w1) : "memory");
+    asm volatile("st.release.sys.global.u64 [%%0], %%1;" :: "l"(slot), "l"(w0) : "memory");
+  } else {
+    asm volatile("st.volatile.global.v2.u64 [%%0], {%%1, %%2};"
+                 :: "l"(slot), "l"(w0), "l"(w1) : "memory");
+  }
+  return true;
+}
+
+__device__ bool wait_completed(unsigned char* ring, u64 count, Waiter& w) {
+  const u64* done = word(ring, COMPLETED_OFF);
+  while (ld_sys(done) < count)
+    if (!w.ok()) return false;
+  return true;
+}
+
+extern "C" {
+
+// SM clock: clock64 against globaltimer over ~`ns` nanoseconds (out: cycles, ns).
+__global__ void px_clock(i64 ns, i64* out) {
+  const u64 g0 = gtime();
+  const i64 c0 = clock64();
+  while (gtime() - g0 < (u64)ns) {}
+  out[0] = clock64() - c0;
+  out[1] = (i64)(gtime() - g0);
+}
+
+// One thread: `warmup + iters` operations on ring 0 (its lane, slot 0). mode 0: the enqueue is
+// timed (completion waited untimed); mode 1: enqueue until the ring's counter shows it.
+// Samples are clock64 cycles.
+__global__ void px_latency(unsigned char* ring, u64* reserve, int handoff, unsigned depth,
+                           unsigned lane, unsigned len, int mode, unsigned iters,
+                           unsigned warmup, i64 timeout_ns, const u64* control, i64* out,
+                           int* status, u64* where) {
+  Waiter w{gtime() + (u64)timeout_ns, control, ST_OK};
+  Producer p{0, 0};
+  for (unsigned i = 0; i < warmup + iters; ++i) {
+    w.deadline = gtime() + (u64)timeout_ns;
+    u64 idx = 0;
+    const i64 t0 = clock64();
+    bool ok = enqueue(ring, reserve, handoff, p, depth, lane, 0, 1, len, w, idx);
+    i64 t1 = clock64();
+    if (ok) ok = wait_completed(ring, idx + 1, w);
+    if (mode == 1) t1 = clock64();
+    if (!ok) { status[0] = w.status; where[0] = i; return; }
+    if (i >= warmup) out[i - warmup] = t1 - t0;
+  }
+  status[0] = ST_OK;
+}
+
+// Block b (thread 0) is producer b: rings b, b+P, ... when P <= R, else ring b mod R; its k-th
+// descriptor goes to ring mine[k mod n], slot (index mod slots[ring]) of lanes[ring].
+__global__ void px_rate(unsigned char** rings, u64* reserve, int handoff, unsigned nrings,
+                        unsigned depth, const unsigned* lanes, const u64* slots, unsigned len,
+                        u64 messages, i64 timeout_ns, const u64* control, u64* sent,
+                        int* status, i64* cycles) {
+  if (threadIdx.x != 0) return;
+  const unsigned P = gridDim.x, b = blockIdx.x;
+  Producer prod[32];
+  for (int i = 0; i < 32; ++i) prod[i] = Producer{0, 0};
+  unsigned mine[32];
+  unsigned n = 0;
+  if (P <= nrings) {
+    for (unsigned r = b; r < nrings; r += P) mine[n++] = r;
+  } else {
+    mine[n++] = b %% nrings;
+  }
+  Waiter w{0, control, ST_OK};
+  const i64 c0 = clock64();
+  u64 k = 0;
+  for (; k < messages; ++k) {
+    w.deadline = gtime() + (u64)timeout_ns;
+    const unsigned j = (unsigned)(k %% n), r = mine[j];
+    u64 idx;
+    if (!enqueue(rings[r], reserve + r, handoff, prod[j], depth, lanes[r], 0, slots[r], len, w,
+                 idx))
+      break;
+  }
+  sent[b] = k;
+  status[b] = k == messages ? ST_OK : w.status;
+  cycles[b] = clock64() - c0;
+}
+
+// Background: block b loads rings first + (b, b+P, ...) (or first + b mod n) with descriptors
+// to slots 1.. of each ring's lane until the host sets the stop bit; paced to `per_block_ns`
+// nanoseconds per descriptor when non-zero.
+__global__ void px_background(unsigned char** rings, u64* reserve, int handoff, unsigned first,
+                              unsigned nrings, unsigned depth, const unsigned* lanes,
+                              const u64* slots, unsigned len, double per_block_ns,
+                              i64 timeout_ns, const u64* control, u64* sent, int* status) {
+  if (threadIdx.x != 0) return;
+  const unsigned P = gridDim.x, b = blockIdx.x, avail = nrings - first;
+  Producer prod[32];
+  for (int i = 0; i < 32; ++i) prod[i] = Producer{0, 0};
+  unsigned mine[32];
+  unsigned n = 0;
+  if (P <= avail) {
+    for (unsigned r = first + b; r < nrings; r += P) mine[n++] = r;
+  } else {
+    mine[n++] = first + b %% avail;
+  }
+  Waiter w{0, control, ST_OK};
+  const u64 g0 = gtime();
+  u64 k = 0;
+  status[b] = ST_OK;
+  // The host's stop/abort word is read every 64 descriptors (a PCIe read each), and by every
+  // wait; reading it per descriptor would add a PCIe read to each enqueue.
+  for (;;) {
+    if ((k & 63) == 0 && (ld_sys(control) & (CTL_STOP | CTL_ABORT))) break;
+    if (per_block_ns > 0 && (double)(gtime() - g0) < (double)k * per_block_ns) continue;
+    w.deadline = gtime() + (u64)timeout_ns;
+    const unsigned j = (unsigned)(k %% n), r = mine[j];
+    u64 idx;
+    if (!enqueue(rings[r], reserve + r, handoff, prod[j], depth, lanes[r], 1, slots[r] - 1, len,
+                 w, idx)) {
+      if (!(ld_sys(control) & CTL_STOP)) status[b] = w.status;
+      break;
+    }
+    ++k;
+    sent[b * 32 + j] += 1;
+  }
+}
+
+// The probe's round trip on ring 0 (shared with the background's device reservation counter
+// when the queue is shared): stamp the sequence into the source word, enqueue, wait for the
+// reply word; responder = 1 answers instead (wait, stamp, enqueue). Samples in cycles.
+__global__ void px_probe(unsigned char* ring, u64* reserve, int handoff, unsigned depth,
+                         unsigned lane, unsigned len, int responder, u64* src_word,
+                         const u64* reply_word, unsigned iters, unsigned warmup,
+                         i64 timeout_ns, const u64* control, i64* out, int* status,
+                         u64* where) {
+  Waiter w{0, control, ST_OK};
+  Producer p{0, 0};
+  for (unsigned i = 0; i < warmup + iters; ++i) {
+    w.deadline = gtime() + (u64)timeout_ns;
+    const u64 seq = i + 1;
+    u64 idx = 0;
+    bool ok = true;
+    i64 t0 = 0, t1 = 0;
+    if (responder) {
+      while (ok && ld_sys(reply_word) != seq) ok = w.ok();
+    }
+    if (ok) {
+      asm volatile("st.volatile.global.u64 [%%0], %%1;" :: "l"(src_word), "l"(seq) : "memory");
+      t0 = clock64();
+      ok = enqueue(ring, reserve, handoff, p, depth, lane, 0, 1, len, w, idx);
+    }
+    if (ok && !responder) {
+      while (ok && ld_sys(reply_word) != seq) ok = w.ok();
+      t1 = clock64();
+    }
+    if (ok) ok = wait_completed(ring, idx + 1, w);
+    if (!ok) { status[0] = w.status; where[0] = i; return; }
+    if (!responder && i >= warmup) out[i - warmup] = t1 - t0;
+  }
+  status[0] = ST_OK;
+}
+
+}  // extern "C"
+"""
+
+
+def source(consts: Any) -> str:
+    """The kernel source with the ring layout of the native module `consts` (_native.proxy)."""
+    return SOURCE % {
+        "head": consts.HEAD_OFF,
+        "completed": consts.COMPLETED_OFF,
+        "control": consts.CONTROL_OFF,
+        "header": consts.HEADER_BYTES,
+        "maxlen": consts.MAX_LENGTH,
+    }

@@ -1,0 +1,353 @@
+"""The proxy submitter (mini-proxy): each call starts an engine (rings mapped, T workers pinned
+and preconditioned), hands the rings to producers, then stops the workers and unmaps the rings,
+whatever happened. Failures name the rank, the worker or producer, the ring and its indices."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from ...errors import CompletionError, CompletionTimeout, ConfigError, FabricError
+from ...fabric.base import Posting
+from ...mlx5.constants import Syndrome
+from ...platform import Probe
+from ..base import (
+    LatencyWork,
+    RateResult,
+    RateWork,
+    RespondWork,
+    Shape,
+    Submitter,
+    register,
+)
+from ..host import LoopInterrupted, lane_table
+from .cores import default_cores
+from .params import HANDOFFS, MAX_CHAIN, ProxyParams
+from .work import LoadedResult, LoadedWork, ProxyRateWork, proxy_geometry
+
+MODE_CODES = {"issue": 0, "put_completion": 1, "round_trip": 2}
+MAX_INLINE = 512
+
+
+def _native_proxy() -> Any:
+    from ... import _native
+
+    return _native.proxy
+
+
+def local_rank(rank: int) -> int:
+    for key in ("OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "PMI_LOCAL_RANK"):
+        if key in os.environ:
+            return int(os.environ[key])
+    return rank
+
+
+class Engine:
+    """One native engine for one call: `with Engine(...) as e:` starts it; leaving the block
+    stops the workers (the first failure is raised unless one is already propagating) and
+    unmaps the rings."""
+
+    def __init__(
+        self,
+        sub: ProxySubmitter,
+        lanes: tuple,
+        workers: int,
+        rings: int,
+        batch: int,
+        max_size: int,
+        inline: bool,
+    ) -> None:
+        self.sub, self.workers = sub, workers
+        p = sub.params
+        cores = list(p.cores) or default_cores(workers, local_rank(sub.rank), sub.device_bus_id)
+        self.cores = cores
+        self.native = _native_proxy().Engine(
+            lane_table(lanes),
+            workers,
+            rings,
+            batch,
+            p.ring_depth,
+            max_size,
+            inline,
+            cores,
+            1 if p.precondition == "warm" else 0,
+            int(p.precondition_s * 1e9),
+            sub.timeout_ns,
+            *sub.progress.cpu_hook,
+        )
+        self.stats: list[dict[str, Any]] = []
+
+    def __enter__(self) -> Engine:
+        try:
+            ok, err = self.native.init()
+            if ok:
+                ok, err = self.native.start()
+            if not ok:
+                self.sub.raise_error("engine start", err, {})
+        except BaseException:
+            self.native.close()
+            raise
+        return self
+
+    def check(self, what: str, ok: bool, err: dict[str, Any], params: dict[str, Any]) -> None:
+        """Raise a producer's failure, or the engine's when the producer only saw it stop."""
+        if ok:
+            return
+        if err["kind"] == "stopped" and self.native.failed():
+            err = self.native.first_error()
+        self.sub.raise_error(what, err, params)
+
+    def __exit__(
+        self,
+        et: type[BaseException] | None,
+        ev: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            ok, err = self.native.stop()
+            self.stats = list(self.native.stats())
+            self.sub.last_workers = self.stats
+            if not ok and et is None:
+                self.sub.raise_error("proxy workers", err, {})
+        finally:
+            self.native.close()
+
+
+@register
+class ProxySubmitter(Submitter):
+    name = "proxy"
+    summary = "mini-proxy: producers fill host rings, pinned CPU workers post chains of WQEs"
+    shapes = frozenset({Shape.LATENCY, Shape.RESPOND, Shape.RATE})
+    posting = (Posting.MLX5_QUEUES.value,)
+    Params = ProxyParams
+
+    @classmethod
+    def availability(cls, probes: Mapping[str, Probe]) -> str | None:
+        try:
+            _native_proxy()
+        except (ImportError, AttributeError) as e:
+            return f"native module missing ({e}); run `make setup`"
+        return None
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.last_workers: list[dict[str, Any]] = []
+        self.device_bus_id: str | None = None
+        self.gpu = None
+        if self.params.producer == "gpu":
+            from .gpu import GpuProducers
+
+            self.gpu = GpuProducers(self.params)
+            self.device_bus_id = self.gpu.pci_bus_id
+
+    @property
+    def handoff_code(self) -> int:
+        return HANDOFFS.index(self.params.handoff)
+
+    def engine(
+        self, lanes: tuple, workers: int, rings: int, batch: int, max_size: int, inline: bool
+    ) -> Engine:
+        if batch > MAX_CHAIN:
+            raise ConfigError("batch (--batch)", batch, f"1..{MAX_CHAIN} with --submitter proxy")
+        if inline and max_size > MAX_INLINE:
+            raise ConfigError("payload (--payload)", "inline", f"pointer above {MAX_INLINE} B")
+        return Engine(self, lanes, workers, rings, batch, max_size, inline)
+
+    # ---- errors -------------------------------------------------------------------------
+    def raise_error(self, what: str, err: dict[str, Any], params: dict[str, Any]) -> None:
+        where = f"rank {self.rank}, {what}, {err['who'] or 'proxy'}"
+        if err["ring"] >= 0:
+            where += (
+                f", ring {err['ring']} (index {err['index']}, consumed {err['head']}, "
+                f"completed {err['completed']})"
+            )
+        if err["qpn"]:
+            where += (
+                f", QP 0x{err['qpn']:06x}: SQ producer index {err['pi']}, retired "
+                f"{err['retired']}, CQ consumer index {err['cq_ci']}"
+            )
+        kind = err["kind"]
+        if kind == "timeout":
+            extra = ""
+            if err["word_expected"]:
+                extra = (
+                    f"; polled word holds {err['word_seen']}, waiting for {err['word_expected']}"
+                )
+            msg = f": {err['message']}" if err["message"] else ""
+            raise CompletionTimeout(
+                f"no progress within {self.timeout_ns / 1e9:g} s{msg} ({where}{extra})"
+            )
+        if kind == "cqe_error":
+            synd = err["syndrome"]
+            try:
+                name = Syndrome(synd).name
+            except ValueError:
+                name = "unknown"
+            raise CompletionError(
+                f"error CQE {name} (0x{synd:02x}, vendor 0x{err['vendor_syndrome']:02x}) for WQE "
+                f"{err['wqe_counter']} ({where})",
+                synd,
+                err["wqe_counter"],
+                err["qpn"],
+            )
+        if kind == "interrupted":
+            raise LoopInterrupted(
+                f"{what} interrupted by a signal after {err['done']} of {err['total']} "
+                f"operations ({where})",
+                err["done"],
+                err["total"],
+            )
+        if kind == "bad_arguments":
+            field = err["field"]
+            exc = ConfigError(field, params.get(field, err["message"]), err["allowed"])
+            exc.add_note(err["message"])
+            raise exc
+        detail = f": {err['message']}" if err["message"] else ""
+        raise FabricError(f"{what} failed: {kind}{detail} ({where})")
+
+    # ---- the shared loop shapes -----------------------------------------------------------
+    def latency(self, work: LatencyWork) -> np.ndarray:
+        sel = work.lanes[work.selected]
+        others = [ln for i, ln in enumerate(work.lanes) if i != work.selected]
+        # scope all: a ring per configured QP, each ring's counter is read (up to 32 rings)
+        lanes = (sel, *others[:31]) if work.scope_all else (sel,)
+        if work.scope_all and len(work.lanes) > 32:
+            raise ConfigError(
+                "qps (-q)", len(work.lanes), "<= 32 configured QPs with --scope all (a ring each)"
+            )
+        workers = 1
+        rings = len(lanes)
+        reply = work.reply.addr + work.size - 8 if work.reply is not None else 0
+        if self.gpu is not None and work.mode != "round_trip":
+            with self.engine(lanes, workers, rings, 1, work.size, work.inline) as eng:
+                return self.gpu.latency(eng, work, self.handoff_code)
+        with self.engine(lanes, workers, rings, 1, work.size, work.inline) as eng:
+            ok, samples, err = eng.native.latency(
+                MODE_CODES[work.mode],
+                self.handoff_code,
+                0,
+                work.size,
+                work.scope_all,
+                reply,
+                work.iters,
+                work.warmup,
+            )
+            eng.check(f"single-op {work.mode}", ok, err, {"size": work.size})
+        return samples
+
+    def respond(self, work: RespondWork) -> None:
+        with self.engine((work.lane,), 1, 1, 1, work.size, work.inline) as eng:
+            ok, err = eng.native.respond(
+                0, self.handoff_code, work.size, work.watch.addr + work.size - 8, work.count
+            )
+            eng.check("round-trip responder", ok, err, {"size": work.size})
+
+    def rate(self, work: RateWork) -> RateResult:
+        # Every lane the experiment hands out carries writes (and is validated): each needs a
+        # ring, since ring r writes through lane r when rings = lanes.
+        if self.params.rings < len(work.lanes):
+            raise ConfigError(
+                "rings (--rings)",
+                self.params.rings,
+                f">= {len(work.lanes)} (one ring per lane of this experiment's rate loop)",
+            )
+        workers, rings, producers = proxy_geometry(
+            {
+                "workers": self.params.workers,
+                "rings": self.params.rings,
+                "producers": self.params.producers,
+            },
+            len(work.lanes),
+            work.threads,
+        )
+        res = self.proxy_rate(
+            ProxyRateWork(
+                lanes=work.lanes,
+                workers=workers,
+                rings=rings,
+                batch=work.batch,
+                producers=producers,
+                size=work.size,
+                inline=work.inline,
+                messages=work.messages_per_thread,
+                warmup=work.warmup_per_thread,
+                window=work.window,
+            )
+        )
+        return res
+
+    # ---- proxy-only work ----------------------------------------------------------------
+    def proxy_rate(self, work: ProxyRateWork) -> RateResult:
+        if self.params.handoff == "tuned" and work.producers > work.rings:
+            raise ConfigError(
+                "producers (--producers)",
+                work.producers,
+                f"<= {work.rings} rings with --handoff tuned (one producer per ring)",
+            )
+        with self.engine(
+            work.lanes, work.workers, work.rings, work.batch, work.size, work.inline
+        ) as eng:
+            if self.gpu is not None:
+                windows, stats = self.gpu.rate(eng, work, self.handoff_code)
+            else:
+                ok, windows, stats, err = eng.native.rate(
+                    work.producers,
+                    self.handoff_code,
+                    work.size,
+                    work.messages,
+                    work.warmup,
+                    work.window,
+                )
+                eng.check(
+                    "proxy rate",
+                    ok,
+                    err,
+                    {"producers": work.producers, "messages": work.messages},
+                )
+        self.last_ring_messages = list(stats["ring_messages"])
+        return RateResult(
+            windows_ns=np.asarray(windows, dtype=np.int64),
+            elapsed_ns=int(stats["elapsed_ns"]),
+            messages=int(stats["messages"]),
+            doorbells=sum(int(w["doorbells"]) for w in eng.stats),
+            cqes=sum(int(w["cqes"]) for w in eng.stats),
+        )
+
+    def loaded(self, work: LoadedWork) -> LoadedResult:
+        with self.engine(work.lanes, work.workers, work.rings, work.batch, work.size, True) as eng:
+            if self.gpu is not None:
+                rtt, stats = self.gpu.loaded(eng, work, self.handoff_code)
+            else:
+                ok, rtt, stats, err = eng.native.loaded(
+                    work.requester,
+                    self.handoff_code,
+                    work.reserved,
+                    work.background,
+                    work.pace_mps,
+                    work.size,
+                    work.reply.addr + work.size - 8,
+                    work.iters,
+                    work.warmup,
+                )
+                eng.check(
+                    "loaded round trip" if work.requester else "loaded responder",
+                    ok,
+                    err,
+                    {"rings": work.rings, "handoff": self.params.handoff, "size": work.size},
+                )
+        return LoadedResult(
+            rtt_ns=np.asarray(rtt, dtype=np.int64),
+            background=int(stats["background"]),
+            probe_ns=int(stats["probe_ns"]),
+            ring_messages=list(stats["ring_messages"]),
+            workers=eng.stats,
+        )
+
+    def close(self) -> None:
+        if self.gpu is not None:
+            self.gpu.close()
+            self.gpu = None

@@ -1,0 +1,86 @@
+"""Work that only the proxy submitter takes: proxy-rate's T/R/B point and loaded-rtt's probe under
+background load. The experiments that hand it out refuse other submitters in pre-flight."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..base import Buffer, Lane
+
+
+@dataclass(frozen=True)
+class ProxyRateWork:
+    """T workers (lanes[:T], one QP each), R rings, chains of up to B WQEs; `producers` fill the
+    rings with `messages` writes of `size` bytes each (after `warmup`)."""
+
+    lanes: tuple[Lane, ...]
+    workers: int
+    rings: int
+    batch: int
+    producers: int
+    size: int
+    inline: bool
+    messages: int
+    warmup: int
+    window: int
+
+
+@dataclass(frozen=True)
+class LoadedWork:
+    """A probe's round trip on ring 0 (its own ring when `reserved`, else shared with the
+    background), while `background` producers load this rank's rings; `requester` False answers
+    the probe instead. `reply` is the word the answer lands in (requester) or the request lands
+    in (responder): the last 8 bytes of a landing buffer of `size` bytes."""
+
+    lanes: tuple[Lane, ...]
+    requester: bool
+    reserved: bool
+    workers: int
+    rings: int
+    batch: int
+    background: int
+    pace_mps: float
+    size: int
+    reply: Buffer
+    iters: int
+    warmup: int
+
+
+@dataclass
+class LoadedResult:
+    rtt_ns: np.ndarray  # requester only
+    background: int  # background writes completed while the probe ran
+    probe_ns: int
+    ring_messages: list[int]
+    workers: list[dict]
+
+
+def proxy_geometry(knobs: dict, lanes: int, threads: int) -> tuple[int, int, int]:
+    """(workers, rings, producers) the proxy's generic rate loop uses for `lanes` lanes and an
+    experiment's `threads` (ProxySubmitter.rate): one place for that choice."""
+    workers = min(int(knobs.get("workers", 1)), lanes)
+    rings = max(int(knobs.get("rings", 1)), workers)
+    producers = int(knobs.get("producers", 0)) or threads
+    return workers, rings, producers
+
+
+def rings_of(p: int, producers: int, rings: int, first: int = 0) -> list[int]:
+    """Rings producer p fills (proxy_host.cpp's rings_of, the GPU kernels' loop): p, p+P, ...
+    among rings first.. when there are enough, else one ring shared with other producers."""
+    n = rings - first
+    if producers <= n:
+        return list(range(first + p, rings, producers))
+    return [first + p % n]
+
+
+def ring_counts(rings: int, producers: int, per_producer: int) -> list[int]:
+    """Descriptors each ring is given when every producer sends `per_producer`, its k-th on
+    its (k mod n)-th ring."""
+    counts = [0] * rings
+    for p in range(producers):
+        mine = rings_of(p, producers, rings)
+        for j, r in enumerate(mine):
+            counts[r] += per_producer // len(mine) + (1 if j < per_producer % len(mine) else 0)
+    return counts

@@ -1,0 +1,124 @@
+// mini-proxy (the paper, arXiv 2610.01380, §4.2, Table 1): T CPU workers, each with its own
+// QP(s), poll R rings of 16-byte descriptors and post chains of up to B RDMA writes with one
+// doorbell; each ring's completion counter (host memory, GPU-visible when the ring is mapped)
+// counts the descriptors whose writes completed. Producers are host threads here (proxy_host.cpp)
+// or GPU threads writing through a mapping (the Python side launches them).
+//
+// Ring r belongs to worker r mod T and carries writes on one of that worker's lanes (QPs):
+// lane l belongs to worker l mod T, and ring r uses the worker's ((r div T) mod n)-th lane.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "host_loops.hpp"
+#include "proxy_ring.hpp"
+#include "queues.hpp"
+
+namespace gicbench {
+namespace proxy {
+
+enum class Handoff : int { kBaseline = 0, kTuned = 1 };
+enum class Precondition : int { kCold = 0, kWarm = 1 };
+
+struct EngineConfig {
+  uint32_t workers = 1;  // T
+  uint32_t rings = 1;    // R
+  uint32_t batch = 1;    // B: most WQEs per doorbell
+  uint32_t depth = 1024; // slots per ring (power of two)
+  uint32_t max_size = 8; // largest payload a descriptor may ask for
+  bool inline_payload = true;
+  std::vector<int> cores;  // worker w runs on cores[w mod n]; empty: not pinned
+  Precondition precondition = Precondition::kCold;
+  int64_t precondition_ns = 0;  // cold: idle this long first; warm: CPU-only load this long
+  int64_t timeout_ns = 1000000000;
+  Progress progress;
+};
+
+// A failure anywhere in the engine: who (worker, producer, rank side), where (ring, index, QP)
+// and what; the first one is kept and stops everything else.
+struct EngineError {
+  bool failed = false;
+  std::string kind;  // timeout | cqe_error | interrupted | bad_descriptor | bad_arguments |
+                     // queue_state | pin | stopped
+  std::string who;   // "worker 2" | "producer 1" | "probe" | "engine"
+  std::string field, allowed, message;
+  int64_t ring = -1;
+  uint64_t index = 0;      // ring index concerned
+  uint64_t head = 0;       // ring's consumed index at the time
+  uint64_t completed = 0;  // ring's completion counter at the time
+  uint32_t qpn = 0, pi = 0, retired = 0, cq_ci = 0;
+  uint32_t syndrome = 0, vendor_syndrome = 0, wqe_counter = 0;
+  uint64_t word_seen = 0, word_expected = 0;
+  uint64_t done = 0, total = 0;
+};
+
+struct WorkerStats {
+  int core = -1;        // where it ran (sched_getcpu after pinning)
+  int64_t khz = -1;     // that core's clock after preconditioning (cpufreq), -1 if unreadable
+  uint64_t descriptors = 0, doorbells = 0, cqes = 0;
+};
+
+// Rings alive in this process (mapped and not yet unmapped): the tests' leak check.
+int live_rings();
+
+class Engine {
+ public:
+  Engine(std::vector<host::Lane> lanes, EngineConfig cfg);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Maps the rings and checks the configuration; false (err filled) if refused.
+  bool init(EngineError& err);
+  // Starts and pins the workers and waits until each has preconditioned and attached.
+  bool start(EngineError& err);
+  // Asks workers to finish what is in the rings, joins them; returns the first failure.
+  bool stop(EngineError& err);
+  // Unmaps the rings (stop() first); idempotent, also done by the destructor.
+  void release();
+
+  uint32_t rings() const { return cfg_.rings; }
+  uint32_t depth() const { return cfg_.depth; }
+  const EngineConfig& config() const { return cfg_; }
+  const std::vector<host::Lane>& lanes() const { return lanes_; }
+  Ring ring(uint32_t r) const { return rings_[r]; }
+  uint32_t ring_lane(uint32_t r) const { return ring_lane_[r]; }
+  const std::vector<WorkerStats>& stats() const { return stats_; }
+
+  // Shared failure state: producers and workers stop when it is set.
+  bool failed() const { return failed_.load(std::memory_order_relaxed); }
+  void fail(const EngineError& e);
+  EngineError first_error() const;
+  // A human description of ring r's state for diagnostics.
+  void fill_ring(EngineError& e, uint32_t r) const;
+
+ private:
+  struct Chain {
+    uint32_t last_wqe;  // full SQ index of the signaled WQE that ends the chain
+    uint32_t ring;
+    uint32_t count;
+  };
+  struct WLane;
+  void worker_main(uint32_t w);
+
+  std::vector<host::Lane> lanes_;
+  EngineConfig cfg_;
+  std::vector<Ring> rings_;
+  std::vector<uint32_t> ring_lane_;
+  std::vector<std::thread> threads_;
+  std::vector<WorkerStats> stats_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> failed_{false};
+  std::atomic<uint32_t> ready_{0};
+  std::atomic_flag progress_busy_ = ATOMIC_FLAG_INIT;
+  mutable std::atomic_flag err_lock_ = ATOMIC_FLAG_INIT;
+  EngineError err_;
+  bool mapped_ = false;
+};
+
+}  // namespace proxy
+}  // namespace gicbench
