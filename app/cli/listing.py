@@ -45,7 +45,10 @@ def describe() -> list[dict]:
                 "method": cls.method,
                 "shapes": sorted(s.value for s in cls.shapes),
                 "submitters": [
-                    s for s in submitters.names() if cls.shapes <= submitters.get(s).shapes
+                    s
+                    for s in submitters.names()
+                    if cls.shapes <= submitters.get(s).shapes
+                    and (cls.submitters is None or s in cls.submitters)
                 ],
                 "patterns": list(cls.patterns),
                 "fits": list(cls.fits),

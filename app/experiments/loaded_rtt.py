@@ -20,7 +20,7 @@ from ..errors import ConfigError
 from ..knobs import KIND_FLOAT, KIND_STR, Knob
 from ..submit.base import Shape
 from .common import BATCH, ITERS, WARMUP, SizeSweep, field
-from .proxy_rate import require_proxy, worker_results
+from .proxy_rate import worker_results
 from .registry import Column, Experiment, PointResult, register
 
 if TYPE_CHECKING:
@@ -59,6 +59,7 @@ class LoadedRttParams(SizeSweep):
 @register
 class LoadedRtt(Experiment):
     name = "loaded-rtt"
+    submitters = ("proxy",)
     summary = "probe round trip under background load: shared vs reserved proxy ring"
     method = "the paper (arXiv 2610.01380) §4.2, Figure 6, Table 11"
     Params = LoadedRttParams
@@ -79,7 +80,6 @@ class LoadedRtt(Experiment):
         return self.workers
 
     def check(self) -> None:
-        require_proxy(self)
         p = self.params
         if p.min_size < 8 or p.top > 512:
             raise ConfigError("min_size (-b)", p.min_size, "8..512 (an inline probe)")

@@ -41,13 +41,6 @@ def int_list(label: str, text: str, lo: int, hi: int) -> tuple[int, ...]:
     return vals
 
 
-def require_proxy(exp: Experiment) -> None:
-    if exp.cfg.submitter != "proxy":
-        raise ConfigError(
-            "submitter (--submitter)", exp.cfg.submitter, f"proxy for {exp.name} (mini-proxy)"
-        )
-
-
 def default_producers(cfg: Any, rings: int) -> int:
     given = int(cfg.knobs.get("producers", 0))
     if given:
@@ -82,6 +75,7 @@ class ProxyRateParams(SizeSweep):
 @register
 class ProxyRate(Experiment):
     name = "proxy-rate"
+    submitters = ("proxy",)
     summary = "mini-proxy message rate against workers T, rings R and chain limit B"
     method = "the paper (arXiv 2610.01380) §4.2, Figure 7, Table 10"
     Params = ProxyRateParams
@@ -93,7 +87,6 @@ class ProxyRate(Experiment):
         return max(self.params.workers_list)
 
     def check(self) -> None:
-        require_proxy(self)
         p = self.params
         p.check_sizes(p.payload)
         bad = [(t, r) for t in p.workers_list for r in p.rings_list if r < t]

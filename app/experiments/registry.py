@@ -61,6 +61,8 @@ class Experiment(ABC):
     fits: ClassVar[
         tuple[str, ...]
     ] = ()  # analysis fits that apply: clock|plateau|crossover|exposed|ratio
+    # Submitters whose own work it hands out (mini-proxy's rings); None: any with its shapes.
+    submitters: ClassVar[tuple[str, ...] | None] = None
 
     def __init__(self, params: Any, cfg: RunConfig) -> None:
         self.params, self.cfg = params, cfg
@@ -68,6 +70,12 @@ class Experiment(ABC):
     @classmethod
     def from_config(cls, cfg: RunConfig) -> Experiment:
         """Build and check this experiment's Params from the run's knob values."""
+        if cls.submitters is not None and cfg.submitter not in cls.submitters:
+            raise ConfigError(
+                "submitter (--submitter)",
+                cfg.submitter,
+                f"{' or '.join(cls.submitters)} for {cls.name}",
+            )
         if cfg.pattern not in cls.patterns:
             raise ConfigError(
                 "pattern (--pattern)",
