@@ -87,6 +87,9 @@ class RunPlan:
             mr_sizes=(layout.region_bytes, layout.region_bytes * max(1, neighbours)),
             progress=self.cfg.progress,
             autonomous_progress=not self.submitter.cpu_progress,
+            engine=self.cfg.engine,
+            engine_ctas=self.cfg.engine_ctas,
+            queues=self.cfg.queues,
         )
 
 

@@ -36,6 +36,9 @@ class FabricPlan:
     mr_sizes: tuple[int, ...]  # bytes of each memory region (source, landing)
     progress: str  # requested: auto | thread | inline
     autonomous_progress: bool  # the submitter cannot drive a CPU progress hook (a GPU kernel)
+    engine: str = "cpu"  # emu: cpu | cuda
+    engine_ctas: int | None = None  # emu CUDA engine CTAs (None: its default)
+    queues: str = "host"  # emu queue placement: host | device
 
     @property
     def qps(self) -> int:

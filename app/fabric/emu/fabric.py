@@ -40,6 +40,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from ...config import ENGINES, QUEUE_PLACEMENTS  # declared once, with the knobs
 from ...errors import CompletionError, ConfigError, FabricError, UnsupportedError
 from ..base import (
     ACCESS_ALL,
@@ -62,8 +63,6 @@ from .janitor import janitor, segment_name
 
 ProgressMode = Literal["thread", "inline"]
 PROGRESS_MODES = ("thread", "inline")
-ENGINES = ("cpu", "cuda")
-QUEUE_PLACEMENTS = ("host", "device")
 DEFAULT_SEGMENT_BYTES = 256 << 20  # sparse: only touched pages cost memory
 MAX_RANKS = 256
 _JOB = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
