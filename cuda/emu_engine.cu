@@ -44,11 +44,12 @@ constexpr uint32_t kBatch = 32;     // WQEBBs a warp takes from one QP per serve
 constexpr uint32_t kCtlPasses = 32;  // passes between reads of the control block
 constexpr uint32_t kStateCheckPasses = 4096;  // passes between re-reads of QP states (peer ERR)
 constexpr uint32_t kFlushServes = 256;        // serves between counter flushes while busy
-constexpr uint64_t kLockSpins = 1ull << 26;   // CQ lock: take over after this many spins
+constexpr uint64_t kLockSpins = 1ull << 20;   // CQ lock: take over after this many spins
 
 // ---- shared with the host (gicbench/fabric/emu/cuda_engine.py mirrors these layouts) ----------
 struct Control {  // host-mapped, written by the host
   uint32_t stop, hold, gen, quiesce;
+  uint32_t ref_lo, ref_hi;  // QP slots a refresh re-reads ([lo, hi); hi 0: every slot)
 };
 struct WarpAck {  // host-mapped, one per warp, written by its lane 0
   uint32_t resident, held, gen, quiesce;
@@ -59,6 +60,14 @@ struct QpPlace {  // device memory, written by the host at create_qp: where the 
   uint64_t ring, dbrec, doorbell;  // addresses the GPU can use (device or mapped host)
 };
 static_assert(sizeof(QpPlace) == 24, "QpPlace layout");
+// A CQ in GPU memory: where its ring and consumer record are and the words the engines keep for
+// it (the segment's CqEntry points here through reserved[0]; GPU memory, so its CQEs cost no
+// PCIe round trip). The host reads status/pi/dropped for cq_status().
+struct DevCq {
+  uint64_t buf, ci_rec;
+  uint32_t lock, status, pi, dropped, ncqe, flags, cqn, pad;
+};
+static_assert(sizeof(DevCq) == 48, "DevCq layout");
 // A peer's segment address with bit 0 set: the peer is another process. Its GPU-memory objects
 // (MRs, CQs) are then out of reach (their addresses are the other process's; no CUDA IPC yet):
 // a write there fails as a remote access error, a receive as RNR, instead of a wild store.
@@ -74,8 +83,9 @@ struct Config {  // device memory, written by the host before launch (seg[] also
   el::MrEntry* mr_mirror;   // own MR table, copied to GPU memory at refresh
   uint32_t* mr_count;       // entries of mr_mirror in use
   uint32_t* n_qps;          // QP slots in use (as of the last refresh)
+  const uint64_t* cq_dev;   // per own CQ slot: its DevCq (0: the CQ is in the segment)
 };
-static_assert(sizeof(Config) == 8 * el::kMaxRanks + 16 + 7 * 8, "Config layout");
+static_assert(sizeof(Config) == 8 * el::kMaxRanks + 16 + 8 * 8, "Config layout");
 
 // One QP as its warp serves it (device memory; only the owning warp touches it).
 struct EngineQp {
@@ -127,16 +137,21 @@ __device__ __forceinline__ void copy_bytes(uint8_t* dst, const uint8_t* src, uin
 }
 
 // A rank's segment as this process maps it.
+// The table offsets are read once (they are fixed at creation): every read of the header is a
+// PCIe round trip.
 struct Seg {
   uint8_t* base;
-  __device__ static Seg of(uint64_t v) { return Seg{reinterpret_cast<uint8_t*>(v & ~kForeign)}; }
-  __device__ el::Header* hdr() const { return reinterpret_cast<el::Header*>(base); }
-  __device__ el::MrEntry* mrs() const { return reinterpret_cast<el::MrEntry*>(base + hdr()->mr_off); }
-  __device__ el::QpEntry* qps() const { return reinterpret_cast<el::QpEntry*>(base + hdr()->qp_off); }
-  __device__ el::CqEntry* cqs() const { return reinterpret_cast<el::CqEntry*>(base + hdr()->cq_off); }
-  __device__ el::DctEntry* dcts() const {
-    return reinterpret_cast<el::DctEntry*>(base + hdr()->dct_off);
+  uint64_t mr_off, qp_off, cq_off, dct_off, err_off;
+  __device__ static Seg of(uint64_t v) {
+    uint8_t* b = reinterpret_cast<uint8_t*>(v & ~kForeign);
+    const el::Header* h = reinterpret_cast<const el::Header*>(b);
+    return Seg{b, h->mr_off, h->qp_off, h->cq_off, h->dct_off, h->err_off};
   }
+  __device__ el::Header* hdr() const { return reinterpret_cast<el::Header*>(base); }
+  __device__ el::MrEntry* mrs() const { return reinterpret_cast<el::MrEntry*>(base + mr_off); }
+  __device__ el::QpEntry* qps() const { return reinterpret_cast<el::QpEntry*>(base + qp_off); }
+  __device__ el::CqEntry* cqs() const { return reinterpret_cast<el::CqEntry*>(base + cq_off); }
+  __device__ el::DctEntry* dcts() const { return reinterpret_cast<el::DctEntry*>(base + dct_off); }
   __device__ uint8_t* at(uint64_t off) const { return base + off; }
   __device__ void count(el::Counter c, uint64_t v = 1) const { add_sys(&hdr()->counters[c], v); }
   // Segment::push_error's seqlock, on the GPU.
@@ -144,7 +159,7 @@ struct Seg {
                              uint32_t cqn, int32_t rank) const {
     const uint64_t t =
         atomicAdd_system(reinterpret_cast<unsigned long long*>(&hdr()->err_head), 1ull);
-    el::ErrRecord& r = reinterpret_cast<el::ErrRecord*>(base + hdr()->err_off)[t % el::kErrRing];
+    el::ErrRecord& r = reinterpret_cast<el::ErrRecord*>(base + err_off)[t % el::kErrRing];
     st_vol(&r.seq, uint64_t{0});
     __threadfence_system();
     st_vol(&r.kind, kind);
@@ -201,7 +216,7 @@ struct Env {
   bool rc_ok = false;
   Resp rc;
 
-  __device__ Env(const Config& c, EngineQp& q) : cfg(c), eq(q), self(Seg::of(c.seg[c.rank])) {
+  __device__ Env(const Config& c, EngineQp& q, const Seg& s) : cfg(c), eq(q), self(s) {
     state = ld_vol(&q.state);
     for (uint32_t i = 0; i < el::kNumCounters; ++i) cnt[i] = 0;
   }
@@ -224,20 +239,22 @@ struct Env {
   __device__ bool resolve_rc(Resp& r) {
     const int rr = eq.remote_rank;
     if (rr < 0 || rr >= cfg.world || !cfg.seg[rr]) return false;
-    const Seg ts = Seg::of(cfg.seg[rr]);
     const uint32_t ri = el::num_index(eq.remote_qpn);
-    if (ri == 0 || (ri & el::kDctBit) || ri >= ld_vol(&ts.hdr()->n_qps)) return false;
-    el::QpEntry& p = ts.qps()[ri];
-    uint32_t rs, pd;
-    if (rr == cfg.rank && ri < ld_vol(cfg.n_qps) && cfg.qps[ri].live) {
-      rs = ld_vol(&cfg.qps[ri].state);  // our own QP: the mirror, no PCIe read
-      pd = cfg.qps[ri].q.pd;
-    } else {
-      rs = ld_acq_sys(&p.state);
-      pd = ld_vol(&p.pd);
+    if (ri == 0 || (ri & el::kDctBit)) return false;
+    if (rr == cfg.rank) {  // our own QP: the GPU mirror, no PCIe read
+      if (ri >= ld_vol(cfg.n_qps) || !cfg.qps[ri].live) return false;
+      const EngineQp& p = cfg.qps[ri];
+      const uint32_t rs = ld_vol(&p.state);
+      if (p.q.qpn != eq.remote_qpn || (rs != el::kRtr && rs != el::kRts)) return false;
+      r = Resp{self, &self.qps()[ri].rq, eq.remote_qpn, p.q.pd, true, false};
+      return true;
     }
+    const Seg ts = Seg::of(cfg.seg[rr]);
+    if (ri >= ld_vol(&ts.hdr()->n_qps)) return false;
+    el::QpEntry& p = ts.qps()[ri];
+    const uint32_t rs = ld_acq_sys(&p.state);
     if (ld_vol(&p.qpn) != eq.remote_qpn || (rs != el::kRtr && rs != el::kRts)) return false;
-    r = Resp{ts, &p.rq, eq.remote_qpn, pd, rr == cfg.rank, (cfg.seg[rr] & kForeign) != 0};
+    r = Resp{ts, &p.rq, eq.remote_qpn, ld_vol(&p.pd), false, (cfg.seg[rr] & kForeign) != 0};
     return true;
   }
 
@@ -284,59 +301,89 @@ struct Env {
                         r.pd);
   }
 
+  // A CQ as the engine writes it: in the segment (CqEntry's words) or in GPU memory (DevCq).
+  struct Cq {
+    el::CqEntry* e;
+    DevCq* d;
+    __device__ uint32_t* lock() const { return d ? &d->lock : &e->lock; }
+    __device__ uint32_t cqn() const { return d ? d->cqn : e->cqn; }
+  };
+  // Own CQs: the GPU table says where (no PCIe read); a peer's: its CqEntry says.
+  __device__ Cq cq_of(const Seg& s, uint32_t cqn) const {
+    el::CqEntry* e = &s.cqs()[el::num_index(cqn)];
+    uint64_t d;
+    if (s.base == self.base)
+      d = cfg.cq_dev[el::num_index(cqn)];
+    else
+      d = ld_vol(&e->reserved[0]);
+    return Cq{e, reinterpret_cast<DevCq*>(d)};
+  }
   // CQ lock (pid owner, like the CPU engine's): a holder that never lets go is taken over.
-  __device__ void lock_cq(const Seg& s, el::CqEntry& cq) {
+  __device__ void lock_cq(const Seg& s, const Cq& cq) {
     uint64_t spins = 0;
     for (;;) {
-      const uint32_t cur = atomicCAS_system(&cq.lock, 0u, cfg.pid);
+      const uint32_t cur = atomicCAS_system(cq.lock(), 0u, cfg.pid);
       if (cur == 0) break;
       if (++spins == kLockSpins) {
-        if (atomicCAS_system(&cq.lock, cur, cfg.pid) == cur) {
+        if (atomicCAS_system(cq.lock(), cur, cfg.pid) == cur) {
           s.count(el::kCntLockSteals);
-          s.push_error(el::kErrDeadOwner, 0, 0, cur, cq.cqn, cfg.rank);
+          s.push_error(el::kErrDeadOwner, 0, 0, cur, cq.cqn(), cfg.rank);
           break;
         }
         spins = 0;
       }
     }
-    __threadfence_system();
+    if (!cq.d) __threadfence_system();
   }
-  __device__ void unlock_cq(el::CqEntry& cq) { st_rel_sys(&cq.lock, 0u); }
+  __device__ void unlock_cq(const Cq& cq) { st_rel_sys(cq.lock(), 0u); }
 
-  __device__ void cq_fatal(const Seg& s, el::CqEntry& cq) {
+  __device__ void cq_fatal(const Seg& s, uint32_t cqn) {
     const uint32_t n = ld_vol(&s.hdr()->n_qps);
     const bool own = s.base == self.base;
     for (uint32_t i = 1; i < n; ++i) {
       el::QpEntry& q = s.qps()[i];
-      if (q.send_cqn != cq.cqn && !(q.rq.wqe_cnt && q.rq.cqn == cq.cqn)) continue;
+      if (q.send_cqn != cqn && !(q.rq.wqe_cnt && q.rq.cqn == cqn)) continue;
       const uint32_t st = ld_acq_sys(&q.state);
       if (st == el::kErr || st == el::kReset) continue;
       st_rel_sys(&q.state, static_cast<uint32_t>(el::kErr));
       if (own && i < cfg.max_qps) st_vol(&cfg.qps[i].state, static_cast<uint32_t>(el::kErr));
       if (own && i == el::num_index(eq.q.qpn)) state = el::kErr;
       s.count(el::kCntQpFatal);
-      s.push_error(el::kErrQpFatal, q.qpn, st, el::kErr, cq.cqn, cfg.rank);
+      s.push_error(el::kErrQpFatal, q.qpn, st, el::kErr, cqn, cfg.rank);
     }
   }
 
+  // Counted locally (own segment: cnt, flushed in bulk) or in the peer's segment.
+  __device__ void count_at(const Seg& s, el::Counter c) {
+    if (s.base == self.base)
+      ++cnt[c];
+    else
+      s.count(c);
+  }
   template <class Fill>
-  __device__ bool post_cqe_locked(const Seg& s, el::CqEntry& cq, uint32_t qpn, Fill fill) {
-    const ec::CqRef ref{s.at(cq.buf_off),
-                        reinterpret_cast<const uint32_t*>(s.at(cq.dbrec_off)) + m5::kCqSetCi,
-                        &cq.status, &cq.pi, &cq.dropped, cq.ncqe, cq.flags};
-    const uint32_t pi = cq.pi;
+  __device__ bool post_cqe_locked(const Seg& s, const Cq& cq, uint32_t qpn, Fill fill) {
+    ec::CqRef ref;
+    if (cq.d) {
+      DevCq& d = *cq.d;
+      ref = ec::CqRef{reinterpret_cast<uint8_t*>(d.buf), reinterpret_cast<const uint32_t*>(d.ci_rec),
+                      &d.status, &d.pi, &d.dropped, d.ncqe, d.flags};
+    } else {
+      el::CqEntry& e = *cq.e;
+      ref = ec::CqRef{s.at(e.buf_off),
+                      reinterpret_cast<const uint32_t*>(s.at(e.dbrec_off)) + m5::kCqSetCi,
+                      &e.status, &e.pi, &e.dropped, e.ncqe, e.flags};
+    }
+    const uint32_t pi = *ref.pi;
     GpuMem mem;
     switch (ec::write_cqe(mem, ref, fill)) {
-      case ec::kCqeWritten: s.count(el::kCntCqes); return true;
-      case ec::kCqeDropped: s.count(el::kCntCqeDropped); return false;
+      case ec::kCqeWritten: count_at(s, el::kCntCqes); return true;
+      case ec::kCqeDropped: count_at(s, el::kCntCqeDropped); return false;
       case ec::kCqeOverrun: {
-        const uint32_t ci =
-            m5::bswap32(ld_acq_sys(reinterpret_cast<const uint32_t*>(s.at(cq.dbrec_off)) +
-                                   m5::kCqSetCi)) & 0xffffff;
+        const uint32_t ci = m5::bswap32(ld_acq_sys(ref.ci_rec)) & 0xffffff;
         s.count(el::kCntCqOverruns);
         s.count(el::kCntCqeDropped);
-        s.push_error(el::kErrCqOverrun, qpn, ci, pi & 0xffffff, cq.cqn, cfg.rank);
-        cq_fatal(s, cq);
+        s.push_error(el::kErrCqOverrun, qpn, ci, pi & 0xffffff, cq.cqn(), cfg.rank);
+        cq_fatal(s, cq.cqn());
         return false;
       }
     }
@@ -344,7 +391,7 @@ struct Env {
   }
   template <class Fill>
   __device__ bool post_cqe(const Seg& s, uint32_t cqn, uint32_t qpn, Fill fill) {
-    el::CqEntry& cq = s.cqs()[el::num_index(cqn)];
+    const Cq cq = cq_of(s, cqn);
     lock_cq(s, cq);
     const bool ok = post_cqe_locked(s, cq, qpn, fill);
     unlock_cq(cq);
@@ -353,8 +400,8 @@ struct Env {
 
   __device__ bool recv_begin(const Resp& r, ec::RecvSlot& slot) {
     if (ld_vol(&r.rq->wqe_cnt) == 0) return false;
-    el::CqEntry& rcq = r.ts.cqs()[el::num_index(ld_vol(&r.rq->cqn))];
-    if (r.foreign && ld_vol(&rcq.reserved[0])) return false;
+    const Cq rcq = cq_of(r.ts, ld_vol(&r.rq->cqn));
+    if (r.foreign && rcq.d) return false;
     lock_cq(r.ts, rcq);
     const uint32_t rpi =
         m5::bswap32(ld_acq_sys(reinterpret_cast<const uint32_t*>(r.ts.at(r.rq->dbrec_off)))) &
@@ -371,8 +418,7 @@ struct Env {
   }
   __device__ void recv_end(const Resp& r, const ec::RecvSlot& slot, uint8_t cqe_op, uint8_t synd,
                            uint32_t len, uint32_t imm) {
-    el::CqEntry& rcq = r.ts.cqs()[el::num_index(r.rq->cqn)];
-    __threadfence_system();  // the payload before the CQE
+    const Cq rcq = cq_of(r.ts, ld_vol(&r.rq->cqn));
     post_cqe_locked(r.ts, rcq, r.num, [&](uint8_t* b, uint8_t owner) {
       if (synd)
         return m5::fill_err_cqe(b, cqe_op, synd, ec::vendor_syndrome(synd), r.num, 0, slot.index,
@@ -380,10 +426,10 @@ struct Env {
       return m5::fill_resp_cqe(b, cqe_op, r.num, slot.index, len, imm, 0, owner);
     });
     unlock_cq(rcq);
-    if (!synd) r.ts.count(el::kCntRecvConsumed);
+    if (!synd) count_at(r.ts, el::kCntRecvConsumed);
   }
   __device__ void req_cqe(uint8_t wqe_opcode, uint16_t idx, uint32_t bytes) {
-    __threadfence_system();  // the payload (and the batch's payloads) before the CQE
+    // The payloads before the CQE: write_cqe's release store fences (system scope).
     const uint32_t qpn = eq.q.qpn;
     post_cqe(self, eq.send_cqn, qpn, [&](uint8_t* b, uint8_t owner) {
       return m5::fill_req_cqe(b, qpn, wqe_opcode, idx, bytes, 0, owner);
@@ -499,6 +545,14 @@ __device__ Lane check_plain(Env& env, const EngineQp& eq, const Env::Resp& resp,
 __device__ __forceinline__ uint64_t shfl64(uint64_t v, int src) {
   return __shfl_sync(0xffffffffu, v, src);
 }
+// Every lane gets lane `src`'s copy of a small trivially copyable struct.
+template <class T>
+__device__ __forceinline__ void shfl_struct(T& v, int src) {
+  static_assert(sizeof(T) % 4 == 0, "whole words");
+  uint32_t* w = reinterpret_cast<uint32_t*>(&v);
+#pragma unroll
+  for (uint32_t k = 0; k < sizeof(T) / 4; ++k) w[k] = __shfl_sync(0xffffffffu, w[k], src);
+}
 
 // Execute the leading run of plain WQEs from eq.e.ci (all lanes call). Returns (lane-uniform)
 // the WQEs executed; *more is set when the run ended at a WQE the core must handle.
@@ -525,11 +579,7 @@ __device__ uint32_t run_batch(Env& env, EngineQp& eq, uint32_t lane, bool* more)
   ci = __shfl_sync(0xffffffffu, ci, 0);
   // The responder, to every lane.
   resp_ok = __shfl_sync(0xffffffffu, resp_ok, 0);
-  resp.ts.base = reinterpret_cast<uint8_t*>(shfl64(reinterpret_cast<uint64_t>(resp.ts.base), 0));
-  resp.rq = reinterpret_cast<el::RqState*>(shfl64(reinterpret_cast<uint64_t>(resp.rq), 0));
-  resp.num = __shfl_sync(0xffffffffu, resp.num, 0);
-  resp.pd = __shfl_sync(0xffffffffu, resp.pd, 0);
-  resp.own = __shfl_sync(0xffffffffu, resp.own, 0);
+  shfl_struct(resp, 0);
   Lane l{nullptr, nullptr, 0, false, false, 0};
   if (lane < avail) l = check_plain(env, eq, resp, resp_ok, ci + lane);
   const uint32_t bad = ~__ballot_sync(0xffffffffu, l.ok) | (avail < 32 ? ~0u << avail : 0u);
@@ -604,10 +654,10 @@ __device__ void flush_qp(const Seg& self, EngineQp& eq) {
 
 // Serve QP slot i (all lanes): the doorbell (if rung), the batch, then the core. Lane 0 returns
 // the work done.
-__device__ uint32_t serve_qp(const Config& cfg, WarpCounters& wc, uint32_t i, uint64_t db,
-                             bool rung, uint32_t lane) {
+__device__ uint32_t serve_qp(const Config& cfg, const Seg& self, WarpCounters& wc, uint32_t i,
+                             uint64_t db, bool rung, uint32_t lane) {
   EngineQp& eq = cfg.qps[i];
-  Env env(cfg, eq);
+  Env env(cfg, eq, self);
   uint32_t work = 0;
   if (lane == 0 && rung) {
     eq.last_db = db;
@@ -645,12 +695,12 @@ __device__ void flush_counters(const Seg& self, WarpCounters& wc, uint32_t lane)
 
 // Re-read the owned QPs from the segment (new slots, changed states and peers, RESET) and, on
 // warp 0, append new MR entries to the GPU mirror.
-__device__ void refresh(const Config& cfg, uint32_t w, uint32_t nw, uint32_t lane) {
-  const Seg self = Seg::of(cfg.seg[cfg.rank]);
+__device__ void refresh(const Config& cfg, const Seg& self, uint32_t lo, uint32_t hi, uint32_t w,
+                        uint32_t nw, uint32_t lane) {
   const uint32_t n = min(ld_vol(&self.hdr()->n_qps), cfg.max_qps);
   for (uint32_t base = 1 + w; base < n; base += nw * 32) {
     const uint32_t i = base + lane * nw;
-    if (i < n) {
+    if (i < n && (hi == 0 || (i >= lo && i < hi))) {
       EngineQp& eq = cfg.qps[i];
       el::QpEntry& qe = self.qps()[i];
       const QpPlace pl = cfg.place[i];
@@ -748,7 +798,14 @@ extern "C" __global__ void __launch_bounds__(256) gicbench_emu_engine(const Conf
         continue;  // re-read the control block (gen has moved: refresh next)
       }
       if (gen != gen_seen) {
-        refresh(cfg, w, nw, lane);
+        uint32_t lo = 0, hi = 0;
+        if (lane == 0 && gen_seen != 0xffffffffu && gen == gen_seen + 1) {
+          lo = ld_vol(&cfg.ctl->ref_lo);  // one step: the host says which slots changed
+          hi = ld_vol(&cfg.ctl->ref_hi);
+        }
+        lo = __shfl_sync(0xffffffffu, lo, 0);
+        hi = __shfl_sync(0xffffffffu, hi, 0);
+        refresh(cfg, self, lo, hi, w, nw, lane);
         gen_seen = gen;
         if (lane == 0) {
           __threadfence_system();
@@ -789,7 +846,7 @@ extern "C" __global__ void __launch_bounds__(256) gicbench_emu_engine(const Conf
         const uint32_t qi = base + k * nw;
         const uint64_t dbk = shfl64(db, k);
         const bool rk = __shfl_sync(0xffffffffu, rung, k);
-        work += serve_qp(cfg, wc, qi, dbk, rk, lane);
+        work += serve_qp(cfg, self, wc, qi, dbk, rk, lane);
         ++served;
         if (++since_flush >= kFlushServes) {
           since_flush = 0;
@@ -826,11 +883,12 @@ extern "C" __global__ void __launch_bounds__(256) gicbench_emu_engine(const Conf
 }
 
 // Sizes the host allocates (gicbench/fabric/emu/cuda_engine.py asks, so the layouts have one
-// home): EngineQp, Config, WarpAck, QpPlace, MrEntry.
+// home): EngineQp, Config, WarpAck, QpPlace, MrEntry, DevCq.
 extern "C" __global__ void gicbench_emu_engine_sizes(unsigned long long* out) {
   out[0] = sizeof(EngineQp);
   out[1] = sizeof(Config);
   out[2] = sizeof(WarpAck);
   out[3] = sizeof(QpPlace);
   out[4] = sizeof(gicbench::emu::MrEntry);
+  out[5] = sizeof(DevCq);
 }

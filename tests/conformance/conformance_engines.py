@@ -95,6 +95,8 @@ class CpuWorld:
         return self.fabrics[rank].dct_counters(dct)["key_violations"]
 
     def close(self) -> None:
+        for f in self.fabrics:  # every CUDA engine stops before any rank unmaps
+            f.stop_engine()
         for f in self.fabrics:
             f.close()
 

@@ -39,8 +39,10 @@ from ...errors import ConfigError, FabricError, UnsupportedError
 THREADS = 256  # per CTA: 8 warps (the kernel's __launch_bounds__)
 MAX_CTAS = 4096
 DEFAULT_CTAS = 16
-ACK_TIMEOUT_S = 10.0  # a control handshake or the residency check that takes longer is a fault
-STOP_TIMEOUT_S = 10.0
+# A control handshake, the residency check or a stop that takes longer is a fault (raised with a
+# diagnostic). GICBENCH_CUDA_ENGINE_TIMEOUT_S raises both, e.g. under compute-sanitizer.
+ACK_TIMEOUT_S = float(os.environ.get("GICBENCH_CUDA_ENGINE_TIMEOUT_S", "10"))
+STOP_TIMEOUT_S = ACK_TIMEOUT_S
 MAX_RANKS = 256
 KERNEL, SIZES = "gicbench_emu_engine", "gicbench_emu_engine_sizes"
 SOURCES = ("emu_engine.cu", "emu_core.cuh", "mlx5.cuh", "emu_layout.hpp")
@@ -48,10 +50,12 @@ _CUDA_HOST_REGISTER_PORTABLE_MAPPED = 0x01 | 0x02
 _ATTR_CAN_USE_HOST_POINTER = 91  # cudaDevAttrCanUseHostPointerForRegisteredMem
 _ATTR_SM_COUNT = 16  # cudaDevAttrMultiProcessorCount
 # Control block (uint32 words) and per-warp ack (WarpAck: 4 x uint32, 2 x uint64).
-STOP, HOLD, GEN, QUIESCE = range(4)
+STOP, HOLD, GEN, QUIESCE, REF_LO, REF_HI = range(6)
 ACK_RESIDENT, ACK_HELD, ACK_GEN, ACK_QUIESCE = range(4)
 ACK_WORDS = 8  # 32 bytes
 PLACE_BYTES = 24  # QpPlace: ring, dbrec, doorbell
+DEVCQ_BYTES = 48  # DevCq: buf, ci_rec, lock, status, pi, dropped, ncqe, flags, cqn, pad
+CQ_SET_CI = 0  # mlx5: the consumer index word of a CQ's record
 
 
 def cuda_dir() -> Path:
@@ -67,25 +71,26 @@ def _nvcc() -> str:
     return exe
 
 
-def compile_engine(arch: str) -> Path:
-    """The engine's cubin for `arch` (e.g. "sm_90"), from the cache or built now."""
+def compile_engine(arch: str, source: str = "emu_engine.cu") -> Path:
+    """The cubin of cuda/`source` (the engine, or bench/cuda_engine.py's kernels) for `arch`
+    (e.g. "sm_90"), from the cache or built now."""
     src = cuda_dir()
     nvcc = _nvcc()
     ver = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
     h = hashlib.sha256((arch + ver).encode())
-    for name in SOURCES:
+    for name in (source, *SOURCES):
         h.update((src / name).read_bytes())
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gicbench" / "cuda"
-    cubin = cache / f"emu_engine-{arch}-{h.hexdigest()[:16]}.cubin"
+    cubin = cache / f"{Path(source).stem}-{arch}-{h.hexdigest()[:16]}.cubin"
     if cubin.exists():
         return cubin
     cache.mkdir(parents=True, exist_ok=True)
     tmp = cubin.with_suffix(f".{os.getpid()}.tmp")
     cmd = [nvcc, f"-arch={arch}", "-std=c++17", "-O3", "-lineinfo", f"-I{src}", "-cubin",
-           str(src / "emu_engine.cu"), "-o", str(tmp)]  # fmt: skip
+           str(src / source), "-o", str(tmp)]  # fmt: skip
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
-        raise FabricError(f"nvcc failed on emu_engine.cu:\n{(r.stdout + r.stderr).strip()}")
+        raise FabricError(f"nvcc failed on {source}:\n{(r.stdout + r.stderr).strip()}")
     tmp.replace(cubin)
     return cubin
 
@@ -104,13 +109,28 @@ def _cupy() -> Any:
     return cupy
 
 
+def _blocks_per_sm(cp: Any, kernel: Any, threads: int) -> int:
+    """CTAs of `threads` that fit on one SM at once (the occupancy calculator; from the
+    kernel's registers where CuPy lacks it)."""
+    occ = getattr(cp.cuda.driver, "occupancyMaxActiveBlocksPerMultiprocessor", None)
+    fn = getattr(kernel, "kernel", None)
+    if occ is not None and fn is not None and hasattr(fn, "ptr"):
+        return int(occ(fn.ptr, threads, 0))
+    attrs = cp.cuda.Device().attributes
+    regs_warp = -(-int(kernel.num_regs) * 32 // 256) * 256  # allocated per warp, 256 at a time
+    by_regs = attrs["MaxRegistersPerMultiprocessor"] // (regs_warp * (threads // 32))
+    by_threads = attrs["MaxThreadsPerMultiProcessor"] // threads
+    return max(0, min(by_regs, by_threads, attrs.get("MaxBlocksPerMultiprocessor", 32)))
+
+
 class CudaEngine:
     """The persistent engine kernel serving rank `nic`'s QPs (see the module docstring)."""
 
     _ctas_launched: ClassVar[int] = 0  # engine CTAs resident in this process
+    _modules: ClassVar[dict[str, Any]] = {}  # arch -> (module, kernel, sizes): loaded once
 
     def __init__(self, nic: Any, rank: int, world: int, max_qps: int, max_mrs: int,
-                 ctas: int = DEFAULT_CTAS) -> None:  # fmt: skip
+                 max_cqs: int, ctas: int = DEFAULT_CTAS) -> None:  # fmt: skip
         if not isinstance(ctas, int) or not 1 <= ctas <= MAX_CTAS:
             raise ConfigError("engine_ctas (--engine-ctas)", ctas, f"an int in 1..{MAX_CTAS}")
         cp = _cupy()
@@ -122,17 +142,18 @@ class CudaEngine:
         self._hold_token = 0
         dev = cp.cuda.Device()
         cc = dev.compute_capability
-        self.module = cp.RawModule(path=str(compile_engine(f"sm_{cc}")))
-        self.kernel = self.module.get_function(KERNEL)
-        sizes = cp.zeros(8, dtype=cp.uint64)
-        self.module.get_function(SIZES)((1,), (1,), (sizes,))
-        qp_b, cfg_b, ack_b, place_b, mr_b = (int(x) for x in sizes.get()[:5])
-        if ack_b != ACK_WORDS * 4 or place_b != PLACE_BYTES or mr_b != 48:
+        if cc not in CudaEngine._modules:  # once per process (another engine may be running)
+            module = cp.RawModule(path=str(compile_engine(f"sm_{cc}")))
+            sizes = cp.zeros(8, dtype=cp.uint64)
+            module.get_function(SIZES)((1,), (1,), (sizes,))
+            CudaEngine._modules[cc] = (module, module.get_function(KERNEL), sizes.get())
+        self.module, self.kernel, sz = CudaEngine._modules[cc]
+        qp_b, cfg_b, ack_b, place_b, mr_b, devcq_b = (int(x) for x in sz[:6])
+        if (ack_b, place_b, mr_b, devcq_b) != (ACK_WORDS * 4, PLACE_BYTES, 48, DEVCQ_BYTES):
             raise FabricError(f"emu_engine.cu layouts differ from cuda_engine.py: {sizes.get()}")
         # Residency: every CTA of every engine in this process resident at once.
         sms = rt.deviceGetAttribute(_ATTR_SM_COUNT, dev.id)
-        fn = getattr(self.kernel, "kernel", self.kernel)
-        per_sm = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.ptr, THREADS, 0)
+        per_sm = _blocks_per_sm(cp, self.kernel, THREADS)
         room = per_sm * sms - CudaEngine._ctas_launched
         if ctas > room:
             raise UnsupportedError(
@@ -148,8 +169,8 @@ class CudaEngine:
         self.base, self.bytes = int(nic.base), int(nic.bytes)
         self.base_dev = self.register_host(self.base, self.bytes)
         # Host-mapped control block and acks.
-        self._ctl_mem = cp.cuda.alloc_pinned_memory(16)
-        self.ctl = np.frombuffer(self._ctl_mem, np.uint32, 4)
+        self._ctl_mem = cp.cuda.alloc_pinned_memory(32)
+        self.ctl = np.frombuffer(self._ctl_mem, np.uint32, 6)
         self.ctl[:] = 0
         self._ack_mem = cp.cuda.alloc_pinned_memory(self.nwarps * ACK_WORDS * 4)
         self.acks = np.frombuffer(self._ack_mem, np.uint32, self.nwarps * ACK_WORDS).reshape(
@@ -161,6 +182,7 @@ class CudaEngine:
         self.place = cp.zeros((max_qps, 3), dtype=cp.uint64)
         self.mr_mirror = cp.zeros(max_mrs * mr_b, dtype=cp.uint8)
         self.words = cp.zeros(2, dtype=cp.uint32)  # mr_count, n_qps
+        self.cq_dev = cp.zeros(max_cqs, dtype=cp.uint64)  # own CQ slot -> its DevCq (0: none)
         self._dev_bufs: list[Any] = []  # GPU memory handed out (kept until close)
         self._db_page: Any = None  # GPU doorbell registers, one per QP slot, made on demand
         cfg = np.zeros(cfg_b // 8, np.uint64)
@@ -169,10 +191,12 @@ class CudaEngine:
         meta.view(np.int32)[:2] = (rank, world)
         meta.view(np.uint32)[2:4] = (os.getpid() & 0xFFFFFFFF, max_qps)
         ptrs = [self._ctl_dev(), self._acks_dev(), self.place.data.ptr, self.qps.data.ptr,
-                self.mr_mirror.data.ptr, self.words.data.ptr, self.words.data.ptr + 4]  # fmt: skip
-        meta[2:9] = ptrs
+                self.mr_mirror.data.ptr, self.words.data.ptr, self.words.data.ptr + 4,
+                self.cq_dev.data.ptr]  # fmt: skip
+        meta[2:10] = ptrs
         self.cfg = cp.asarray(cfg)
-        cp.cuda.runtime.deviceSynchronize()  # everything above is in place before the launch
+        cp.cuda.Stream.null.synchronize()  # in place before the launch (never the device: other
+        self.ctl_stream.synchronize()  # engines of this process may be running)
         self._launch()
 
     # ---- memory ---------------------------------------------------------------------------------
@@ -205,6 +229,31 @@ class CudaEngine:
         self.ctl_stream.synchronize()
         return int(mem.ptr)
 
+    def device_cq(self, cqn: int, ncqe: int, flags: int, init: bytes) -> tuple[int, int, int]:
+        """A CQ's ring, record and DevCq in GPU memory; returns (ring, record, DevCq)."""
+        ring = self.alloc(ncqe * 64, init=init)
+        dbrec = self.alloc(64)
+        d = np.zeros(DEVCQ_BYTES // 4, np.uint32)
+        d.view(np.uint64)[:2] = (ring, dbrec + 4 * CQ_SET_CI)
+        d[8:11] = (ncqe, flags, cqn)  # lock, status, pi, dropped start at 0
+        dev = self.alloc(DEVCQ_BYTES, init=d.tobytes())
+        self.write(self.cq_dev.data.ptr + 8 * (cqn & 0xFFFF), np.array([dev], np.uint64))
+        return ring, dbrec, dev
+
+    def cq_words(self, devcq: int) -> dict[str, int]:
+        """status, pi, dropped of a CQ in GPU memory (as CqEntry's for cq_status())."""
+        out = np.zeros(DEVCQ_BYTES // 4, np.uint32)
+        self.cp.cuda.runtime.memcpyAsync(out.ctypes.data, devcq, DEVCQ_BYTES, 2,
+                                         self.ctl_stream.ptr)  # fmt: skip
+        self.ctl_stream.synchronize()
+        return {"status": int(out[5]), "pi": int(out[6]), "dropped": int(out[7])}
+
+    def write(self, dst: int, host: np.ndarray) -> None:
+        """Host bytes to GPU memory, on the control stream (the engine's keeps running)."""
+        self.cp.cuda.runtime.memcpyAsync(dst, host.ctypes.data, host.nbytes, 1,
+                                         self.ctl_stream.ptr)  # fmt: skip
+        self.ctl_stream.synchronize()
+
     def zero(self, addr: int, nbytes: int) -> None:
         self.cp.cuda.runtime.memsetAsync(addr, 0, nbytes, self.ctl_stream.ptr)
         self.ctl_stream.synchronize()
@@ -218,11 +267,10 @@ class CudaEngine:
     def place_qp(self, index: int, ring: int, dbrec: int, doorbell: int) -> None:
         """Where QP slot `index`'s ring, record and doorbell are (GPU addresses); then the warps
         re-read their QPs."""
-        host = np.array([ring, dbrec, doorbell], np.uint64)
-        dst = self.place.data.ptr + index * PLACE_BYTES
-        self.cp.cuda.runtime.memcpyAsync(dst, host.ctypes.data, PLACE_BYTES, 1, self.ctl_stream.ptr)
-        self.ctl_stream.synchronize()
-        self.sync()
+        self.write(
+            self.place.data.ptr + index * PLACE_BYTES, np.array([ring, dbrec, doorbell], np.uint64)
+        )
+        self.sync(index, index + 1)
 
     def add_peer(self, rank: int, base: int, nbytes: int, foreign: bool) -> None:
         """Rank `rank`'s segment as mapped here; foreign: it is another process's rank."""
@@ -230,10 +278,7 @@ class CudaEngine:
 
     def add_peer_mapped(self, rank: int, addr: int) -> None:
         """Rank `rank`'s segment at GPU address `addr` (bit 0: another process's)."""
-        host = np.array([addr], np.uint64)
-        self.cp.cuda.runtime.memcpyAsync(self.cfg.data.ptr + 8 * rank, host.ctypes.data, 8, 1,
-                                         self.ctl_stream.ptr)  # fmt: skip
-        self.ctl_stream.synchronize()
+        self.write(self.cfg.data.ptr + 8 * rank, np.array([addr], np.uint64))
         self.sync()
 
     def _ctl_dev(self) -> int:
@@ -249,7 +294,8 @@ class CudaEngine:
     # ---- launch, handshakes, stop ---------------------------------------------------------------
     def _launch(self) -> None:
         self.ctl[GEN] = 1
-        self.kernel((self.ctas,), (THREADS,), (self.cfg,), stream=self.stream)
+        with self.stream:  # a RawKernel launches on the current stream
+            self.kernel((self.ctas,), (THREADS,), (self.cfg,))
         self._stopped = False
         CudaEngine._ctas_launched += self.ctas
         try:
@@ -288,15 +334,23 @@ class CudaEngine:
             f"min {int(passes.min())} max {int(passes.max())}, QPs served {int(served.sum())}"
         )
 
-    def sync(self) -> None:
-        """Every warp has re-read the segment's tables (after a create, register or modify)."""
-        self._live()
+    def _bump(self, lo: int, hi: int) -> int:
+        """A new generation: warps that see exactly this one re-read QP slots [lo, hi) (hi 0:
+        all; a warp that missed a generation re-reads all)."""
+        self.ctl[REF_LO], self.ctl[REF_HI] = lo, hi
         self.ctl[GEN] = g = (int(self.ctl[GEN]) + 1) & 0xFFFFFFFF or 1
-        self._wait(ACK_GEN, g, "re-read the tables")
+        return g
+
+    def sync(self, lo: int = 0, hi: int = 0) -> None:
+        """Every warp has re-read the segment's tables (after a create, register or modify):
+        QP slots [lo, hi) (hi 0: all) and the MR table."""
+        self._live()
+        self._wait(ACK_GEN, self._bump(lo, hi), "re-read the tables")
 
     @contextlib.contextmanager
-    def hold(self):  # type: ignore[no-untyped-def]
-        """No warp serves while the block runs (a QP state change); the tables are re-read."""
+    def hold(self, slot: int = 0):  # type: ignore[no-untyped-def]
+        """No warp serves while the block runs (a QP state change); then QP `slot` (0: all) is
+        re-read."""
         self._live()
         self._hold_token += 1
         self.ctl[HOLD] = self._hold_token
@@ -304,7 +358,7 @@ class CudaEngine:
             self._wait(ACK_HELD, self._hold_token, "hold")
             yield
         finally:
-            self.ctl[GEN] = g = (int(self.ctl[GEN]) + 1) & 0xFFFFFFFF or 1
+            g = self._bump(slot, slot + 1 if slot else 0)
             self.ctl[HOLD] = 0
         self._wait(ACK_GEN, g, "re-read the tables after a hold")
 

@@ -252,6 +252,7 @@ class EmuFabric(Fabric):
         self._mr_len: dict[int, int] = {}
         self._cuda_ranges: list[int] = []  # host addresses registered with CUDA
         self._dev_objs: dict[int, tuple[int, int, int]] = {}  # QP slot -> GPU ring, dbrec, db
+        self._devcq: dict[int, int] = {}  # CQN -> its DevCq (GPU memory)
         EmuFabric._install_exit_hooks()
         EmuFabric._open.add(self)
         if engine == "cuda":
@@ -259,7 +260,7 @@ class EmuFabric(Fabric):
 
             try:
                 self._cuda = CudaEngine(self._nic, rank, world_size, max_qps + 1, max_mrs + 1,
-                                        engine_ctas or DEFAULT_CTAS)  # fmt: skip
+                                        max_cqs + 1, engine_ctas or DEFAULT_CTAS)  # fmt: skip
             except BaseException:
                 self._closed = True
                 EmuFabric._open.discard(self)
@@ -371,7 +372,7 @@ class EmuFabric(Fabric):
                     self._nic.relocate_mr(key, dev, self._cuda.base_dev)
             else:
                 dev = self._cuda.dev(addr)
-            self._cuda.sync()
+            self._cuda.sync(1, 1)  # no QP slot: the MR table only
         self._domains[("mr", addr)] = dom
         self._mr_len[addr] = n
         mr = MemoryRegion(addr=addr, length=n, lkey=key, rkey=key, access=Access(int(access)))
@@ -407,12 +408,14 @@ class EmuFabric(Fabric):
         dbuf = ddbrec = 0
         if self._cuda is not None:
             if dom == MemoryDomain.DEVICE:
-                # The CQEs as the segment initialised them, then the ring and record move.
-                dbuf = self._cuda.alloc(n * 64, init=host_view(buf, n * 64).tobytes())
-                ddbrec = self._cuda.alloc(64)
+                # The CQEs as the segment initialised them; ring, record and the engine's words
+                # for the CQ (lock, status, producer index) in GPU memory.
+                init = host_view(buf, n * 64).tobytes()
+                dbuf, ddbrec, devcq = self._cuda.device_cq(cqn, n, flags, init)
+                self._devcq[cqn] = devcq
                 buf, dbrec = dbuf, ddbrec
                 with _checked("relocate CQ to GPU memory", self.rank):
-                    self._nic.relocate_cq(cqn, dbuf, ddbrec, self._cuda.base_dev)
+                    self._nic.relocate_cq(cqn, devcq)
             else:
                 dbuf, ddbrec = self._cuda.dev(buf), self._cuda.dev(dbrec)
         cq = CompletionQueue(cqn=cqn, buf=buf, ncqe=n, dbrec=dbrec)
@@ -472,7 +475,7 @@ class EmuFabric(Fabric):
                 self._dev_objs[slot] = dev
             else:
                 dev = (self._cuda.dev(buf), self._cuda.dev(dbrec), self._cuda.dev(doorbell))
-            self._cuda.place_qp(slot, *dev)
+            self._cuda.place_qp(slot, *dev)  # the warps read the new slot
         sq = SendQueue(qpn=d["qpn"], buf=buf, wqebb_cnt=d["wqebb_cnt"], dbrec=dbrec,
                        doorbell=doorbell, cq=send_cq)  # fmt: skip
         sq = dataclasses.replace(sq, domain=dom, device_buf=dev[0], device_dbrec=dev[1],
@@ -541,7 +544,7 @@ class EmuFabric(Fabric):
             if self._cuda is None:
                 self._live().modify_qp(qp.qpn, int(state), rr, rq)
                 return
-            with self._cuda.hold():  # no warp is inside this QP while its state changes
+            with self._cuda.hold(qp.qpn & 0xFFFF):  # no warp is inside this QP meanwhile
                 self._live().modify_qp(qp.qpn, int(state), rr, rq)
                 dev = self._dev_objs.get(qp.qpn & 0xFFFF)
                 if state == QpState.RESET and dev is not None:  # GPU doorbell and record too
@@ -641,7 +644,10 @@ class EmuFabric(Fabric):
     def cq_status(self, cq: CompletionQueue) -> dict[str, int]:
         """status (0 OK, 9 CQ_OVERFLOW as in mlx5_ifc.h), pi (CQEs written), dropped."""
         self._own_cq("cq", cq)
-        return dict(self._live().cq_info(cq.cqn))
+        info = dict(self._live().cq_info(cq.cqn))
+        if cq.cqn in self._devcq:  # the engine keeps these words in GPU memory
+            info.update(self._cuda.cq_words(self._devcq[cq.cqn]))
+        return info
 
     def errors(self) -> list[EmuErrorRecord]:
         """Error records reported since the last call (oldest first)."""
@@ -707,6 +713,13 @@ class EmuFabric(Fabric):
             self._cuda.quiesce()
             return
         self._live().quiesce()
+
+    def stop_engine(self) -> None:
+        """Stop the CUDA engine's kernel (close() does it too). Several ranks of one process:
+        stop every engine before closing any, so no CUDA call that waits for the device runs
+        while another engine kernel spins."""
+        if self._cuda is not None:
+            self._cuda.stop()
 
     def close(self) -> None:
         if self._closed:
