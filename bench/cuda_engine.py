@@ -92,7 +92,7 @@ def bare(cp: Any, k: Kernels, nq: int, depth: int, laps: int) -> dict[str, Any]:
 
 
 def engine_rate(cp: Any, k: Kernels, ctas: int, nq: int, depth: int, laps: int) -> dict[str, Any]:
-    seg = segment_bytes_for(nq, nq, 0, depth, NCQE, [64])
+    seg = segment_bytes_for(nq, nq, 0, depth, NCQE, [nq * depth * 8])  # reg_mr takes it too
     t0 = time.monotonic()
     f = EmuFabric(0, 1, "cb-" + uuid.uuid4().hex[:8], progress="inline", segment_bytes=seg,
                   max_qps=nq, max_cqs=nq, max_mrs=1, max_dcts=0, engine="cuda",
@@ -137,14 +137,16 @@ def engine_rate(cp: Any, k: Kernels, ctas: int, nq: int, depth: int, laps: int) 
         f.close()
 
 
-def ping(cp: Any, k: Kernels, f: EmuFabric, qp: Any, mr_dev: int, rkey: int, pings: int) -> Any:
+def ping(cp: Any, k: Kernels, f: EmuFabric, qp: Any, mr_dev: int, rkey: int, pings: int,
+         start: int = 0) -> Any:  # fmt: skip
+    """`pings` one-at-a-time signaled writes from WQE (and CQE) index `start`; ns each."""
     sq, cq = qp.sq, qp.sq.cq
     out = cp.zeros(pings, dtype=cp.uint64)
     k.ping((1,), (1,), (np.uint64(sq.device_buf), np.uint32(sq.wqebb_cnt),
                         np.uint64(sq.device_dbrec), np.uint64(sq.device_doorbell),
                         np.uint64(cq.device_buf), np.uint64(cq.device_dbrec), np.uint32(cq.ncqe),
                         np.uint32(qp.qpn), np.uint64(mr_dev), np.uint32(rkey), np.uint32(pings),
-                        np.uint32(0), np.uint32(0), out))  # fmt: skip
+                        np.uint32(start), np.uint32(start), out))  # fmt: skip
     cp.cuda.Stream.null.synchronize()
     v = out.get()
     return v[v > 0]
@@ -175,8 +177,9 @@ def latency(cp: Any, k: Kernels, label: str, pings: int, *, engine: str, queues:
             dev = addrs["mrs"][mr.addr]
             qp = _mapped(qp, addrs)
         setup_s = time.monotonic() - t0
-        ping(cp, k, f, qp, dev, mr.rkey, min(200, pings))  # warm-up
-        v = ping(cp, k, f, qp, dev, mr.rkey, pings)
+        warm = min(200, pings)
+        ping(cp, k, f, qp, dev, mr.rkey, warm)  # warm-up
+        v = ping(cp, k, f, qp, dev, mr.rkey, pings, start=warm)
         f.quiesce()
         f.check()
         return {"case": label, "engine": engine, "queues": queues, "qps_configured": nqps,

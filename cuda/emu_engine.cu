@@ -128,6 +128,10 @@ __device__ __forceinline__ void copy_bytes(uint8_t* dst, const uint8_t* src, uin
   const uint64_t a = reinterpret_cast<uint64_t>(dst) | reinterpret_cast<uint64_t>(src);
   if (n == 8 && (a & 7) == 0) {
     *reinterpret_cast<uint64_t*>(dst) = *reinterpret_cast<const uint64_t*>(src);
+  } else if (n == 8 && (reinterpret_cast<uint64_t>(dst) & 7) == 0 &&
+             (reinterpret_cast<uint64_t>(src) & 3) == 0) {  // an inline payload (ring + 4)
+    const uint32_t* s = reinterpret_cast<const uint32_t*>(src);
+    *reinterpret_cast<uint64_t*>(dst) = s[0] | (static_cast<uint64_t>(s[1]) << 32);
   } else if ((a & 7) == 0 && (n & 7) == 0) {
     for (uint32_t i = 0; i < n; i += 8)
       *reinterpret_cast<uint64_t*>(dst + i) = *reinterpret_cast<const uint64_t*>(src + i);
@@ -666,7 +670,10 @@ __device__ uint32_t serve_qp(const Config& cfg, const Seg& self, WarpCounters& w
   }
   __syncwarp();
   const uint32_t state = __shfl_sync(0xffffffffu, env.state, 0);
-  if (state == el::kRts || state == el::kErr) {
+  // A doorbell the core refused (another QPN, outside the window, not RTS) announces nothing:
+  // served only if work was pending anyway, as the CPU engine does.
+  const bool go = __shfl_sync(0xffffffffu, lane == 0 ? eq.e.pending : 0, 0) != 0;
+  if (go && (state == el::kRts || state == el::kErr)) {
     bool more = true;
     if (state == el::kRts) work += run_batch(env, eq, lane, &more);
     if (lane == 0) {

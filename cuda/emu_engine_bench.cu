@@ -97,7 +97,8 @@ extern "C" __global__ void bench_bare(const uint64_t* rings, const uint64_t* cqs
     const bool ok = c.wqe_index == (pi & 0xffff) && c.qpn == qpn;
     if (ok) {
       const m5::RaddrView ra = m5::get_raddr_seg(sq.seg(pi, 1));
-      const uint64_t v = m5::load64(sq.seg(pi, 2) + 4);
+      const uint32_t* w = reinterpret_cast<const uint32_t*>(sq.seg(pi, 2) + 4);  // 4-aligned
+      const uint64_t v = w[0] | (static_cast<uint64_t>(w[1]) << 32);
       *reinterpret_cast<uint64_t*>(ra.raddr) = v;
     } else {
       atomicAdd(bad, 1u);
