@@ -84,8 +84,9 @@ struct Config {  // device memory, written by the host before launch (seg[] also
   uint32_t* mr_count;       // entries of mr_mirror in use
   uint32_t* n_qps;          // QP slots in use (as of the last refresh)
   const uint64_t* cq_dev;   // per own CQ slot: its DevCq (0: the CQ is in the segment)
+  Control* ctl_dev;         // GPU-memory mirror of *ctl, kept by warp 0
 };
-static_assert(sizeof(Config) == 8 * el::kMaxRanks + 16 + 8 * 8, "Config layout");
+static_assert(sizeof(Config) == 8 * el::kMaxRanks + 16 + 9 * 8, "Config layout");
 
 // One QP as its warp serves it (device memory; only the owning warp touches it).
 struct EngineQp {
@@ -191,11 +192,24 @@ __device__ __forceinline__ uint8_t* mr_translate(const el::MrEntry* t, uint32_t 
 }
 
 // ---- CQEs ------------------------------------------------------------------------------------
+// sys: the CQ is in host memory (a CPU may consume it): system-scope fences; a CQ in GPU memory
+// is consumed on this GPU: GPU scope, which orders this thread's (and, cumulatively, the warp's)
+// payload stores to host memory too, as GPU threads observe them.
 struct GpuMem {
+  bool sys;
+  __device__ void fence() const {
+    if (sys)
+      __threadfence_system();
+    else
+      __threadfence();
+  }
   __device__ uint32_t ld_acq32(const uint32_t* p) const { return ld_acq_sys(p); }
-  __device__ void st_rel32(uint32_t* p, uint32_t v) const { st_rel_sys(p, v); }
+  __device__ void st_rel32(uint32_t* p, uint32_t v) const {
+    fence();
+    st_vol(p, v);
+  }
   __device__ void st_rel8(uint8_t* p, uint8_t v) const {
-    __threadfence_system();
+    fence();
     st_vol(p, v);
   }
 };
@@ -339,7 +353,14 @@ struct Env {
     }
     if (!cq.d) __threadfence_system();
   }
-  __device__ void unlock_cq(const Cq& cq) { st_rel_sys(cq.lock(), 0u); }
+  __device__ void unlock_cq(const Cq& cq) {
+    if (cq.d) {
+      cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(*cq.lock()).store(
+          0u, cuda::memory_order_release);
+    } else {
+      st_rel_sys(cq.lock(), 0u);
+    }
+  }
 
   __device__ void cq_fatal(const Seg& s, uint32_t cqn) {
     const uint32_t n = ld_vol(&s.hdr()->n_qps);
@@ -378,7 +399,7 @@ struct Env {
                       &e.status, &e.pi, &e.dropped, e.ncqe, e.flags};
     }
     const uint32_t pi = *ref.pi;
-    GpuMem mem;
+    GpuMem mem{cq.d == nullptr};
     switch (ec::write_cqe(mem, ref, fill)) {
       case ec::kCqeWritten: count_at(s, el::kCntCqes); return true;
       case ec::kCqeDropped: count_at(s, el::kCntCqeDropped); return false;
@@ -614,7 +635,8 @@ __device__ uint32_t run_batch(Env& env, EngineQp& eq, uint32_t lane, bool* more)
     bytes += shfl64(bytes, lane ^ o);  // xor butterfly: every lane ends with the sum
     msgs += __shfl_xor_sync(0xffffffffu, msgs, o);
   }
-  if (sig) __threadfence_system();  // every lane's payload before lane 0's CQEs
+  if (sig) __threadfence();  // every lane's payload before lane 0's CQEs (its fence: system
+                             // scope for a CQ in host memory, cumulative over these)
   __syncwarp();
   uint32_t ns[kBatch];  // lane 0: byte counts of the signaled WQEs
   for (uint32_t m = sig; m; m &= m - 1) {
@@ -639,6 +661,41 @@ __device__ uint32_t run_batch(Env& env, EngineQp& eq, uint32_t lane, bool* more)
 }
 
 // ---- the warp's loop ----------------------------------------------------------------------------
+// The control block (lane 0). Warp 0 reads the host's (a PCIe round trip) and mirrors it into
+// GPU memory; every other warp reads the mirror, so idle warps do not flood PCIe with reads
+// (which slows every system-scope operation on the GPU).
+__device__ Control read_ctl(const Config& cfg, uint32_t w) {
+  Control c;
+  if (w == 0) {
+    const Control* h = cfg.ctl;
+    c.gen = ld_acq_sys(&h->gen);  // the host stores ref_lo/ref_hi before gen
+    c.stop = ld_vol(&h->stop);
+    c.hold = ld_vol(&h->hold);
+    c.quiesce = ld_vol(&h->quiesce);
+    c.ref_lo = ld_vol(&h->ref_lo);
+    c.ref_hi = ld_vol(&h->ref_hi);
+    Control* m = cfg.ctl_dev;
+    st_vol(&m->ref_lo, c.ref_lo);
+    st_vol(&m->ref_hi, c.ref_hi);
+    __threadfence();
+    st_vol(&m->quiesce, c.quiesce);
+    st_vol(&m->hold, c.hold);
+    st_vol(&m->stop, c.stop);
+    st_vol(&m->gen, c.gen);
+    __threadfence();
+    return c;
+  }
+  const Control* m = cfg.ctl_dev;
+  c.gen = ld_vol(&m->gen);
+  c.stop = ld_vol(&m->stop);
+  c.hold = ld_vol(&m->hold);
+  c.quiesce = ld_vol(&m->quiesce);
+  __threadfence();  // ref_lo/ref_hi were written before gen
+  c.ref_lo = ld_vol(&m->ref_lo);
+  c.ref_hi = ld_vol(&m->ref_hi);
+  return c;
+}
+
 struct WarpCounters {
   uint64_t c[el::kNumCounters];
 };
@@ -773,12 +830,15 @@ extern "C" __global__ void __launch_bounds__(256) gicbench_emu_engine(const Conf
   bool idle = true;
   for (;;) {
     if (idle || pass % kCtlPasses == 0) {
-      uint32_t stop = 0, hold = 0, gen = 0, qz = 0;
+      uint32_t stop = 0, hold = 0, gen = 0, qz = 0, rlo = 0, rhi = 0;
       if (lane == 0) {
-        stop = ld_acq_sys(&cfg.ctl->stop);
-        hold = ld_vol(&cfg.ctl->hold);
-        gen = ld_vol(&cfg.ctl->gen);
-        qz = ld_vol(&cfg.ctl->quiesce);
+        const Control c = read_ctl(cfg, w);
+        stop = c.stop;
+        hold = c.hold;
+        gen = c.gen;
+        qz = c.quiesce;
+        rlo = c.ref_lo;
+        rhi = c.ref_hi;
       }
       stop = __shfl_sync(0xffffffffu, stop, 0);
       hold = __shfl_sync(0xffffffffu, hold, 0);
@@ -798,7 +858,11 @@ extern "C" __global__ void __launch_bounds__(256) gicbench_emu_engine(const Conf
         if (lane == 0) {
           st_vol(&ack.held, hold);
           __threadfence_system();
-          while (ld_acq_sys(&cfg.ctl->hold) == hold && !ld_vol(&cfg.ctl->stop)) __nanosleep(2000);
+          for (;;) {
+            const Control c = read_ctl(cfg, w);
+            if (c.hold != hold || c.stop) break;
+            __nanosleep(2000);
+          }
         }
         __syncwarp();
         idle = true;
@@ -807,8 +871,8 @@ extern "C" __global__ void __launch_bounds__(256) gicbench_emu_engine(const Conf
       if (gen != gen_seen) {
         uint32_t lo = 0, hi = 0;
         if (lane == 0 && gen_seen != 0xffffffffu && gen == gen_seen + 1) {
-          lo = ld_vol(&cfg.ctl->ref_lo);  // one step: the host says which slots changed
-          hi = ld_vol(&cfg.ctl->ref_hi);
+          lo = rlo;  // one step: the host says which slots changed
+          hi = rhi;
         }
         lo = __shfl_sync(0xffffffffu, lo, 0);
         hi = __shfl_sync(0xffffffffu, hi, 0);

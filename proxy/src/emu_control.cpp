@@ -122,13 +122,10 @@ CqInfo Nic::create_cq(uint32_t ncqe, uint32_t flags) {
                 reinterpret_cast<uint64_t>(self_.at(dbrec)), ncqe};
 }
 
-void Nic::relocate_cq(uint32_t cqn, uint64_t buf, uint64_t dbrec, uint64_t base_dev) {
+void Nic::relocate_cq(uint32_t cqn, uint64_t devcq) {
   std::lock_guard<std::mutex> g(ctl_);
   CqEntry& cq = self_.cqs()[num_index(cq_entry(cqn).cqn)];
-  // Offsets wrap modulo 2^64: base_dev + offset is the GPU address.
-  cq.buf_off = buf - base_dev;
-  cq.dbrec_off = dbrec - base_dev;
-  st_rel(&cq.reserved[0], uint64_t{1});
+  st_rel(&cq.reserved[0], devcq);
 }
 
 void Nic::relocate_mr(uint32_t key, uint64_t addr, uint64_t base_dev) {

@@ -120,7 +120,7 @@ struct CqEntry {
   uint32_t dropped;
   uint32_t flags;  // CqFlags
   uint32_t pad;
-  uint64_t reserved[2];  // [0] = 1: ring and record in GPU memory (offsets wrap to GPU addresses)
+  uint64_t reserved[2];  // [0]: GPU address of the CUDA engine's DevCq when the CQ is in GPU memory
 };
 static_assert(sizeof(CqEntry) == 64, "CqEntry layout");
 

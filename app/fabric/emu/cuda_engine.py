@@ -183,6 +183,7 @@ class CudaEngine:
         self.mr_mirror = cp.zeros(max_mrs * mr_b, dtype=cp.uint8)
         self.words = cp.zeros(2, dtype=cp.uint32)  # mr_count, n_qps
         self.cq_dev = cp.zeros(max_cqs, dtype=cp.uint64)  # own CQ slot -> its DevCq (0: none)
+        self.ctl_mirror = cp.zeros(8, dtype=cp.uint32)  # the control block as warps read it
         self._dev_bufs: list[Any] = []  # GPU memory handed out (kept until close)
         self._db_page: Any = None  # GPU doorbell registers, one per QP slot, made on demand
         cfg = np.zeros(cfg_b // 8, np.uint64)
@@ -192,8 +193,8 @@ class CudaEngine:
         meta.view(np.uint32)[2:4] = (os.getpid() & 0xFFFFFFFF, max_qps)
         ptrs = [self._ctl_dev(), self._acks_dev(), self.place.data.ptr, self.qps.data.ptr,
                 self.mr_mirror.data.ptr, self.words.data.ptr, self.words.data.ptr + 4,
-                self.cq_dev.data.ptr]  # fmt: skip
-        meta[2:10] = ptrs
+                self.cq_dev.data.ptr, self.ctl_mirror.data.ptr]  # fmt: skip
+        meta[2:11] = ptrs
         self.cfg = cp.asarray(cfg)
         cp.cuda.Stream.null.synchronize()  # in place before the launch (never the device: other
         self.ctl_stream.synchronize()  # engines of this process may be running)
@@ -294,6 +295,7 @@ class CudaEngine:
     # ---- launch, handshakes, stop ---------------------------------------------------------------
     def _launch(self) -> None:
         self.ctl[GEN] = 1
+        self.write(self.ctl_mirror.data.ptr, self.ctl.copy())  # warp 0 keeps it current after
         with self.stream:  # a RawKernel launches on the current stream
             self.kernel((self.ctas,), (THREADS,), (self.cfg,))
         self._stopped = False
