@@ -14,9 +14,10 @@ after the call and found no work, its counters flushed into the segment.
 
 Residency: the engine's CTAs must all be resident at once, before any submitter kernel can fill
 the GPU; otherwise a submitter waiting for a CQE and an engine CTA waiting for an SM deadlock.
-Before launch the occupancy calculator says how many engine CTAs fit on the GPU (engines of this
-process counted together); more is refused. After launch every warp reports in; the engine is
-not used until all have (timeout: stopped, with a diagnostic). Launch the engine (create the
+Before launch the occupancy calculator says how many engine CTAs fit on the GPU with one SM left
+free for submitters (engines of this process counted together); more is refused. After launch
+every warp reports in; the engine is not used until all have (timeout: stopped, with a
+diagnostic). Launch the engine (create the
 fabric) before any submitter kernel.
 """
 
@@ -154,13 +155,16 @@ class CudaEngine:
         # Residency: every CTA of every engine in this process resident at once.
         sms = rt.deviceGetAttribute(_ATTR_SM_COUNT, dev.id)
         per_sm = _blocks_per_sm(cp, self.kernel, THREADS)
-        room = per_sm * sms - CudaEngine._ctas_launched
+        # One SM's worth stays free: an engine filling every SM leaves a submitter's kernels
+        # (and the bench's producer) no room to ever start (seen on the H200 with 132 CTAs).
+        room = per_sm * (sms - 1) - CudaEngine._ctas_launched
         if ctas > room:
             raise UnsupportedError(
-                f"engine_ctas (--engine-ctas) = {ctas}: only {room} more engine CTAs of "
-                f"{THREADS} threads can be resident on this GPU ({per_sm} per SM x {sms} SMs, "
-                f"{CudaEngine._ctas_launched} already used by engines of this process); the "
-                "engine's CTAs must all be resident or a submitter could starve it"
+                f"engine_ctas (--engine-ctas) = {ctas}: only {max(room, 0)} more engine CTAs of "
+                f"{THREADS} threads can be resident on this GPU with one SM left for submitters "
+                f"({per_sm} per SM x {sms} SMs, {CudaEngine._ctas_launched} already used by "
+                "engines of this process); the engine's CTAs must all be resident or a "
+                "submitter could starve it, and must not fill the GPU or starve the submitter"
             )
         self.nwarps = ctas * THREADS // 32
         self.stream = cp.cuda.Stream(non_blocking=True)
