@@ -88,6 +88,9 @@ class RunPlan:
             progress=self.cfg.progress,
             autonomous_progress=not self.submitter.cpu_progress,
             mr_domain="host-mapped" if self.submitter.needs_gpu else None,
+            engine=self.cfg.engine,
+            engine_ctas=self.cfg.engine_ctas,
+            queues=self.cfg.queues,
         )
 
 

@@ -192,6 +192,32 @@ def rdma_port(p: Path) -> dict[str, Any]:
     return port
 
 
+MPS_START = (
+    "export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps_log; "
+    "mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY; nvidia-cuda-mps-control -d "
+    "(stop: echo quit | nvidia-cuda-mps-control)"
+)
+
+
+def probe_mps() -> Probe:
+    """Whether the CUDA MPS control daemon runs (its control pipe exists in the pipe directory
+    clients use, or an nvidia-cuda-mps process is alive): without it, kernels of several
+    processes on one GPU time-slice (milliseconds a turn)."""
+    pipe = Path(os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps"))
+    if (pipe / "control").exists():
+        return Probe("mps", True, f"MPS control pipe in {pipe}", {"pipe_dir": str(pipe)})
+    procs = []
+    for comm in glob.glob("/proc/[0-9]*/comm"):
+        with contextlib.suppress(OSError):
+            name = Path(comm).read_text().strip()
+            if name.startswith("nvidia-cuda-mps"):
+                procs.append(name)
+    if procs:
+        return Probe("mps", True, f"{procs[0]} running (pipe directory not {pipe}?)",
+                     {"pipe_dir": str(pipe)})  # fmt: skip
+    return Probe("mps", False, f"MPS not running (no control pipe in {pipe}); start: {MPS_START}")
+
+
 def probe_shm() -> Probe:
     ok = os.access("/dev/shm", os.W_OK)
     return Probe("shm", ok, "/dev/shm writable" if ok else "/dev/shm not writable (emu needs it)")
@@ -215,6 +241,7 @@ PROBES = {
     "pyverbs": probe_pyverbs,
     "rdma": probe_rdma_devices,
     "shm": probe_shm,
+    "mps": probe_mps,
 }
 
 
@@ -237,6 +264,7 @@ def probe_all() -> dict[str, Probe]:
         probe_pyverbs(),
         probe_rdma_devices(),
         probe_shm(),
+        probe_mps(),
     ]
     return {p.name: p for p in probes}
 

@@ -269,9 +269,10 @@ GB_HD Exec execute(Env& env, const SqParams& q, uint32_t ci, const m5::CtrlView&
 // ---- doorbell processing -------------------------------------------------------------------------
 
 // Serve a QP: execute the WQEs published (by the send doorbell record, or for a DBR-less QP by
-// the doorbells), stopping at a slot that does not hold its WQE yet. Returns the WQEs handled.
+// the doorbells), stopping at a slot that does not hold its WQE yet, or after `budget` WQEs (the
+// rest stays pending: served next pass). Returns the WQEs handled.
 template <class Env>
-GB_HD uint32_t serve(Env& env, SqState& e, const SqParams& q) {
+GB_HD uint32_t serve(Env& env, SqState& e, const SqParams& q, uint32_t budget = 0xffffffffu) {
   const uint32_t state = env.qp_state();
   if (state != kRts && state != kErr) {
     e.pending = 0;
@@ -309,7 +310,7 @@ GB_HD uint32_t serve(Env& env, SqState& e, const SqParams& q) {
   }
   uint32_t handled = 0;
   bool blocked = false;
-  while (avail) {
+  while (avail && handled < budget) {
     const m5::CtrlView c = m5::get_ctrl_seg(sq.wqe(ci));
     const uint32_t nbb = m5::ds_to_wqebbs(c.ds ? c.ds : 1);
     if (!wqe_ready(q, ci, c) || nbb > avail) {
@@ -346,13 +347,14 @@ GB_HD uint32_t serve(Env& env, SqState& e, const SqParams& q) {
     const uint32_t need = (e.named - ci) & 0xffff;
     if (need == 0 || need > sq.wqebb_cnt) e.check_lag = 0;  // executed through what was named
   }
-  e.pending = blocked || e.check_lag || e.db_last_open;
+  e.pending = blocked || avail != 0 || e.check_lag || e.db_last_open;
   return handled;
 }
 
 // A doorbell register changed to `db`: check it, note what it announces, serve the QP.
 template <class Env>
-GB_HD uint32_t on_doorbell(Env& env, SqState& e, const SqParams& q, uint64_t db) {
+GB_HD uint32_t on_doorbell(Env& env, SqState& e, const SqParams& q, uint64_t db,
+                           uint32_t budget = 0xffffffffu) {
   env.event(kEvDoorbell, 0, 0);
   const DoorbellView v = decode_doorbell(db);
   if (v.qpn != q.qpn) {
@@ -368,7 +370,7 @@ GB_HD uint32_t on_doorbell(Env& env, SqState& e, const SqParams& q, uint64_t db)
   if (ahead > q.ring.wqebb_cnt) {
     // Behind the consumer index: WQEs the record already published and the engine executed
     // before this doorbell was seen (the record runs ahead of the doorbell). Nothing new.
-    if (((e.ci - v.idx) & 0xffff) <= q.ring.wqebb_cnt) return serve(env, e, q);
+    if (((e.ci - v.idx) & 0xffff) <= q.ring.wqebb_cnt) return serve(env, e, q, budget);
     env.event(kEvOutOfWindow, e.ci & 0xffff, v.idx);
     return 0;
   }
@@ -386,7 +388,7 @@ GB_HD uint32_t on_doorbell(Env& env, SqState& e, const SqParams& q, uint64_t db)
     e.lag_counted = 0;
   }
   e.pending = 1;
-  return serve(env, e, q);
+  return serve(env, e, q, budget);
 }
 
 // ---- CQEs ----------------------------------------------------------------------------------------

@@ -37,6 +37,9 @@ class FabricPlan:
     progress: str  # requested: auto | thread | inline
     autonomous_progress: bool  # the submitter cannot drive a CPU progress hook (a GPU kernel)
     mr_domain: str | None = None  # memory domain of the source and landing regions (GPU: mapped)
+    engine: str = "cpu"  # emu: cpu | cuda
+    engine_ctas: int | None = None  # emu CUDA engine CTAs (None: its default)
+    queues: str = "host"  # emu queue placement: host | device
 
     @property
     def qps(self) -> int:

@@ -165,6 +165,11 @@ void bind_emu(nb::module_ m) {
              return d;
            })
       .def("attach_peer", &Nic::attach_peer)
+      .def("relocate_cq", &Nic::relocate_cq, nb::arg("cqn"), nb::arg("devcq"),
+           "CUDA engine: the CQ lives in GPU memory, described by the DevCq at devcq.")
+      .def("relocate_mr", &Nic::relocate_mr, nb::arg("key"), nb::arg("addr"), nb::arg("base_dev"),
+           "CUDA engine: the MR's memory is GPU memory at addr.")
+      .def("seg_base", &Nic::seg_base, nb::arg("rank"), "Rank r's segment as mapped here (0: none).")
       .def("seal", &Nic::seal)
       .def("close", &Nic::close, nb::call_guard<nb::gil_scoped_release>())
       .def("progress", &Nic::progress, nb::call_guard<nb::gil_scoped_release>())

@@ -122,6 +122,29 @@ CqInfo Nic::create_cq(uint32_t ncqe, uint32_t flags) {
                 reinterpret_cast<uint64_t>(self_.at(dbrec)), ncqe};
 }
 
+void Nic::relocate_cq(uint32_t cqn, uint64_t devcq) {
+  std::lock_guard<std::mutex> g(ctl_);
+  CqEntry& cq = self_.cqs()[num_index(cq_entry(cqn).cqn)];
+  st_rel(&cq.reserved[0], devcq);
+}
+
+void Nic::relocate_mr(uint32_t key, uint64_t addr, uint64_t base_dev) {
+  std::lock_guard<std::mutex> g(ctl_);
+  const uint32_t i = key_index(key);
+  if (i == 0 || i >= self_.hdr()->n_mrs || self_.mrs()[i].key != key)
+    throw std::invalid_argument("invalid key=" + hex(key) + ": not an MR of rank " +
+                                std::to_string(rank_));
+  MrEntry& m = self_.mrs()[i];
+  m.addr = addr;
+  m.offset = addr - base_dev;
+  st_rel(&m.reserved, uint64_t{1});
+}
+
+uint64_t Nic::seg_base(int r) const {
+  if (r < 0 || r >= world_ || !seg_[r]) return 0;
+  return reinterpret_cast<uint64_t>(seg_[r]->base());
+}
+
 static void check_own_cq(const Segment& s, int rank, uint32_t cqn, const char* field) {
   const uint32_t i = num_index(cqn);
   if (num_rank(cqn) != (static_cast<uint32_t>(rank) & 0xff) || i == 0 || i >= s.hdr()->n_cqs)

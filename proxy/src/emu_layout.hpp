@@ -7,6 +7,13 @@
 
 #include <cstdint>
 
+// The number and key arithmetic is also used by the CUDA engine (cuda/emu_engine.cu).
+#if defined(__CUDACC__)
+#define GB_EMU_HD __host__ __device__
+#else
+#define GB_EMU_HD
+#endif
+
 namespace gicbench {
 namespace emu {
 
@@ -24,12 +31,12 @@ constexpr uint32_t kDbrecStride = 64;
 constexpr uint64_t kPage = 4096;
 
 // Object numbers (QPN, DCT number, CQN): one 24-bit namespace per node.
-inline uint32_t make_num(uint32_t rank, uint32_t index) { return ((rank & 0xff) << 16) | index; }
-inline uint32_t num_rank(uint32_t num) { return (num >> 16) & 0xff; }
-inline uint32_t num_index(uint32_t num) { return num & 0xffff; }
+GB_EMU_HD inline uint32_t make_num(uint32_t rank, uint32_t index) { return ((rank & 0xff) << 16) | index; }
+GB_EMU_HD inline uint32_t num_rank(uint32_t num) { return (num >> 16) & 0xff; }
+GB_EMU_HD inline uint32_t num_index(uint32_t num) { return num & 0xffff; }
 
 // Keys: (mr_index << 8) | key_byte, like mlx5 mkeys (index 0 is never used, so no key is 0).
-inline uint32_t key_index(uint32_t key) { return key >> 8; }
+GB_EMU_HD inline uint32_t key_index(uint32_t key) { return key >> 8; }
 
 enum QpState : uint32_t { kReset = 0, kInit = 1, kRtr = 2, kRts = 3, kErr = 6 };
 enum QpType : uint32_t { kNone = 0, kRc = 1, kDci = 2 };
@@ -98,7 +105,7 @@ struct MrEntry {
   uint64_t addr;  // the address the owner reported (its mapping base + offset)
   uint32_t pd;    // protection domain: only QPs/DCTs of the same pd may use the key
   uint32_t pad;
-  uint64_t reserved;
+  uint64_t reserved;  // 1: GPU memory (the CUDA engine's; offset wraps to its GPU address)
 };
 static_assert(sizeof(MrEntry) == 48, "MrEntry layout");
 
@@ -113,7 +120,7 @@ struct CqEntry {
   uint32_t dropped;
   uint32_t flags;  // CqFlags
   uint32_t pad;
-  uint64_t reserved[2];
+  uint64_t reserved[2];  // [0]: GPU address of the CUDA engine's DevCq when the CQ is in GPU memory
 };
 static_assert(sizeof(CqEntry) == 64, "CqEntry layout");
 

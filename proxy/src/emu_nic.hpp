@@ -63,6 +63,14 @@ class Nic {
   void modify_qp(uint32_t qpn, uint32_t state, int remote_rank, uint32_t remote_qpn);
   uint32_t qp_state(uint32_t qpn) const;
   void attach_peer(int rank, const std::string& name, uint64_t bytes);
+  // The CUDA engine (cuda/emu_engine.cu) puts some objects in GPU memory. A CQ: `devcq` is the
+  // GPU address of its DevCq (ring, record, lock, status, producer index). A memory region at
+  // GPU address `addr`, which engines reach at base_dev + offset (base_dev: the GPU's address of
+  // this segment). The entries' reserved fields mark them.
+  void relocate_cq(uint32_t cqn, uint64_t devcq);
+  void relocate_mr(uint32_t key, uint64_t addr, uint64_t base_dev);
+  // The mapping of rank r's segment in this process (0 when not attached).
+  uint64_t seg_base(int r) const;
   bool seal();  // unlink our name: every peer has mapped us
   void close();
 

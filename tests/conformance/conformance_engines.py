@@ -3,7 +3,9 @@
 An engine here is a world of `n` ranks of one NIC implementation in this process plus the few
 operations the runner needs beyond the Fabric interface: numpy views of NIC memory, "wait until
 every rung doorbell is handled", and the out-of-band reports (error records, CQ status, DCT key
-violations). The CUDA engine will register here with views of its (mapped) GPU queues.
+violations). "cuda" is the CUDA engine (cuda/emu_engine.cu) with the queues in the rank's
+segment, mapped into the GPU (the runner writes them with numpy, as a CPU submitter would); it
+needs a GPU and skips without one.
 """
 
 from __future__ import annotations
@@ -13,17 +15,34 @@ import uuid
 from typing import Any
 
 import numpy as np
+import pytest
 
 from gicbench.fabric.base import CompletionQueue
 from gicbench.fabric.emu import EmuFabric, host_view
 
-ENGINES = ["cpu-inline", "cpu-thread"]
+ENGINES = ["cpu-inline", "cpu-thread", "cuda"]
+GPU_ENGINES = {"cuda"}  # marked gpu
+
+
+def cuda_unavailable() -> str | None:
+    """Why the CUDA engine cannot run here (None when it can)."""
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return "no CUDA device"
+    except ImportError as e:
+        return f"CuPy not importable ({e})"
+    except Exception as e:
+        return f"no usable CUDA device: {e}"
+    return None
 
 
 class CpuWorld:
-    """`world` EmuFabric ranks of one job; progress 'inline' or 'thread'."""
+    """`world` EmuFabric ranks of one job; progress 'inline' or 'thread', or the CUDA engine
+    (engine='cuda', one CTA per rank)."""
 
-    def __init__(self, world: int, progress: str) -> None:
+    def __init__(self, world: int, progress: str, engine: str = "cpu") -> None:
         job = "conf-" + uuid.uuid4().hex[:10]
         self.fabrics: list[EmuFabric] = []
         try:
@@ -39,6 +58,8 @@ class CpuWorld:
                         max_cqs=16,
                         max_mrs=16,
                         max_dcts=4,
+                        engine=engine,
+                        engine_ctas=1 if engine == "cuda" else None,
                     )
                 )
             infos = [f.local_info() for f in self.fabrics]
@@ -74,6 +95,8 @@ class CpuWorld:
         return self.fabrics[rank].dct_counters(dct)["key_violations"]
 
     def close(self) -> None:
+        for f in self.fabrics:  # every CUDA engine stops before any rank unmaps
+            f.stop_engine()
         for f in self.fabrics:
             f.close()
 
@@ -81,4 +104,9 @@ class CpuWorld:
 def make_world(engine: str, world: int) -> CpuWorld:
     if engine in ("cpu-inline", "cpu-thread"):
         return CpuWorld(world, engine.removeprefix("cpu-"))
+    if engine == "cuda":
+        why = cuda_unavailable()
+        if why:
+            pytest.skip(f"the CUDA engine needs a GPU: {why}")
+        return CpuWorld(world, "inline", engine="cuda")
     raise ValueError(f"unknown engine {engine!r}: known {ENGINES}")

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import pytest
 from conformance_cases import CASE_IDS, CASES
-from conformance_engines import ENGINES
+from conformance_engines import ENGINES, GPU_ENGINES
 from conformance_model import Case
 from conformance_runner import run_case
 
 
-@pytest.fixture(params=ENGINES)
+@pytest.fixture(
+    params=[pytest.param(e, marks=pytest.mark.gpu) if e in GPU_ENGINES else e for e in ENGINES]
+)
 def engine(request: pytest.FixtureRequest) -> str:
     return request.param
 

@@ -15,6 +15,14 @@ core only submits) and gives ~0.2 µs doorbell-to-CQE when a core is free for th
 the first doorbell after idling pays the sleep; inline mode needs no core of its own and is the
 right one on oversubscribed machines (a 2-core CI box running two ranks), where a spinning engine
 competes with the ranks it serves, at the price of doing the NIC's work on the poller's time.
+
+Engines: engine="cpu" (the above) or "cuda" (cuda_engine.CudaEngine: a persistent kernel on
+`engine_ctas` CTAs serves the rank's QPs; no CPU thread runs and progress() does nothing). With
+the CUDA engine the segment is registered with CUDA and every object also has a GPU address
+(device_buf, device_dbrec, device_doorbell, device_addr), and objects may be created in GPU
+memory: domain="device" for create_qp (ring, doorbell record, doorbell register), create_cq
+(ring, consumer record) and register (the region). `queues` is the default domain of create_qp
+and create_cq. The CPU engine refuses domain="device": it cannot poll GPU memory at speed.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from ...config import ENGINES, QUEUE_PLACEMENTS  # declared once, with the knobs
 from ...errors import CompletionError, ConfigError, FabricError, UnsupportedError
 from ..base import (
     ACCESS_ALL,
@@ -116,17 +125,18 @@ _KINDS = {
 DOMAINS = ("host", "host-mapped", "device")
 
 
-def _domain(field: str, domain: object) -> MemoryDomain:
-    """The memory domain asked for (a MemoryDomain member or its value); DEVICE is refused."""
+def _domain(field: str, domain: object, engine: str = "cpu", default: str = "host") -> MemoryDomain:
+    """The memory domain asked for (a MemoryDomain member or its value, None = `default`);
+    DEVICE only with the CUDA engine."""
     v = getattr(domain, "value", domain)
     if v is None:
-        return MemoryDomain.HOST
+        v = default
     if v not in DOMAINS:
         raise ConfigError(field, domain, " or ".join(DOMAINS))
-    if v == "device":
+    if v == "device" and engine != "cuda":
         raise UnsupportedError(
-            f"{field}='device': emu keeps its queues and memory in host shared memory; "
-            "GPU-resident objects need the CUDA engine, which does not exist yet "
+            f"{field}='device': GPU-resident queues and memory need the CUDA engine "
+            "(engine='cuda', --engine cuda); the CPU engine cannot poll GPU memory at speed "
             "(use 'host' or 'host-mapped')"
         )
     return MemoryDomain(v)
@@ -184,6 +194,9 @@ class EmuFabric(Fabric):
         max_mrs: int = 1024,
         max_dcts: int = 256,
         clean_stale: bool = True,
+        engine: str = "cpu",
+        engine_ctas: int | None = None,
+        queues: str = "host",
     ) -> None:
         if not isinstance(world_size, int) or not 1 <= world_size <= MAX_RANKS:
             raise ConfigError("world_size", world_size, f"an int in 1..{MAX_RANKS} (one node)")
@@ -193,6 +206,17 @@ class EmuFabric(Fabric):
             raise ConfigError("job", job, "1-64 characters of [A-Za-z0-9_.-]")
         if progress not in PROGRESS_MODES:
             raise ConfigError("progress", progress, " or ".join(PROGRESS_MODES))
+        if engine not in ENGINES:
+            raise ConfigError("engine (--engine)", engine, " or ".join(ENGINES))
+        if queues not in QUEUE_PLACEMENTS:
+            raise ConfigError("queues (--queues)", queues, " or ".join(QUEUE_PLACEMENTS))
+        if queues == "device" and engine != "cuda":
+            raise UnsupportedError(
+                "queues (--queues) = 'device' needs the CUDA engine (--engine cuda): the CPU "
+                "engine cannot poll GPU memory at speed"
+            )
+        if engine_ctas is not None and engine != "cuda":
+            raise ConfigError("engine_ctas (--engine-ctas)", engine_ctas, "unset (CPU engine)")
         if not isinstance(segment_bytes, int) or segment_bytes < 4096 or segment_bytes % 4096:
             raise ConfigError(
                 "segment_bytes", segment_bytes, "a multiple of 4096 (see segment_bytes_for)"
@@ -207,6 +231,8 @@ class EmuFabric(Fabric):
             if not isinstance(v, int) or not lo <= v < hi:
                 raise ConfigError(field, v, f"an int in {lo}..{hi - 1}")
         self.rank, self.world_size, self.job, self.mode = rank, world_size, job, progress
+        self.engine, self.queues = engine, queues
+        self._cuda: Any = None  # the CudaEngine with engine="cuda"
         if clean_stale:
             janitor()
         self.shm_name = segment_name(job, os.getpid(), rank)
@@ -225,9 +251,22 @@ class EmuFabric(Fabric):
         self._cuda_registered: int = 0  # host address registered with CUDA (0 = none)
         self._mr_len: dict[int, int] = {}
         self._cuda_ranges: list[int] = []  # host addresses registered with CUDA
+        self._dev_objs: dict[int, tuple[int, int, int]] = {}  # QP slot -> GPU ring, dbrec, db
+        self._devcq: dict[int, int] = {}  # CQN -> its DevCq (GPU memory)
         EmuFabric._install_exit_hooks()
         EmuFabric._open.add(self)
-        if progress == "thread":
+        if engine == "cuda":
+            from .cuda_engine import DEFAULT_CTAS, CudaEngine
+
+            try:
+                self._cuda = CudaEngine(self._nic, rank, world_size, max_qps + 1, max_mrs + 1,
+                                        max_cqs + 1, engine_ctas or DEFAULT_CTAS)  # fmt: skip
+            except BaseException:
+                self._closed = True
+                EmuFabric._open.discard(self)
+                self._nic.close()
+                raise
+        elif progress == "thread":
             self._nic.start_thread()
 
     # ---- exit hygiene ---------------------------------------------------------------------------
@@ -249,7 +288,8 @@ class EmuFabric(Fabric):
     def caps() -> ProviderCaps:
         return ProviderCaps(name="emu", available=True, multi_node=False, dc=True,
                             posting=(Posting.MLX5_QUEUES.value,),
-                            details={"progress": list(PROGRESS_MODES)})  # fmt: skip
+                            details={"progress": list(PROGRESS_MODES),
+                                     "engines": list(ENGINES)})  # fmt: skip
 
     def _live(self) -> Any:
         if self._closed:
@@ -289,7 +329,20 @@ class EmuFabric(Fabric):
             if r != self.rank:
                 with _checked(f"attach rank {r} ({info['shm']})", self.rank):
                     nic.attach_peer(r, info["shm"], int(info["bytes"]))
+                if self._cuda is not None:
+                    self._cuda_peer(r, info)
         self._peers_added = True
+
+    def _cuda_peer(self, r: int, info: dict[str, Any]) -> None:
+        """Give the CUDA engine rank r's segment. A rank of this process: its owner's mapping,
+        already registered, where its GPU-memory objects' offsets point; another process's: our
+        mapping, registered now, marked foreign (its GPU memory is out of reach)."""
+        if int(info.get("pid", -1)) == os.getpid():
+            owner = next((f for f in EmuFabric._open if f.job == self.job and f.rank == r), None)
+            if owner is not None and owner._cuda is not None:
+                self._cuda.add_peer_mapped(r, owner._cuda.base_dev)
+                return
+        self._cuda.add_peer(r, int(self._nic.seg_base(r)), int(info["bytes"]), foreign=True)
 
     def seal(self) -> None:
         """Every rank has attached (the caller passed a barrier): unlink our segment's name."""
@@ -307,17 +360,29 @@ class EmuFabric(Fabric):
         if not isinstance(access, int) or int(access) & ~int(ACCESS_ALL):
             raise ConfigError("access", access, "a combination of gicbench.fabric.base.Access")
         _check_pd(pd)
-        dom = _domain("domain", domain)
+        dom = _domain("domain", domain, self.engine)
         with _checked("register", self.rank):
             addr, n, key = self._live().reg_mr(length, int(access), pd)
+        dev = 0
+        if self._cuda is not None:
+            if dom == MemoryDomain.DEVICE:
+                # GPU memory: WQEs name it by its GPU address (addr = device_addr).
+                addr = dev = self._cuda.alloc(n)
+                with _checked("relocate MR to GPU memory", self.rank):
+                    self._nic.relocate_mr(key, dev, self._cuda.base_dev)
+            else:
+                dev = self._cuda.dev(addr)
+            self._cuda.sync(1, 1)  # no QP slot: the MR table only
         self._domains[("mr", addr)] = dom
         self._mr_len[addr] = n
         mr = MemoryRegion(addr=addr, length=n, lkey=key, rkey=key, access=Access(int(access)))
-        return dataclasses.replace(mr, domain=dom)
+        return dataclasses.replace(mr, domain=dom, device_addr=dev)
 
     def view(self, mr: MemoryRegion, dtype: np.typing.DTypeLike = np.uint8) -> np.ndarray:
         """A numpy view of a registered region (valid while the fabric is open)."""
         self._live()
+        if mr.domain == MemoryDomain.DEVICE:
+            raise UnsupportedError("view() of a device-domain MR: it is GPU memory (use CuPy)")
         return host_view(mr.addr, mr.length, dtype)
 
     def create_cq(
@@ -333,15 +398,28 @@ class EmuFabric(Fabric):
         without it an overrun moves the CQ to CQ_OVERFLOW and its QPs to ERR."""
         if not isinstance(ncqe, int) or not _pow2(ncqe) or ncqe > (1 << 22):
             raise ConfigError("ncqe", ncqe, "a power of two in 1..4194304")
-        dom = _domain("domain", domain)
+        dom = _domain("domain", domain, self.engine, self.queues)
         nat = _native()
         flags = (nat.CQ_COLLAPSED if collapsed else 0) | (
             nat.CQ_OVERRUN_IGNORE if overrun_ignore else 0
         )
         with _checked("create_cq", self.rank):
             cqn, buf, dbrec, n = self._live().create_cq(ncqe, flags)
+        dbuf = ddbrec = 0
+        if self._cuda is not None:
+            if dom == MemoryDomain.DEVICE:
+                # The CQEs as the segment initialised them; ring, record and the engine's words
+                # for the CQ (lock, status, producer index) in GPU memory.
+                init = host_view(buf, n * 64).tobytes()
+                dbuf, ddbrec, devcq = self._cuda.device_cq(cqn, n, flags, init)
+                self._devcq[cqn] = devcq
+                buf, dbrec = dbuf, ddbrec
+                with _checked("relocate CQ to GPU memory", self.rank):
+                    self._nic.relocate_cq(cqn, devcq)
+            else:
+                dbuf, ddbrec = self._cuda.dev(buf), self._cuda.dev(dbrec)
         cq = CompletionQueue(cqn=cqn, buf=buf, ncqe=n, dbrec=dbrec)
-        cq = dataclasses.replace(cq, domain=dom)
+        cq = dataclasses.replace(cq, domain=dom, device_buf=dbuf, device_dbrec=ddbrec)
         self._domains[("cq", cqn)] = dom
         self._cqs[cqn] = cq
         return cq
@@ -373,7 +451,7 @@ class EmuFabric(Fabric):
         if not isinstance(max_inline, int) or not 0 <= max_inline <= 1024:
             raise ConfigError("max_inline", max_inline, "an int in 0..1024 (0 = no limit)")
         _check_pd(pd)
-        dom = _domain("domain", domain)
+        dom = _domain("domain", domain, self.engine, self.queues)
         nat = _native()
         flags = (0 if dbr else nat.QP_NO_DBR) | (nat.QP_WQE_SIG if wqe_sig else 0)
         if not isinstance(sq_wqebbs, int) or not _pow2(sq_wqebbs) or sq_wqebbs > 32768:
@@ -386,9 +464,22 @@ class EmuFabric(Fabric):
                 send_cq.cqn, sq_wqebbs, rcq.cqn if rcq else 0, rq_wqes, bool(dci),
                 flags, max_inline, pd,
             )  # fmt: skip
-        sq = SendQueue(qpn=d["qpn"], buf=d["buf"], wqebb_cnt=d["wqebb_cnt"], dbrec=d["dbrec"],
-                       doorbell=d["doorbell"], cq=send_cq)  # fmt: skip
-        sq = dataclasses.replace(sq, domain=dom)
+        buf, dbrec, doorbell = d["buf"], d["dbrec"], d["doorbell"]
+        dev = (0, 0, 0)
+        if self._cuda is not None:
+            slot = d["qpn"] & 0xFFFF
+            if dom == MemoryDomain.DEVICE:
+                dev = (self._cuda.alloc(d["wqebb_cnt"] * 64), self._cuda.alloc(64),
+                       self._cuda.doorbell_slot(slot))  # fmt: skip
+                buf, dbrec, doorbell = dev
+                self._dev_objs[slot] = dev
+            else:
+                dev = (self._cuda.dev(buf), self._cuda.dev(dbrec), self._cuda.dev(doorbell))
+            self._cuda.place_qp(slot, *dev)  # the warps read the new slot
+        sq = SendQueue(qpn=d["qpn"], buf=buf, wqebb_cnt=d["wqebb_cnt"], dbrec=dbrec,
+                       doorbell=doorbell, cq=send_cq)  # fmt: skip
+        sq = dataclasses.replace(sq, domain=dom, device_buf=dev[0], device_dbrec=dev[1],
+                                 device_doorbell=dev[2])  # fmt: skip
         self._domains[("qp", d["qpn"])] = dom
         rq = None
         if rcq is not None:
@@ -450,7 +541,15 @@ class EmuFabric(Fabric):
         if state == QpState.RTR and not qp.dci and remote is None:
             raise ConfigError("remote", None, "the peer's endpoint() for RTR of an RC QP")
         with _checked(f"modify QP {qp.qpn:#x} to {state.name}", self.rank):
-            self._live().modify_qp(qp.qpn, int(state), rr, rq)
+            if self._cuda is None:
+                self._live().modify_qp(qp.qpn, int(state), rr, rq)
+                return
+            with self._cuda.hold(qp.qpn & 0xFFFF):  # no warp is inside this QP meanwhile
+                self._live().modify_qp(qp.qpn, int(state), rr, rq)
+                dev = self._dev_objs.get(qp.qpn & 0xFFFF)
+                if state == QpState.RESET and dev is not None:  # GPU doorbell and record too
+                    self._cuda.zero(dev[1], 64)
+                    self._cuda.zero(dev[2], 64)
 
     def qp_state(self, qp: QueuePair) -> QpState:
         self._own_qp(qp)
@@ -480,6 +579,8 @@ class EmuFabric(Fabric):
                 raise UnsupportedError("register_cuda needs a CUDA GPU: none found")
         except runtime.CUDARuntimeError as e:
             raise UnsupportedError(f"register_cuda needs a CUDA GPU: {e}") from e
+        if self._cuda is not None:
+            return self._cuda_addresses()
         if self._cuda_registered:
             raise FabricError(f"emu rank {self.rank}: the queue arena is already registered")
         host, n = self.queue_arena()
@@ -511,6 +612,23 @@ class EmuFabric(Fabric):
                 out["mrs"][addr] = _device_pointer(runtime, lo) + (addr - lo)
         return out
 
+    def _cuda_addresses(self) -> dict[str, Any]:
+        """register_cuda() under the CUDA engine: the segment is registered already."""
+        eng = self._cuda
+        host, n = self.queue_arena()
+        out: dict[str, Any] = {"queue_arena": (host, eng.dev(host), n), "qps": {}, "cqs": {},
+                               "mrs": {}}  # fmt: skip
+        for qp in self._qps.values():
+            s = qp.sq
+            out["qps"][qp.qpn] = {"buf": s.device_buf, "dbrec": s.device_dbrec,
+                                  "doorbell": s.device_doorbell}  # fmt: skip
+        for cq in self._cqs.values():
+            out["cqs"][cq.cqn] = {"buf": cq.device_buf, "dbrec": cq.device_dbrec}
+        for (kind, addr), dom in self._domains.items():
+            if kind == "mr":
+                out["mrs"][addr] = addr if dom == MemoryDomain.DEVICE else eng.dev(addr)
+        return out
+
     # ---- counters and errors --------------------------------------------------------------------
     def counters(self) -> dict[str, int]:
         return dict(self._live().counters())
@@ -526,7 +644,10 @@ class EmuFabric(Fabric):
     def cq_status(self, cq: CompletionQueue) -> dict[str, int]:
         """status (0 OK, 9 CQ_OVERFLOW as in mlx5_ifc.h), pi (CQEs written), dropped."""
         self._own_cq("cq", cq)
-        return dict(self._live().cq_info(cq.cqn))
+        info = dict(self._live().cq_info(cq.cqn))
+        if cq.cqn in self._devcq:  # the engine keeps these words in GPU memory
+            info.update(self._cuda.cq_words(self._devcq[cq.cqn]))
+        return info
 
     def errors(self) -> list[EmuErrorRecord]:
         """Error records reported since the last call (oldest first)."""
@@ -562,30 +683,53 @@ class EmuFabric(Fabric):
 
     # ---- progress -------------------------------------------------------------------------------
     def progress_policy(self) -> ProgressPolicy:
+        if self._cuda is not None:
+            return ProgressPolicy("cuda", autonomous=True)
         if self.mode == "thread":
             return ProgressPolicy("thread", autonomous=True)
         return ProgressPolicy("inline", autonomous=False,
                               cpu_hook=(self.progress_hook(), self.progress_ctx()))  # fmt: skip
 
     def progress_hook(self) -> int:
-        return int(self._live().progress_hook) if self.mode == "inline" else 0
+        inline = self.mode == "inline" and self._cuda is None
+        return int(self._live().progress_hook) if inline else 0
 
     def progress_ctx(self) -> int:
-        return int(self._live().progress_ctx) if self.mode == "inline" else 0
+        inline = self.mode == "inline" and self._cuda is None
+        return int(self._live().progress_ctx) if inline else 0
 
     def progress(self) -> int:
-        """One engine pass (either mode); returns the work done (0 = idle)."""
+        """One CPU engine pass (either mode); returns the work done (0 = idle). Nothing with the
+        CUDA engine, which runs on its own."""
+        if self._cuda is not None:
+            self._live()
+            return 0
         return int(self._live().progress())
 
     def quiesce(self) -> None:
         """Return once every doorbell rung before the call has been executed."""
+        if self._cuda is not None:
+            self._live()
+            self._cuda.quiesce()
+            return
         self._live().quiesce()
+
+    def stop_engine(self) -> None:
+        """Stop the CUDA engine's kernel (close() does it too). Several ranks of one process:
+        stop every engine before closing any, so no CUDA call that waits for the device runs
+        while another engine kernel spins."""
+        if self._cuda is not None:
+            self._cuda.stop()
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
         EmuFabric._open.discard(self)
+        if self._cuda is not None:
+            # A kernel that does not stop keeps the segment mapped (the process's exit ends
+            # both) rather than have it fault on unmapped memory.
+            self._cuda.close()
         if self._cuda_ranges:  # unregister before the segment is unmapped
             from cupy.cuda import runtime
 

@@ -7,8 +7,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from ...config import ENGINES
 from ...errors import UnsupportedError
-from ...platform import Probe
+from ...platform import MPS_START, Probe
 from ..base import Fabric, MemoryDomain, Posting, ProviderCaps
 from ..registry import FabricPlan, Provider, register
 from .fabric import PROGRESS_MODES
@@ -43,6 +44,37 @@ def resolve_progress(requested: str, local_size: int, rank: int, autonomous: boo
     return requested
 
 
+def check_cuda_engine(plan: FabricPlan, probes: Mapping[str, Probe]) -> None:
+    """--engine cuda / --queues device pre-flight: a GPU, CuPy and nvcc here; GPU queues only
+    for a GPU submitter; several ranks on one GPU only under MPS (without it their kernels
+    time-slice: a round trip of milliseconds instead of microseconds)."""
+    if plan.queues == "device" and plan.engine != "cuda":
+        raise UnsupportedError(
+            "--queues device needs --engine cuda: the CPU engine cannot poll GPU memory at speed"
+        )
+    if plan.engine != "cuda":
+        return
+    if plan.queues == "device" and not plan.autonomous_progress:
+        raise UnsupportedError(
+            "--queues device puts the rings, records and doorbells in GPU memory, which a CPU "
+            "submitter cannot write at speed: use a GPU submitter or --queues host"
+        )
+    for name in ("gpus", "cupy", "nvcc"):
+        if not probes[name].ok:
+            raise UnsupportedError(f"--engine cuda needs {name}: {probes[name].detail}")
+    ngpu = max(1, len(probes["gpus"].data.get("gpus", [])))
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible and visible.strip() not in ("", "-1"):
+        ngpu = min(ngpu, len([v for v in visible.split(",") if v.strip()]))
+    if plan.local_size > ngpu and not probes["mps"].ok:
+        raise UnsupportedError(
+            f"--engine cuda with {plan.local_size} ranks on {ngpu} GPU(s): ranks sharing a GPU "
+            "need CUDA MPS (without it their engine kernels time-slice, milliseconds a turn), "
+            f"and it is not running ({probes['mps'].detail.split(';')[0]}). Start it: "
+            f"{MPS_START}; or run one rank per GPU"
+        )
+
+
 @register
 class EmuProvider(Provider):
     name = "emu"
@@ -64,8 +96,8 @@ class EmuProvider(Provider):
             multi_node=False,
             dc=True,
             posting=(Posting.MLX5_QUEUES.value,),
-            memory_domains=(MemoryDomain.HOST.value,),
-            details={"what": cls.summary, "progress": list(PROGRESS_MODES)},
+            memory_domains=tuple(m.value for m in MemoryDomain),  # device: --engine cuda
+            details={"what": cls.summary, "progress": list(PROGRESS_MODES), "engines": ENGINES},
         )
 
     @classmethod
@@ -76,8 +108,16 @@ class EmuProvider(Provider):
                 f"provider emu is one node only; this job spans {plan.nodes} nodes "
                 f"({', '.join(sorted(set(topo.hosts)))}): use a real NIC provider"
             )
+        check_cuda_engine(plan, probes)
+        if plan.engine == "cuda":
+            # No CPU thread: the engine kernel is the NIC's progress (autonomous).
+            from .cuda_engine import DEFAULT_CTAS
+
+            ctas = plan.engine_ctas or DEFAULT_CTAS
+            return {"progress": "cuda-engine", "engine": "cuda", "engine_ctas": ctas,
+                    "queues": plan.queues}  # fmt: skip
         mode = resolve_progress(plan.progress, plan.local_size, topo.rank, plan.autonomous_progress)
-        return {"progress": mode}
+        return {"progress": mode, "engine": "cpu", "queues": plan.queues}
 
     @classmethod
     def open(cls, plan: FabricPlan, topo: Any, job: str, settings: dict[str, Any]) -> Fabric:
@@ -87,11 +127,16 @@ class EmuProvider(Provider):
         # Exactly what bring-up creates (an idle rank of an odd pairs world creates no QP, but
         # the tables keep one slot).
         qps, cqs = max(1, plan.qps), max(1, plan.cqs)
+        cuda = settings.get("engine") == "cuda"
+        if cuda:  # node-local rank i on visible GPU i mod count, as choose_gpu says
+            import cupy
+
+            cupy.cuda.Device(topo.local_rank % cupy.cuda.runtime.getDeviceCount()).use()
         return EmuFabric(
             rank=topo.rank,
             world_size=topo.size,
             job=job,
-            progress=settings["progress"],
+            progress="inline" if cuda else settings["progress"],
             segment_bytes=segment_bytes_for(
                 qps, cqs, plan.dcts, plan.sq_depth, plan.sq_depth, list(plan.mr_sizes)
             ),
@@ -99,4 +144,7 @@ class EmuProvider(Provider):
             max_cqs=cqs,
             max_dcts=plan.dcts,
             max_mrs=len(plan.mr_sizes),
+            engine=settings.get("engine", "cpu"),
+            engine_ctas=settings.get("engine_ctas") if cuda else None,
+            queues=settings.get("queues", "host"),
         )

@@ -1,0 +1,410 @@
+"""The CUDA engine of one emu rank: cuda/emu_engine.cu as a persistent kernel on its own stream.
+
+Compilation: nvcc, at first use, to a cubin cached under ~/.cache/gicbench/cuda by a hash of the
+sources, the GPU's architecture and nvcc's version; CuPy loads the cubin. Not NVRTC: the engine
+includes the segment layout (proxy's emu_layout.hpp, host C++ with GCC builtins NVRTC cannot
+parse) and libcu++'s atomic_ref, and a cubin is what compute-sanitizer and the bench reuse.
+
+Control. The kernel reads a host-mapped control block (stop, hold, gen, quiesce) and acks per
+warp in host-mapped memory. Every control-plane change goes through here: create/register bump
+`gen` and wait until every warp has re-read its QPs (and warp 0 the MR table) from the segment;
+a QP state change first `hold`s the engine (every warp acks and waits: none is inside that QP),
+as the CPU engine's lock does. quiesce() returns once every warp has completed a pass that began
+after the call and found no work, its counters flushed into the segment.
+
+Residency: the engine's CTAs must all be resident at once, before any submitter kernel can fill
+the GPU; otherwise a submitter waiting for a CQE and an engine CTA waiting for an SM deadlock.
+Before launch the occupancy calculator says how many engine CTAs fit on the GPU with one SM left
+free for submitters (engines of this process counted together); more is refused. After launch
+every warp reports in; the engine is not used until all have (timeout: stopped, with a
+diagnostic). Launch the engine (create the
+fabric) before any submitter kernel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.resources
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ...errors import ConfigError, FabricError, UnsupportedError
+
+THREADS = 256  # per CTA: 8 warps (the kernel's __launch_bounds__)
+MAX_CTAS = 4096
+DEFAULT_CTAS = 16
+# A control handshake, the residency check or a stop that takes longer is a fault (raised with a
+# diagnostic). GICBENCH_CUDA_ENGINE_TIMEOUT_S raises both, e.g. under compute-sanitizer.
+ACK_TIMEOUT_S = float(os.environ.get("GICBENCH_CUDA_ENGINE_TIMEOUT_S", "10"))
+STOP_TIMEOUT_S = ACK_TIMEOUT_S
+MAX_RANKS = 256
+KERNEL, SIZES = "gicbench_emu_engine", "gicbench_emu_engine_sizes"
+SOURCES = ("emu_engine.cu", "emu_core.cuh", "mlx5.cuh", "emu_layout.hpp")
+_CUDA_HOST_REGISTER_PORTABLE_MAPPED = 0x01 | 0x02
+_ATTR_CAN_USE_HOST_POINTER = 91  # cudaDevAttrCanUseHostPointerForRegisteredMem
+_ATTR_SM_COUNT = 16  # cudaDevAttrMultiProcessorCount
+# Control block (uint32 words) and per-warp ack (WarpAck: 4 x uint32, 2 x uint64).
+STOP, HOLD, GEN, QUIESCE, REF_LO, REF_HI = range(6)
+ACK_RESIDENT, ACK_HELD, ACK_GEN, ACK_QUIESCE = range(4)
+ACK_WORDS = 8  # 32 bytes
+PLACE_BYTES = 24  # QpPlace: ring, dbrec, doorbell
+DEVCQ_BYTES = 48  # DevCq: buf, ci_rec, lock, status, pi, dropped, ncqe, flags, cqn, pad
+CQ_SET_CI = 0  # mlx5: the consumer index word of a CQ's record
+
+
+def cuda_dir() -> Path:
+    return Path(str(importlib.resources.files("gicbench") / "cuda"))
+
+
+def _nvcc() -> str:
+    exe = shutil.which("nvcc") or next(
+        (p for p in ("/usr/local/cuda/bin/nvcc",) if os.access(p, os.X_OK)), None
+    )
+    if exe is None:
+        raise UnsupportedError("--engine cuda compiles cuda/emu_engine.cu with nvcc: not found")
+    return exe
+
+
+def compile_engine(arch: str, source: str = "emu_engine.cu") -> Path:
+    """The cubin of cuda/`source` (the engine, or bench/cuda_engine.py's kernels) for `arch`
+    (e.g. "sm_90"), from the cache or built now."""
+    src = cuda_dir()
+    nvcc = _nvcc()
+    ver = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+    h = hashlib.sha256((arch + ver).encode())
+    for name in (source, *SOURCES):
+        h.update((src / name).read_bytes())
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gicbench" / "cuda"
+    cubin = cache / f"{Path(source).stem}-{arch}-{h.hexdigest()[:16]}.cubin"
+    if cubin.exists():
+        return cubin
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = cubin.with_suffix(f".{os.getpid()}.tmp")
+    cmd = [nvcc, f"-arch={arch}", "-std=c++17", "-O3", "-lineinfo", f"-I{src}", "-cubin",
+           str(src / source), "-o", str(tmp)]  # fmt: skip
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise FabricError(f"nvcc failed on {source}:\n{(r.stdout + r.stderr).strip()}")
+    tmp.replace(cubin)
+    return cubin
+
+
+def _cupy() -> Any:
+    try:
+        import cupy
+
+        n = cupy.cuda.runtime.getDeviceCount()
+    except ImportError as e:
+        raise UnsupportedError(f"--engine cuda needs CuPy ({e})") from e
+    except Exception as e:  # CUDARuntimeError: no driver, no device
+        raise UnsupportedError(f"--engine cuda needs a CUDA GPU: {e}") from e
+    if n < 1:
+        raise UnsupportedError("--engine cuda needs a CUDA GPU: none found")
+    return cupy
+
+
+def _blocks_per_sm(cp: Any, kernel: Any, threads: int) -> int:
+    """CTAs of `threads` that fit on one SM at once (the occupancy calculator; from the
+    kernel's registers where CuPy lacks it)."""
+    occ = getattr(cp.cuda.driver, "occupancyMaxActiveBlocksPerMultiprocessor", None)
+    fn = getattr(kernel, "kernel", None)
+    if occ is not None and fn is not None and hasattr(fn, "ptr"):
+        return int(occ(fn.ptr, threads, 0))
+    attrs = cp.cuda.Device().attributes
+    regs_warp = -(-int(kernel.num_regs) * 32 // 256) * 256  # allocated per warp, 256 at a time
+    by_regs = attrs["MaxRegistersPerMultiprocessor"] // (regs_warp * (threads // 32))
+    by_threads = attrs["MaxThreadsPerMultiProcessor"] // threads
+    return max(0, min(by_regs, by_threads, attrs.get("MaxBlocksPerMultiprocessor", 32)))
+
+
+class CudaEngine:
+    """The persistent engine kernel serving rank `nic`'s QPs (see the module docstring)."""
+
+    _ctas_launched: ClassVar[int] = 0  # engine CTAs resident in this process
+    _modules: ClassVar[dict[str, Any]] = {}  # arch -> (module, kernel, sizes): loaded once
+
+    def __init__(self, nic: Any, rank: int, world: int, max_qps: int, max_mrs: int,
+                 max_cqs: int, ctas: int = DEFAULT_CTAS) -> None:  # fmt: skip
+        if not isinstance(ctas, int) or not 1 <= ctas <= MAX_CTAS:
+            raise ConfigError("engine_ctas (--engine-ctas)", ctas, f"an int in 1..{MAX_CTAS}")
+        cp = _cupy()
+        self.cp, rt = cp, cp.cuda.runtime
+        self.rank, self.world, self.ctas = rank, world, ctas
+        self.max_qps, self.max_mrs = max_qps, max_mrs
+        self._stopped = True
+        self._registered: list[int] = []
+        self._hold_token = 0
+        dev = cp.cuda.Device()
+        cc = dev.compute_capability
+        if cc not in CudaEngine._modules:  # once per process (another engine may be running)
+            module = cp.RawModule(path=str(compile_engine(f"sm_{cc}")))
+            sizes = cp.zeros(8, dtype=cp.uint64)
+            module.get_function(SIZES)((1,), (1,), (sizes,))
+            CudaEngine._modules[cc] = (module, module.get_function(KERNEL), sizes.get())
+        self.module, self.kernel, sz = CudaEngine._modules[cc]
+        qp_b, cfg_b, ack_b, place_b, mr_b, devcq_b = (int(x) for x in sz[:6])
+        if (ack_b, place_b, mr_b, devcq_b) != (ACK_WORDS * 4, PLACE_BYTES, 48, DEVCQ_BYTES):
+            raise FabricError(f"emu_engine.cu layouts differ from cuda_engine.py: {sizes.get()}")
+        # Residency: every CTA of every engine in this process resident at once.
+        sms = rt.deviceGetAttribute(_ATTR_SM_COUNT, dev.id)
+        per_sm = _blocks_per_sm(cp, self.kernel, THREADS)
+        # One SM's worth stays free: an engine filling every SM leaves a submitter's kernels
+        # (and the bench's producer) no room to ever start (seen on the H200 with 132 CTAs).
+        room = per_sm * (sms - 1) - CudaEngine._ctas_launched
+        if ctas > room:
+            raise UnsupportedError(
+                f"engine_ctas (--engine-ctas) = {ctas}: only {max(room, 0)} more engine CTAs of "
+                f"{THREADS} threads can be resident on this GPU with one SM left for submitters "
+                f"({per_sm} per SM x {sms} SMs, {CudaEngine._ctas_launched} already used by "
+                "engines of this process); the engine's CTAs must all be resident or a "
+                "submitter could starve it, and must not fill the GPU or starve the submitter"
+            )
+        self.nwarps = ctas * THREADS // 32
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        self.ctl_stream = cp.cuda.Stream(non_blocking=True)
+        # The segment, mapped (tables, counters, error records, host-resident queues and MRs).
+        self.base, self.bytes = int(nic.base), int(nic.bytes)
+        self.base_dev = self.register_host(self.base, self.bytes)
+        # Host-mapped control block and acks.
+        self._ctl_mem = cp.cuda.alloc_pinned_memory(32)
+        self.ctl = np.frombuffer(self._ctl_mem, np.uint32, 6)
+        self.ctl[:] = 0
+        self._ack_mem = cp.cuda.alloc_pinned_memory(self.nwarps * ACK_WORDS * 4)
+        self.acks = np.frombuffer(self._ack_mem, np.uint32, self.nwarps * ACK_WORDS).reshape(
+            self.nwarps, ACK_WORDS
+        )
+        self.acks[:] = 0
+        # GPU memory: per-QP engine state and placement, the MR mirror, the config.
+        self.qps = cp.zeros(max_qps * qp_b, dtype=cp.uint8)
+        self.place = cp.zeros((max_qps, 3), dtype=cp.uint64)
+        self.mr_mirror = cp.zeros(max_mrs * mr_b, dtype=cp.uint8)
+        self.words = cp.zeros(2, dtype=cp.uint32)  # mr_count, n_qps
+        self.cq_dev = cp.zeros(max_cqs, dtype=cp.uint64)  # own CQ slot -> its DevCq (0: none)
+        self.ctl_mirror = cp.zeros(8, dtype=cp.uint32)  # the control block as warps read it
+        self._dev_bufs: list[Any] = []  # GPU memory handed out (kept until close)
+        self._db_page: Any = None  # GPU doorbell registers, one per QP slot, made on demand
+        cfg = np.zeros(cfg_b // 8, np.uint64)
+        cfg[rank] = self.base_dev
+        meta = cfg[MAX_RANKS:]
+        meta.view(np.int32)[:2] = (rank, world)
+        meta.view(np.uint32)[2:4] = (os.getpid() & 0xFFFFFFFF, max_qps)
+        ptrs = [self._ctl_dev(), self._acks_dev(), self.place.data.ptr, self.qps.data.ptr,
+                self.mr_mirror.data.ptr, self.words.data.ptr, self.words.data.ptr + 4,
+                self.cq_dev.data.ptr, self.ctl_mirror.data.ptr]  # fmt: skip
+        meta[2:11] = ptrs
+        self.cfg = cp.asarray(cfg)
+        cp.cuda.Stream.null.synchronize()  # in place before the launch (never the device: other
+        self.ctl_stream.synchronize()  # engines of this process may be running)
+        self._launch()
+
+    # ---- memory ---------------------------------------------------------------------------------
+    def register_host(self, addr: int, n: int) -> int:
+        """cudaHostRegister(portable | mapped) a range; returns its GPU address."""
+        rt = self.cp.cuda.runtime
+        rt.hostRegister(addr, n, _CUDA_HOST_REGISTER_PORTABLE_MAPPED)
+        self._registered.append(addr)
+        get = getattr(rt, "hostGetDevicePointer", None)
+        if get is not None:
+            return int(get(addr, 0))
+        if rt.deviceGetAttribute(_ATTR_CAN_USE_HOST_POINTER, rt.getDevice()):
+            return addr
+        raise UnsupportedError("this GPU cannot use host pointers for registered memory")
+
+    def dev(self, host_addr: int) -> int:
+        """The GPU address of an address inside this rank's segment."""
+        return self.base_dev + (host_addr - self.base)
+
+    def alloc(self, nbytes: int, init: bytes | None = None) -> int:
+        """GPU memory (zeroed, or `init`), kept until close; returns its address."""
+        mem = self.cp.cuda.alloc(max(nbytes, 64))
+        self._dev_bufs.append(mem)
+        rt = self.cp.cuda.runtime
+        if init is None:
+            rt.memsetAsync(mem.ptr, 0, nbytes, self.ctl_stream.ptr)
+        else:
+            host = np.frombuffer(init, np.uint8)
+            rt.memcpyAsync(mem.ptr, host.ctypes.data, len(init), 1, self.ctl_stream.ptr)
+        self.ctl_stream.synchronize()
+        return int(mem.ptr)
+
+    def device_cq(self, cqn: int, ncqe: int, flags: int, init: bytes) -> tuple[int, int, int]:
+        """A CQ's ring, record and DevCq in GPU memory; returns (ring, record, DevCq)."""
+        ring = self.alloc(ncqe * 64, init=init)
+        dbrec = self.alloc(64)
+        d = np.zeros(DEVCQ_BYTES // 4, np.uint32)
+        d.view(np.uint64)[:2] = (ring, dbrec + 4 * CQ_SET_CI)
+        d[8:11] = (ncqe, flags, cqn)  # lock, status, pi, dropped start at 0
+        dev = self.alloc(DEVCQ_BYTES, init=d.tobytes())
+        self.write(self.cq_dev.data.ptr + 8 * (cqn & 0xFFFF), np.array([dev], np.uint64))
+        return ring, dbrec, dev
+
+    def cq_words(self, devcq: int) -> dict[str, int]:
+        """status, pi, dropped of a CQ in GPU memory (as CqEntry's for cq_status())."""
+        out = np.zeros(DEVCQ_BYTES // 4, np.uint32)
+        self.cp.cuda.runtime.memcpyAsync(out.ctypes.data, devcq, DEVCQ_BYTES, 2,
+                                         self.ctl_stream.ptr)  # fmt: skip
+        self.ctl_stream.synchronize()
+        return {"status": int(out[5]), "pi": int(out[6]), "dropped": int(out[7])}
+
+    def write(self, dst: int, host: np.ndarray) -> None:
+        """Host bytes to GPU memory, on the control stream (the engine's keeps running)."""
+        self.cp.cuda.runtime.memcpyAsync(dst, host.ctypes.data, host.nbytes, 1,
+                                         self.ctl_stream.ptr)  # fmt: skip
+        self.ctl_stream.synchronize()
+
+    def zero(self, addr: int, nbytes: int) -> None:
+        self.cp.cuda.runtime.memsetAsync(addr, 0, nbytes, self.ctl_stream.ptr)
+        self.ctl_stream.synchronize()
+
+    def doorbell_slot(self, index: int) -> int:
+        """A GPU-memory doorbell register (64 bytes apart, like the segment's) for QP slot i."""
+        if self._db_page is None:
+            self._db_page = self.alloc(self.max_qps * 64)
+        return self._db_page + index * 64
+
+    def place_qp(self, index: int, ring: int, dbrec: int, doorbell: int) -> None:
+        """Where QP slot `index`'s ring, record and doorbell are (GPU addresses); then the warps
+        re-read their QPs."""
+        self.write(
+            self.place.data.ptr + index * PLACE_BYTES, np.array([ring, dbrec, doorbell], np.uint64)
+        )
+        self.sync(index, index + 1)
+
+    def add_peer(self, rank: int, base: int, nbytes: int, foreign: bool) -> None:
+        """Rank `rank`'s segment as mapped here; foreign: it is another process's rank."""
+        self.add_peer_mapped(rank, self.register_host(base, nbytes) | (1 if foreign else 0))
+
+    def add_peer_mapped(self, rank: int, addr: int) -> None:
+        """Rank `rank`'s segment at GPU address `addr` (bit 0: another process's)."""
+        self.write(self.cfg.data.ptr + 8 * rank, np.array([addr], np.uint64))
+        self.sync()
+
+    def _ctl_dev(self) -> int:
+        return self._host_mapped(self._ctl_mem.ptr)
+
+    def _acks_dev(self) -> int:
+        return self._host_mapped(self._ack_mem.ptr)
+
+    def _host_mapped(self, ptr: int) -> int:
+        get = getattr(self.cp.cuda.runtime, "hostGetDevicePointer", None)
+        return int(get(ptr, 0)) if get is not None else int(ptr)
+
+    # ---- launch, handshakes, stop ---------------------------------------------------------------
+    def _launch(self) -> None:
+        self.ctl[GEN] = 1
+        self.write(self.ctl_mirror.data.ptr, self.ctl.copy())  # warp 0 keeps it current after
+        with self.stream:  # a RawKernel launches on the current stream
+            self.kernel((self.ctas,), (THREADS,), (self.cfg,))
+        self._stopped = False
+        CudaEngine._ctas_launched += self.ctas
+        try:
+            self._wait(ACK_RESIDENT, 1, "report in (residency)")
+            self._wait(ACK_GEN, 1, "read its QPs")
+        except FabricError:
+            self.stop()
+            raise
+
+    def _wait(self, word: int, value: int, what: str, timeout: float = ACK_TIMEOUT_S) -> None:
+        t0 = time.monotonic()
+        while True:
+            col = self.acks[:, word]
+            if (col == value).all():
+                return
+            if self.stream.done:
+                raise FabricError(f"emu rank {self.rank}: the CUDA engine exited while its warps "
+                                  f"were to {what}: {self.diagnostic()}")  # fmt: skip
+            if time.monotonic() - t0 > timeout:
+                late = np.flatnonzero(col != value)
+                raise FabricError(
+                    f"emu rank {self.rank}: CUDA engine warps {late[:8].tolist()} (of "
+                    f"{self.nwarps}) did not {what} within {timeout:.0f} s: {self.diagnostic()}"
+                )
+            time.sleep(0)
+
+    def diagnostic(self) -> str:
+        a = self.acks
+        passes = a[:, 4:6].copy().view(np.uint64)[:, 0]
+        served = a[:, 6:8].copy().view(np.uint64)[:, 0]
+        return (
+            f"ctl stop={self.ctl[STOP]} hold={self.ctl[HOLD]} gen={self.ctl[GEN]} "
+            f"quiesce={self.ctl[QUIESCE]}; warps resident {int(a[:, ACK_RESIDENT].sum())}/"
+            f"{self.nwarps}, gen acks {sorted(set(a[:, ACK_GEN].tolist()))[:4]}, quiesce acks "
+            f"{sorted(set(a[:, ACK_QUIESCE].tolist()))[:4]}, passes (last report) "
+            f"min {int(passes.min())} max {int(passes.max())}, QPs served {int(served.sum())}"
+        )
+
+    def _bump(self, lo: int, hi: int) -> int:
+        """A new generation: warps that see exactly this one re-read QP slots [lo, hi) (hi 0:
+        all; a warp that missed a generation re-reads all)."""
+        self.ctl[REF_LO], self.ctl[REF_HI] = lo, hi
+        self.ctl[GEN] = g = (int(self.ctl[GEN]) + 1) & 0xFFFFFFFF or 1
+        return g
+
+    def sync(self, lo: int = 0, hi: int = 0) -> None:
+        """Every warp has re-read the segment's tables (after a create, register or modify):
+        QP slots [lo, hi) (hi 0: all) and the MR table."""
+        self._live()
+        self._wait(ACK_GEN, self._bump(lo, hi), "re-read the tables")
+
+    @contextlib.contextmanager
+    def hold(self, slot: int = 0):  # type: ignore[no-untyped-def]
+        """No warp serves while the block runs (a QP state change); then QP `slot` (0: all) is
+        re-read."""
+        self._live()
+        self._hold_token += 1
+        self.ctl[HOLD] = self._hold_token
+        try:
+            self._wait(ACK_HELD, self._hold_token, "hold")
+            yield
+        finally:
+            g = self._bump(slot, slot + 1 if slot else 0)
+            self.ctl[HOLD] = 0
+        self._wait(ACK_GEN, g, "re-read the tables after a hold")
+
+    def quiesce(self, timeout: float = ACK_TIMEOUT_S) -> None:
+        """Return once every doorbell rung before the call has been handled and counted."""
+        self._live()
+        self.ctl[QUIESCE] = q = (int(self.ctl[QUIESCE]) + 1) & 0xFFFFFFFF
+        self._wait(ACK_QUIESCE, q, "quiesce", timeout)
+
+    def _live(self) -> None:
+        if self._stopped:
+            raise FabricError(f"emu rank {self.rank}: the CUDA engine is stopped")
+
+    def running(self) -> bool:
+        return not self._stopped and not self.stream.done
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        """Set the stop flag and wait for the kernel; a kernel that does not stop in `timeout` is
+        reported (FabricError with the warps' last reports), never waited on forever."""
+        if self._stopped:
+            return
+        self.ctl[STOP] = 1
+        t0 = time.monotonic()
+        while not self.stream.done:
+            if time.monotonic() - t0 > timeout:
+                raise FabricError(
+                    f"emu rank {self.rank}: the CUDA engine did not stop within {timeout:.0f} s "
+                    f"of its stop flag: {self.diagnostic()} (the kernel ends with the process)"
+                )
+            time.sleep(0.0005)
+        self._stopped = True
+        CudaEngine._ctas_launched -= self.ctas
+        self.stream.synchronize()  # raises the kernel's error, if it faulted
+
+    def close(self) -> None:
+        """Stop the kernel, then unregister host memory and free GPU memory."""
+        self.stop()
+        rt = self.cp.cuda.runtime
+        for a in self._registered:
+            with contextlib.suppress(Exception):
+                rt.hostUnregister(a)
+        self._registered = []
+        self._dev_bufs = []

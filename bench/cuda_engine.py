@@ -1,0 +1,279 @@
+"""Benchmark of the emulated NIC's CUDA engine on one GPU (not a test; needs a GPU, CuPy, nvcc).
+Everything below runs side by side in one process, one run:
+
+throughput  aggregate 8-byte inline RDMA WRITE WQE/s of the engine (queues and target MR in GPU
+            memory, loopback RC QPs, one CQ per QP, every 32nd WQE signaled) against engine CTAs
+            and QPs. A producer kernel prefills `depth` WQEs per QP (not timed); the ringer
+            stamps %globaltimer and rings every QP (record, then doorbell); the waiter stamps when
+            every QP's last CQE is there. Median of `laps` laps.
+bare        the bare-bones kernel of the issue on the same WQE layout and QP counts (one warp per
+            QP takes 32 prefilled WQEs, checks each index, decodes the raddr, stores the 8-byte
+            payload, one CQE per 32; targets in GPU memory), timed with CUDA events, run before
+            any engine exists; ratio = engine / bare at the same QPs.
+latency     doorbell store to CQE for one signaled 8-byte write posted by a one-thread GPU kernel,
+            p50/p99 of `pings`: the CUDA engine with GPU-resident queues, with host-resident
+            queues (the rank's shared memory, mapped), the CPU engine (thread) with host-resident
+            queues, and the CUDA engine with 16,384 QPs configured and one active.
+
+--json writes the figures (the README's table comes from it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import uuid
+from typing import Any
+
+import numpy as np
+
+from gicbench.fabric.emu import EmuFabric, segment_bytes_for
+from gicbench.fabric.emu.cuda_engine import compile_engine
+
+NCQE = 256
+
+
+def _pct(v: np.ndarray, p: float) -> float:
+    return float(np.percentile(v, p)) / 1000.0  # ns -> µs
+
+
+class Kernels:
+    def __init__(self, cp: Any) -> None:
+        cc = cp.cuda.Device().compute_capability
+        mod = cp.RawModule(path=str(compile_engine(f"sm_{cc}", "emu_engine_bench.cu")))
+        self.fill, self.ring, self.wait, self.bare, self.ping = (
+            mod.get_function(n)
+            for n in ("bench_fill", "bench_ring", "bench_wait", "bench_bare", "bench_ping")
+        )
+
+
+def u64(cp: Any, vals: list[int]) -> Any:
+    return cp.asarray(np.array(vals, np.uint64))
+
+
+def u32(cp: Any, vals: list[int]) -> Any:
+    return cp.asarray(np.array(vals, np.uint32))
+
+
+def fill(cp: Any, k: Kernels, rings: Any, qpns: Any, nq: int, depth: int, lap: int, raddr: int,
+         rkey: int) -> None:  # fmt: skip
+    n = nq * depth
+    args = (rings, qpns, np.uint32(nq), np.uint32(depth), np.uint32(lap), np.uint64(raddr),
+            np.uint32(rkey))  # fmt: skip
+    k.fill(((n + 255) // 256,), (256,), args)
+    # Never deviceSynchronize: the engine kernel runs until stopped.
+    cp.cuda.Stream.null.synchronize()
+
+
+def bare(cp: Any, k: Kernels, nq: int, depth: int, laps: int) -> dict[str, Any]:
+    rings = cp.zeros(nq * depth * 64, dtype=cp.uint8)
+    cqs = cp.zeros(nq * NCQE * 64, dtype=cp.uint8)
+    cqs.reshape(-1, 64)[:, 63] = 0xF0  # INVALID << 4: as a driver initialises a CQ
+    region = cp.zeros(nq * depth, dtype=cp.uint64)
+    ring_ptrs = u64(cp, [rings.data.ptr + q * depth * 64 for q in range(nq)])
+    cq_ptrs = u64(cp, [cqs.data.ptr + q * NCQE * 64 for q in range(nq)])
+    qpns = u32(cp, [0x10000 | (q + 1) for q in range(nq)])
+    bad = cp.zeros(1, dtype=cp.uint32)
+    rates = []
+    for lap in range(laps):
+        fill(cp, k, ring_ptrs, qpns, nq, depth, lap, region.data.ptr, 0)
+        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+        e0.record()
+        k.bare(((nq * 32 + 255) // 256,), (256,), (ring_ptrs, cq_ptrs, qpns, np.uint32(nq),
+                                                    np.uint32(depth), np.uint32(lap),
+                                                    np.uint32(NCQE), bad))  # fmt: skip
+        e1.record()
+        e1.synchronize()
+        rates.append(nq * depth / (cp.cuda.get_elapsed_time(e0, e1) * 1e-3))
+    ok = int(bad.get()[0]) == 0 and bool((region.get() != 0).all())
+    return {"qps": nq, "wqes_per_s": float(np.median(rates)), "checked": ok}
+
+
+def engine_rate(cp: Any, k: Kernels, ctas: int, nq: int, depth: int, laps: int) -> dict[str, Any]:
+    seg = segment_bytes_for(nq, nq, 0, depth, NCQE, [nq * depth * 8])  # reg_mr takes it too
+    t0 = time.monotonic()
+    f = EmuFabric(0, 1, "cb-" + uuid.uuid4().hex[:8], progress="inline", segment_bytes=seg,
+                  max_qps=nq, max_cqs=nq, max_mrs=1, max_dcts=0, engine="cuda",
+                  engine_ctas=ctas, queues="device")  # fmt: skip
+    try:
+        mr = f.register(nq * depth * 8, domain="device")
+        qps = []
+        for _ in range(nq):
+            cq = f.create_cq(NCQE, overrun_ignore=True)
+            qp = f.create_qp(cq, depth)
+            f.connect(qp, f.endpoint(qp))  # loopback RC: the target is this rank's MR
+            qps.append(qp)
+        setup_s = time.monotonic() - t0
+        rings = u64(cp, [q.sq.device_buf for q in qps])
+        dbrecs = u64(cp, [q.sq.device_dbrec for q in qps])
+        dbs = u64(cp, [q.sq.device_doorbell for q in qps])
+        cqs = u64(cp, [q.sq.cq.device_buf for q in qps])
+        qpns = u32(cp, [q.qpn for q in qps])
+        t = cp.zeros(2, dtype=cp.uint64)
+        failed = cp.zeros(1, dtype=cp.uint32)
+        rates = []
+        for lap in range(laps):
+            fill(cp, k, rings, qpns, nq, depth, lap, mr.addr, mr.rkey)
+            t.fill(0)
+            pi = (lap + 1) * depth
+            grid = ((nq + 255) // 256,)
+            k.ring(grid, (256,), (dbrecs, dbs, qpns, np.uint32(nq), np.uint32(pi), t[0:1]))
+            last = (np.uint32(pi // 32 - 1), np.uint32(pi - 1))  # its CQ index and WQE index
+            k.wait(grid, (256,), (cqs, np.uint32(nq), np.uint32(NCQE), *last, t[1:2], failed))
+            cp.cuda.Stream.null.synchronize()
+            ts = t.get()
+            rates.append(nq * depth / ((int(ts[1]) - int(ts[0])) * 1e-9))
+        nfail = int(failed.get()[0])
+        f.quiesce()
+        c = f.counters()
+        f.check()
+        return {"ctas": ctas, "qps": nq, "depth": depth, "wqes_per_s": float(np.median(rates)),
+                "laps": laps, "waiters_timed_out": nfail, "setup_s": round(setup_s, 2),
+                "counted_wqes": c["wqes"], "expected_wqes": nq * depth * laps,
+                "cqes": c["cqes"]}  # fmt: skip
+    finally:
+        f.close()
+
+
+def ping(cp: Any, k: Kernels, f: EmuFabric, qp: Any, mr_dev: int, rkey: int, pings: int,
+         start: int = 0) -> Any:  # fmt: skip
+    """`pings` one-at-a-time signaled writes from WQE (and CQE) index `start`; ns each."""
+    sq, cq = qp.sq, qp.sq.cq
+    out = cp.zeros(pings, dtype=cp.uint64)
+    k.ping((1,), (1,), (np.uint64(sq.device_buf), np.uint32(sq.wqebb_cnt),
+                        np.uint64(sq.device_dbrec), np.uint64(sq.device_doorbell),
+                        np.uint64(cq.device_buf), np.uint64(cq.device_dbrec), np.uint32(cq.ncqe),
+                        np.uint32(qp.qpn), np.uint64(mr_dev), np.uint32(rkey), np.uint32(pings),
+                        np.uint32(start), np.uint32(start), out))  # fmt: skip
+    cp.cuda.Stream.null.synchronize()
+    v = out.get()
+    return v[v > 0]
+
+
+def latency(cp: Any, k: Kernels, label: str, pings: int, *, engine: str, queues: str,
+            nqps: int = 1, ctas: int | None = None) -> dict[str, Any]:  # fmt: skip
+    seg = segment_bytes_for(nqps, 2, 0, 64, 64, [4096])
+    f = EmuFabric(0, 1, "cl-" + uuid.uuid4().hex[:8],
+                  progress="thread" if engine == "cpu" else "inline", segment_bytes=seg,
+                  max_qps=nqps, max_cqs=2, max_mrs=1, max_dcts=0, engine=engine,
+                  engine_ctas=ctas if engine == "cuda" else None, queues=queues)  # fmt: skip
+    t0 = time.monotonic()
+    try:
+        idle_cq = f.create_cq(64, overrun_ignore=True)
+        for _ in range(nqps - 1):  # configured, never rung
+            q = f.create_qp(idle_cq, 64)
+            f.connect(q, f.endpoint(q))
+        cq = f.create_cq(64)
+        qp = f.create_qp(cq, 64)
+        f.connect(qp, f.endpoint(qp))
+        if engine == "cuda":
+            mr = f.register(4096, domain="device")
+            dev = mr.addr
+        else:  # the CPU engine writes host memory: a host-mapped MR, queues mapped for the GPU
+            mr = f.register(4096, domain="host-mapped")
+            addrs = f.register_cuda()
+            dev = addrs["mrs"][mr.addr]
+            qp = _mapped(qp, addrs)
+        setup_s = time.monotonic() - t0
+        warm = min(200, pings)
+        ping(cp, k, f, qp, dev, mr.rkey, warm)  # warm-up
+        v = ping(cp, k, f, qp, dev, mr.rkey, pings, start=warm)
+        f.quiesce()
+        f.check()
+        return {"case": label, "engine": engine, "queues": queues, "qps_configured": nqps,
+                "p50_us": _pct(v, 50), "p99_us": _pct(v, 99), "n": int(v.size),
+                "timed_out": pings - int(v.size), "setup_s": round(setup_s, 2)}  # fmt: skip
+    finally:
+        f.close()
+
+
+def _mapped(qp: Any, addrs: dict[str, Any]) -> Any:
+    """The QP with the GPU addresses register_cuda() gave (CPU engine: queues mapped)."""
+    import dataclasses
+
+    a, c = addrs["qps"][qp.qpn], addrs["cqs"][qp.sq.cq.cqn]
+    cq = dataclasses.replace(qp.sq.cq, device_buf=c["buf"], device_dbrec=c["dbrec"])
+    sq = dataclasses.replace(qp.sq, device_buf=a["buf"], device_dbrec=a["dbrec"],
+                             device_doorbell=a["doorbell"], cq=cq)  # fmt: skip
+    return dataclasses.replace(qp, sq=sq)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--ctas", default="8,16,64,131", help="engine CTAs to sweep (<= SMs - 1)")
+    ap.add_argument("--qps", default="16,64,132,1024,2048", help="QPs to sweep")
+    ap.add_argument("--depth", type=int, default=2048, help="WQEs per QP per lap (<=1024 QPs)")
+    ap.add_argument("--laps", type=int, default=4)
+    ap.add_argument("--pings", type=int, default=2000)
+    ap.add_argument("--many-qps", type=int, default=16384, help="QPs configured, one active")
+    ap.add_argument("--skip", default="", help="comma list of parts to skip: latency,bare,rate")
+    ap.add_argument("--json", help="write the figures here")
+    a = ap.parse_args(argv)
+    import cupy as cp
+
+    skip = set(filter(None, a.skip.split(",")))
+    k = Kernels(cp)
+    dev = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    out: dict[str, Any] = {"device": dev["name"].decode(), "sms": dev["multiProcessorCount"],
+                           "bare": [], "engine": [], "latency": []}  # fmt: skip
+    qps = [int(x) for x in a.qps.split(",")]
+    depth_of = {nq: a.depth if nq <= 1024 else max(256, a.depth * 1024 // nq) for nq in qps}
+
+    def log(msg: str) -> None:
+        print(msg, flush=True)
+
+    if "latency" not in skip:
+        cases = [("cuda, GPU-resident queues", "cuda", "device", 1),
+                 ("cuda, host-resident queues", "cuda", "host", 1),
+                 ("cpu engine (thread), host-resident queues", "cpu", "host", 1),
+                 (f"cuda, GPU-resident, {a.many_qps} QPs configured, 1 active", "cuda", "device",
+                  a.many_qps)]  # fmt: skip
+        for label, engine, queues, n in cases:
+            try:
+                r = latency(cp, k, label, a.pings, engine=engine, queues=queues, nqps=n)
+            except Exception as e:
+                r = {"case": label, "error": f"{type(e).__name__}: {e}"}
+                log(f"latency {label}: {r['error']}")
+                out["latency"].append(r)
+                continue
+            out["latency"].append(r)
+            log(f"latency {label:55s} p50 {r['p50_us']:7.2f} us  p99 {r['p99_us']:7.2f} us  "
+                f"(n={r['n']}, timeouts {r['timed_out']}, setup {r['setup_s']} s)")  # fmt: skip
+        lat = {r["case"]: r for r in out["latency"] if "p50_us" in r}
+        one, many = cases[0][0], cases[3][0]
+        if one in lat and many in lat:
+            out["latency_ratio_many_to_1qp"] = lat[many]["p50_us"] / lat[one]["p50_us"]
+            log(f"16k-configured / 1-QP p50 ratio: {out['latency_ratio_many_to_1qp']:.2f}")
+    if "bare" not in skip:
+        for nq in qps:
+            r = bare(cp, k, nq, depth_of[nq], a.laps)
+            out["bare"].append(r)
+            log(f"bare  qps={nq:5d}  {r['wqes_per_s'] / 1e9:7.2f} G WQE/s  checked={r['checked']}")
+    bare_of = {r["qps"]: r["wqes_per_s"] for r in out["bare"]}
+    if "rate" not in skip:
+        for ctas in (int(x) for x in a.ctas.split(",")):
+            for nq in qps:
+                try:
+                    r = engine_rate(cp, k, ctas, nq, depth_of[nq], a.laps)
+                except Exception as e:  # report and go on with the sweep
+                    r = {"ctas": ctas, "qps": nq, "error": f"{type(e).__name__}: {e}"}
+                    log(f"engine ctas={ctas} qps={nq}: {r['error']}")
+                    out["engine"].append(r)
+                    continue
+                if nq in bare_of:
+                    r["ratio_to_bare"] = r["wqes_per_s"] / bare_of[nq]
+                out["engine"].append(r)
+                log(f"engine ctas={ctas:4d} qps={nq:5d}  {r['wqes_per_s'] / 1e6:9.1f} M WQE/s  "
+                    f"ratio {r.get('ratio_to_bare', float('nan')):.3f}  counted "
+                    f"{r['counted_wqes']}/{r['expected_wqes']}  timeouts "
+                    f"{r['waiters_timed_out']}  setup {r['setup_s']} s")  # fmt: skip
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump(out, fh, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

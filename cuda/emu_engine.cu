@@ -1,0 +1,965 @@
+// The CUDA engine of the emulated NIC: a persistent kernel that serves one rank's queue pairs with
+// the engine core of emu_core.cuh, over the rank's POSIX shared-memory segment (registered with
+// CUDA, mapped: the tables, error records and counters the CPU engine keeps, at the same places,
+// so counters()/errors()/check() read them unchanged) and over queues in GPU memory or in that
+// segment, as each QP was placed (gicbench/fabric/emu/cuda_engine.py builds the placement table).
+//
+// Work split. Warp w of W owns the QP slots i = 1 + w + k*W. A pass reads the doorbell register
+// of each owned QP (32 lanes read 32 registers at once) and serves those rung or pending, one QP
+// at a time. Serving a QP is:
+//   1. lane 0: the doorbell (core on_doorbell with budget 0: QPN and window checks, counters,
+//      IBGDA/rdma-core conventions, doorbell-record lag bookkeeping; nothing executes);
+//   2. the batch (all lanes): up to 32 published WQEBBs from the consumer index; lane l checks
+//      WQE ci+l exactly as the core would (its index, its QPN, one WQEBB, an RDMA WRITE with an
+//      inline payload or one pointer segment, or a NOP; the keys translate with the right
+//      access). The leading run of such WQEs executes in parallel: each lane stores its payload
+//      (in lane order if two destinations overlap), then lane 0 writes the CQEs of the signaled
+//      ones in WQE order after a system fence. The first WQE that is anything else ends the run;
+//   3. lane 0: the core's serve (budget 32) from there: atomics, reads, sends, write-with-imm,
+//      errors and error CQEs, flushes, stale and torn WQEs, DBR-less and signature QPs.
+// Ordering guaranteed: within a QP, data of WQE k is visible before the CQE of any WQE >= k and
+// CQEs appear in WQE order; an error stops the QP at that WQE (later ones flush), as the core
+// does; overlapping writes of one batch land in WQE order. Different WQEs of a run may land in
+// any order relative to each other while no CQE is visible, which a NIC's DMA engines also do
+// (an RC responder places writes of different messages independently; only completion order is
+// architectural). Different QPs run in parallel on different warps.
+//
+// Control (host-mapped `Control`): hold (the control plane changes a QP: every warp acks and
+// waits), gen (objects were created or changed: warps re-read their QPs and warp 0 the MR table,
+// then ack), quiesce (ack after a pass that began after the request and found no work: counters
+// flushed), stop (flush and exit). Each warp checks it every kCtlPasses passes and on idle passes.
+#include <cuda/atomic>
+
+#include "emu_core.cuh"
+#include "emu_layout.hpp"
+
+namespace gicbench {
+namespace cuda_engine {
+
+namespace m5 = gicbench::mlx5;
+namespace ec = gicbench::emu_core;
+namespace el = gicbench::emu;
+
+constexpr uint32_t kBatch = 32;     // WQEBBs a warp takes from one QP per serve
+constexpr uint32_t kCtlPasses = 32;  // passes between reads of the control block
+constexpr uint32_t kStateCheckPasses = 4096;  // passes between re-reads of QP states (peer ERR)
+constexpr uint32_t kFlushServes = 256;        // serves between counter flushes while busy
+constexpr uint64_t kLockSpins = 1ull << 20;   // CQ lock: take over after this many spins
+
+// ---- shared with the host (gicbench/fabric/emu/cuda_engine.py mirrors these layouts) ----------
+struct Control {  // host-mapped, written by the host
+  uint32_t stop, hold, gen, quiesce;
+  uint32_t ref_lo, ref_hi;  // QP slots a refresh re-reads ([lo, hi); hi 0: every slot)
+};
+struct WarpAck {  // host-mapped, one per warp, written by its lane 0
+  uint32_t resident, held, gen, quiesce;
+  uint64_t passes, served;
+};
+static_assert(sizeof(WarpAck) == 32, "WarpAck layout");
+struct QpPlace {  // device memory, written by the host at create_qp: where the SQ lives
+  uint64_t ring, dbrec, doorbell;  // addresses the GPU can use (device or mapped host)
+};
+static_assert(sizeof(QpPlace) == 24, "QpPlace layout");
+// A CQ in GPU memory: where its ring and consumer record are and the words the engines keep for
+// it (the segment's CqEntry points here through reserved[0]; GPU memory, so its CQEs cost no
+// PCIe round trip). The host reads status/pi/dropped for cq_status().
+struct DevCq {
+  uint64_t buf, ci_rec;
+  uint32_t lock, status, pi, dropped, ncqe, flags, cqn, pad;
+};
+static_assert(sizeof(DevCq) == 48, "DevCq layout");
+// A peer's segment address with bit 0 set: the peer is another process. Its GPU-memory objects
+// (MRs, CQs) are then out of reach (their addresses are the other process's; no CUDA IPC yet):
+// a write there fails as a remote access error, a receive as RNR, instead of a wild store.
+constexpr uint64_t kForeign = 1;
+struct Config {  // device memory, written by the host before launch (seg[] also on add_peers)
+  uint64_t seg[el::kMaxRanks];  // each rank's segment as mapped in this process (0 = absent)
+  int32_t rank, world;
+  uint32_t pid, max_qps;
+  Control* ctl;
+  WarpAck* acks;
+  const QpPlace* place;
+  struct EngineQp* qps;     // max_qps slots
+  el::MrEntry* mr_mirror;   // own MR table, copied to GPU memory at refresh
+  uint32_t* mr_count;       // entries of mr_mirror in use
+  uint32_t* n_qps;          // QP slots in use (as of the last refresh)
+  const uint64_t* cq_dev;   // per own CQ slot: its DevCq (0: the CQ is in the segment)
+  Control* ctl_dev;         // GPU-memory mirror of *ctl, kept by warp 0
+};
+static_assert(sizeof(Config) == 8 * el::kMaxRanks + 16 + 9 * 8, "Config layout");
+
+// One QP as its warp serves it (device memory; only the owning warp touches it).
+struct EngineQp {
+  ec::SqParams q;
+  ec::SqState e;
+  uint64_t last_db;
+  const uint64_t* doorbell;
+  uint32_t state, type, send_cqn, remote_qpn;
+  int32_t remote_rank;
+  uint32_t live;
+  // counts not yet added to the segment's QpEntry
+  uint32_t d_wqes, d_doorbells, d_errors, d_stale, d_lag, dirty;
+};
+
+// ---- memory operations -----------------------------------------------------------------------
+__device__ __forceinline__ uint32_t ld_acq_sys(const uint32_t* p) {
+  return cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(*const_cast<uint32_t*>(p))
+      .load(cuda::memory_order_acquire);
+}
+__device__ __forceinline__ void st_rel_sys(uint32_t* p, uint32_t v) {
+  cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(*p).store(v, cuda::memory_order_release);
+}
+template <class T>
+__device__ __forceinline__ T ld_vol(const T* p) {
+  return *reinterpret_cast<const volatile T*>(p);
+}
+template <class T>
+__device__ __forceinline__ void st_vol(T* p, T v) {
+  *reinterpret_cast<volatile T*>(p) = v;
+}
+__device__ __forceinline__ void add_sys(uint64_t* p, uint64_t v) {
+  if (v) atomicAdd_system(reinterpret_cast<unsigned long long*>(p), v);
+}
+__device__ __forceinline__ void add_sys32(uint32_t* p, uint32_t v) {
+  if (v) atomicAdd_system(p, v);
+}
+
+// Payload store: the small sizes benchmarks use as one store, otherwise bytes.
+__device__ __forceinline__ void copy_bytes(uint8_t* dst, const uint8_t* src, uint32_t n) {
+  const uint64_t a = reinterpret_cast<uint64_t>(dst) | reinterpret_cast<uint64_t>(src);
+  if (n == 8 && (a & 7) == 0) {
+    *reinterpret_cast<uint64_t*>(dst) = *reinterpret_cast<const uint64_t*>(src);
+  } else if (n == 8 && (reinterpret_cast<uint64_t>(dst) & 7) == 0 &&
+             (reinterpret_cast<uint64_t>(src) & 3) == 0) {  // an inline payload (ring + 4)
+    const uint32_t* s = reinterpret_cast<const uint32_t*>(src);
+    *reinterpret_cast<uint64_t*>(dst) = s[0] | (static_cast<uint64_t>(s[1]) << 32);
+  } else if ((a & 7) == 0 && (n & 7) == 0) {
+    for (uint32_t i = 0; i < n; i += 8)
+      *reinterpret_cast<uint64_t*>(dst + i) = *reinterpret_cast<const uint64_t*>(src + i);
+  } else {
+    for (uint32_t i = 0; i < n; ++i) dst[i] = src[i];
+  }
+}
+
+// A rank's segment as this process maps it.
+// The table offsets are read once (they are fixed at creation): every read of the header is a
+// PCIe round trip.
+struct Seg {
+  uint8_t* base;
+  uint64_t mr_off, qp_off, cq_off, dct_off, err_off;
+  __device__ static Seg of(uint64_t v) {
+    uint8_t* b = reinterpret_cast<uint8_t*>(v & ~kForeign);
+    const el::Header* h = reinterpret_cast<const el::Header*>(b);
+    return Seg{b, h->mr_off, h->qp_off, h->cq_off, h->dct_off, h->err_off};
+  }
+  __device__ el::Header* hdr() const { return reinterpret_cast<el::Header*>(base); }
+  __device__ el::MrEntry* mrs() const { return reinterpret_cast<el::MrEntry*>(base + mr_off); }
+  __device__ el::QpEntry* qps() const { return reinterpret_cast<el::QpEntry*>(base + qp_off); }
+  __device__ el::CqEntry* cqs() const { return reinterpret_cast<el::CqEntry*>(base + cq_off); }
+  __device__ el::DctEntry* dcts() const { return reinterpret_cast<el::DctEntry*>(base + dct_off); }
+  __device__ uint8_t* at(uint64_t off) const { return base + off; }
+  __device__ void count(el::Counter c, uint64_t v = 1) const { add_sys(&hdr()->counters[c], v); }
+  // Segment::push_error's seqlock, on the GPU.
+  __device__ void push_error(uint32_t kind, uint32_t qpn, uint32_t expected, uint32_t found,
+                             uint32_t cqn, int32_t rank) const {
+    const uint64_t t =
+        atomicAdd_system(reinterpret_cast<unsigned long long*>(&hdr()->err_head), 1ull);
+    el::ErrRecord& r = reinterpret_cast<el::ErrRecord*>(base + err_off)[t % el::kErrRing];
+    st_vol(&r.seq, uint64_t{0});
+    __threadfence_system();
+    st_vol(&r.kind, kind);
+    st_vol(&r.qpn, qpn);
+    st_vol(&r.expected, expected);
+    st_vol(&r.found, found);
+    st_vol(&r.cqn, cqn);
+    st_vol(&r.rank, rank);
+    __threadfence_system();
+    st_vol(&r.seq, t + 1);
+  }
+};
+
+// MR translation (emu_engine.cpp's mr_ptr) over a table of n entries.
+__device__ __forceinline__ uint8_t* mr_translate(const el::MrEntry* t, uint32_t n, uint8_t* base,
+                                                 uint32_t key, uint64_t addr, uint64_t len,
+                                                 uint32_t need, uint32_t pd) {
+  const uint32_t i = el::key_index(key);
+  if (i == 0 || i >= n) return nullptr;
+  const el::MrEntry& m = t[i];
+  if (m.key != key || m.pd != pd) return nullptr;
+  if (addr < m.addr || len > m.length || addr - m.addr > m.length - len) return nullptr;
+  if ((m.access & need) != need) return nullptr;
+  return base + m.offset + (addr - m.addr);
+}
+
+// ---- CQEs ------------------------------------------------------------------------------------
+// sys: the CQ is in host memory (a CPU may consume it): system-scope fences; a CQ in GPU memory
+// is consumed on this GPU: GPU scope, which orders this thread's (and, cumulatively, the warp's)
+// payload stores to host memory too, as GPU threads observe them.
+struct GpuMem {
+  bool sys;
+  __device__ void fence() const {
+    if (sys)
+      __threadfence_system();
+    else
+      __threadfence();
+  }
+  __device__ uint32_t ld_acq32(const uint32_t* p) const { return ld_acq_sys(p); }
+  __device__ void st_rel32(uint32_t* p, uint32_t v) const {
+    fence();
+    st_vol(p, v);
+  }
+  __device__ void st_rel8(uint8_t* p, uint8_t v) const {
+    fence();
+    st_vol(p, v);
+  }
+};
+
+struct Engine;
+
+// The core's environment for one QP served by lane 0 of its warp.
+struct Env {
+  const Config& cfg;
+  EngineQp& eq;
+  Seg self;
+  uint32_t state;  // cached for this serve (the mirror; ERR written through)
+  uint64_t cnt[el::kNumCounters];
+  struct Resp {
+    Seg ts;
+    el::RqState* rq;
+    uint32_t num, pd;
+    bool own;      // the responder is this rank: MR lookups use the GPU mirror
+    bool foreign;  // the responder is another process: its GPU memory is out of reach
+  };
+  bool have_rc = false;  // the RC responder, resolved once per serve
+  bool rc_ok = false;
+  Resp rc;
+
+  __device__ Env(const Config& c, EngineQp& q, const Seg& s) : cfg(c), eq(q), self(s) {
+    state = ld_vol(&q.state);
+    for (uint32_t i = 0; i < el::kNumCounters; ++i) cnt[i] = 0;
+  }
+
+  __device__ uint32_t ld_acq32(const uint32_t* p) const { return ld_acq_sys(p); }
+  __device__ uint64_t fetch_add64(uint64_t* p, uint64_t v) const {
+    return atomicAdd_system(reinterpret_cast<unsigned long long*>(p), v);
+  }
+  __device__ uint64_t cas64(uint64_t* p, uint64_t expected, uint64_t desired) const {
+    return atomicCAS_system(reinterpret_cast<unsigned long long*>(p), expected, desired);
+  }
+  __device__ void copy(uint8_t* dst, const uint8_t* src, uint32_t n) const { copy_bytes(dst, src, n); }
+  __device__ uint32_t qp_state() const { return state; }
+  __device__ void qp_to_error() {
+    state = el::kErr;
+    st_vol(&eq.state, state);
+    st_rel_sys(&self.qps()[el::num_index(eq.q.qpn)].state, state);
+  }
+
+  __device__ bool resolve_rc(Resp& r) {
+    const int rr = eq.remote_rank;
+    if (rr < 0 || rr >= cfg.world || !cfg.seg[rr]) return false;
+    const uint32_t ri = el::num_index(eq.remote_qpn);
+    if (ri == 0 || (ri & el::kDctBit)) return false;
+    if (rr == cfg.rank) {  // our own QP: the GPU mirror, no PCIe read
+      if (ri >= ld_vol(cfg.n_qps) || !cfg.qps[ri].live) return false;
+      const EngineQp& p = cfg.qps[ri];
+      const uint32_t rs = ld_vol(&p.state);
+      if (p.q.qpn != eq.remote_qpn || (rs != el::kRtr && rs != el::kRts)) return false;
+      r = Resp{self, &self.qps()[ri].rq, eq.remote_qpn, p.q.pd, true, false};
+      return true;
+    }
+    const Seg ts = Seg::of(cfg.seg[rr]);
+    if (ri >= ld_vol(&ts.hdr()->n_qps)) return false;
+    el::QpEntry& p = ts.qps()[ri];
+    const uint32_t rs = ld_acq_sys(&p.state);
+    if (ld_vol(&p.qpn) != eq.remote_qpn || (rs != el::kRtr && rs != el::kRts)) return false;
+    r = Resp{ts, &p.rq, eq.remote_qpn, ld_vol(&p.pd), false, (cfg.seg[rr] & kForeign) != 0};
+    return true;
+  }
+
+  __device__ bool responder(const uint8_t* av, Resp& r) {
+    if (eq.type == el::kDci) {
+      const m5::AvView v = m5::get_av(av);
+      const int trank = static_cast<int>(m5::get_be16(av + 14)) - 1;  // LID = rank + 1
+      if (trank < 0 || trank >= cfg.world || !cfg.seg[trank]) return false;
+      const Seg ts = Seg::of(cfg.seg[trank]);
+      const uint32_t dn = v.dqp_dct & 0xffffff;
+      const uint32_t di = el::num_index(dn) & ~el::kDctBit;
+      if (el::num_rank(dn) != (static_cast<uint32_t>(trank) & 0xff) ||
+          !(el::num_index(dn) & el::kDctBit) || di == 0 || di >= ld_vol(&ts.hdr()->n_dcts))
+        return false;
+      el::DctEntry& d = ts.dcts()[di];
+      if (ld_acq_sys(&d.state) != el::kRtr) return false;
+      if (ld_vol(&d.dc_key) != v.dc_key) {
+        add_sys32(&d.key_violations, 1u);
+        ts.count(el::kCntDcKeyViolations);
+        return false;
+      }
+      r = Resp{ts, &d.rq, ld_vol(&d.dctn), ld_vol(&d.pd), trank == cfg.rank,
+               (cfg.seg[trank] & kForeign) != 0};
+      return true;
+    }
+    if (!have_rc) {
+      have_rc = true;
+      rc_ok = resolve_rc(rc);
+    }
+    if (rc_ok) r = rc;
+    return rc_ok;
+  }
+  __device__ uint8_t* local(uint32_t key, uint64_t addr, uint64_t len, uint32_t need,
+                            uint32_t pd) const {
+    return mr_translate(cfg.mr_mirror, ld_vol(cfg.mr_count), self.base, key, addr, len, need, pd);
+  }
+  __device__ uint8_t* remote(const Resp& r, uint32_t key, uint64_t addr, uint64_t len,
+                             uint32_t need) const {
+    if (r.own) return local(key, addr, len, need, r.pd);
+    const uint32_t i = el::key_index(key);
+    if (r.foreign && i < ld_vol(&r.ts.hdr()->n_mrs) && ld_vol(&r.ts.mrs()[i].reserved))
+      return nullptr;
+    return mr_translate(r.ts.mrs(), ld_vol(&r.ts.hdr()->n_mrs), r.ts.base, key, addr, len, need,
+                        r.pd);
+  }
+
+  // A CQ as the engine writes it: in the segment (CqEntry's words) or in GPU memory (DevCq).
+  struct Cq {
+    el::CqEntry* e;
+    DevCq* d;
+    __device__ uint32_t* lock() const { return d ? &d->lock : &e->lock; }
+    __device__ uint32_t cqn() const { return d ? d->cqn : e->cqn; }
+  };
+  // Own CQs: the GPU table says where (no PCIe read); a peer's: its CqEntry says.
+  __device__ Cq cq_of(const Seg& s, uint32_t cqn) const {
+    el::CqEntry* e = &s.cqs()[el::num_index(cqn)];
+    uint64_t d;
+    if (s.base == self.base)
+      d = cfg.cq_dev[el::num_index(cqn)];
+    else
+      d = ld_vol(&e->reserved[0]);
+    return Cq{e, reinterpret_cast<DevCq*>(d)};
+  }
+  // CQ lock (pid owner, like the CPU engine's): a holder that never lets go is taken over.
+  __device__ void lock_cq(const Seg& s, const Cq& cq) {
+    uint64_t spins = 0;
+    for (;;) {
+      const uint32_t cur = atomicCAS_system(cq.lock(), 0u, cfg.pid);
+      if (cur == 0) break;
+      if (++spins == kLockSpins) {
+        if (atomicCAS_system(cq.lock(), cur, cfg.pid) == cur) {
+          s.count(el::kCntLockSteals);
+          s.push_error(el::kErrDeadOwner, 0, 0, cur, cq.cqn(), cfg.rank);
+          break;
+        }
+        spins = 0;
+      }
+    }
+    if (!cq.d) __threadfence_system();
+  }
+  __device__ void unlock_cq(const Cq& cq) {
+    if (cq.d) {
+      cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(*cq.lock()).store(
+          0u, cuda::memory_order_release);
+    } else {
+      st_rel_sys(cq.lock(), 0u);
+    }
+  }
+
+  __device__ void cq_fatal(const Seg& s, uint32_t cqn) {
+    const uint32_t n = ld_vol(&s.hdr()->n_qps);
+    const bool own = s.base == self.base;
+    for (uint32_t i = 1; i < n; ++i) {
+      el::QpEntry& q = s.qps()[i];
+      if (q.send_cqn != cqn && !(q.rq.wqe_cnt && q.rq.cqn == cqn)) continue;
+      const uint32_t st = ld_acq_sys(&q.state);
+      if (st == el::kErr || st == el::kReset) continue;
+      st_rel_sys(&q.state, static_cast<uint32_t>(el::kErr));
+      if (own && i < cfg.max_qps) st_vol(&cfg.qps[i].state, static_cast<uint32_t>(el::kErr));
+      if (own && i == el::num_index(eq.q.qpn)) state = el::kErr;
+      s.count(el::kCntQpFatal);
+      s.push_error(el::kErrQpFatal, q.qpn, st, el::kErr, cqn, cfg.rank);
+    }
+  }
+
+  // Counted locally (own segment: cnt, flushed in bulk) or in the peer's segment.
+  __device__ void count_at(const Seg& s, el::Counter c) {
+    if (s.base == self.base)
+      ++cnt[c];
+    else
+      s.count(c);
+  }
+  template <class Fill>
+  __device__ bool post_cqe_locked(const Seg& s, const Cq& cq, uint32_t qpn, Fill fill) {
+    ec::CqRef ref;
+    if (cq.d) {
+      DevCq& d = *cq.d;
+      ref = ec::CqRef{reinterpret_cast<uint8_t*>(d.buf), reinterpret_cast<const uint32_t*>(d.ci_rec),
+                      &d.status, &d.pi, &d.dropped, d.ncqe, d.flags};
+    } else {
+      el::CqEntry& e = *cq.e;
+      ref = ec::CqRef{s.at(e.buf_off),
+                      reinterpret_cast<const uint32_t*>(s.at(e.dbrec_off)) + m5::kCqSetCi,
+                      &e.status, &e.pi, &e.dropped, e.ncqe, e.flags};
+    }
+    const uint32_t pi = *ref.pi;
+    GpuMem mem{cq.d == nullptr};
+    switch (ec::write_cqe(mem, ref, fill)) {
+      case ec::kCqeWritten: count_at(s, el::kCntCqes); return true;
+      case ec::kCqeDropped: count_at(s, el::kCntCqeDropped); return false;
+      case ec::kCqeOverrun: {
+        const uint32_t ci = m5::bswap32(ld_acq_sys(ref.ci_rec)) & 0xffffff;
+        s.count(el::kCntCqOverruns);
+        s.count(el::kCntCqeDropped);
+        s.push_error(el::kErrCqOverrun, qpn, ci, pi & 0xffffff, cq.cqn(), cfg.rank);
+        cq_fatal(s, cq.cqn());
+        return false;
+      }
+    }
+    return false;
+  }
+  template <class Fill>
+  __device__ bool post_cqe(const Seg& s, uint32_t cqn, uint32_t qpn, Fill fill) {
+    const Cq cq = cq_of(s, cqn);
+    lock_cq(s, cq);
+    const bool ok = post_cqe_locked(s, cq, qpn, fill);
+    unlock_cq(cq);
+    return ok;
+  }
+
+  __device__ bool recv_begin(const Resp& r, ec::RecvSlot& slot) {
+    if (ld_vol(&r.rq->wqe_cnt) == 0) return false;
+    const Cq rcq = cq_of(r.ts, ld_vol(&r.rq->cqn));
+    if (r.foreign && rcq.d) return false;
+    lock_cq(r.ts, rcq);
+    const uint32_t rpi =
+        m5::bswap32(ld_acq_sys(reinterpret_cast<const uint32_t*>(r.ts.at(r.rq->dbrec_off)))) &
+        0xffff;
+    const uint32_t ci = ld_vol(&r.rq->ci);
+    if (((rpi - ci) & 0xffff) == 0) {
+      unlock_cq(rcq);
+      return false;
+    }
+    slot.wqe = r.ts.at(r.rq->buf_off) + (ci & (r.rq->wqe_cnt - 1)) * 16;
+    slot.index = static_cast<uint16_t>(ci);
+    st_vol(&r.rq->ci, ci + 1);
+    return true;
+  }
+  __device__ void recv_end(const Resp& r, const ec::RecvSlot& slot, uint8_t cqe_op, uint8_t synd,
+                           uint32_t len, uint32_t imm) {
+    const Cq rcq = cq_of(r.ts, ld_vol(&r.rq->cqn));
+    post_cqe_locked(r.ts, rcq, r.num, [&](uint8_t* b, uint8_t owner) {
+      if (synd)
+        return m5::fill_err_cqe(b, cqe_op, synd, ec::vendor_syndrome(synd), r.num, 0, slot.index,
+                                owner);
+      return m5::fill_resp_cqe(b, cqe_op, r.num, slot.index, len, imm, 0, owner);
+    });
+    unlock_cq(rcq);
+    if (!synd) count_at(r.ts, el::kCntRecvConsumed);
+  }
+  __device__ void req_cqe(uint8_t wqe_opcode, uint16_t idx, uint32_t bytes) {
+    // The payloads before the CQE: write_cqe's release store fences (system scope).
+    const uint32_t qpn = eq.q.qpn;
+    post_cqe(self, eq.send_cqn, qpn, [&](uint8_t* b, uint8_t owner) {
+      return m5::fill_req_cqe(b, qpn, wqe_opcode, idx, bytes, 0, owner);
+    });
+  }
+  __device__ void err_cqe(uint8_t synd, uint8_t vendor, uint8_t wqe_opcode, uint16_t idx,
+                          bool flush) {
+    const uint32_t qpn = eq.q.qpn;
+    post_cqe(self, eq.send_cqn, qpn, [&](uint8_t* b, uint8_t owner) {
+      return m5::fill_err_cqe(b, m5::kCqeReqErr, synd, vendor, qpn, wqe_opcode, idx, owner);
+    });
+    if (!flush) self.push_error(el::kErrCompletion, qpn, synd, idx, eq.send_cqn, cfg.rank);
+  }
+  __device__ void event(ec::Event ev, uint32_t expected, uint32_t found) {
+    const uint32_t qpn = eq.q.qpn;
+    switch (ev) {
+      case ec::kEvDoorbell:
+        ++cnt[el::kCntDoorbells];
+        ++eq.d_doorbells;
+        break;
+      case ec::kEvWrongQpn:
+        ++cnt[el::kCntBadDoorbells];
+        self.push_error(el::kErrDoorbellQpn, qpn, expected, found, 0, cfg.rank);
+        break;
+      case ec::kEvNotRts:
+        ++cnt[el::kCntNotRts];
+        self.push_error(el::kErrNotRts, qpn, expected, found, 0, cfg.rank);
+        break;
+      case ec::kEvOutOfWindow:
+        ++cnt[el::kCntBadDoorbells];
+        self.push_error(el::kErrBadDoorbell, qpn, expected, found, 0, cfg.rank);
+        break;
+      case ec::kEvBadRecord:
+        ++cnt[el::kCntBadDoorbells];
+        self.push_error(el::kErrBadDbrec, qpn, expected, found, 0, cfg.rank);
+        break;
+      case ec::kEvDbrecLag:
+        ++cnt[el::kCntDbrecLag];
+        ++eq.d_lag;
+        break;
+      case ec::kEvStale:
+        ++cnt[el::kCntStaleWqes];
+        ++eq.d_stale;
+        self.push_error(el::kErrStaleWqe, qpn, expected, found, 0, cfg.rank);
+        break;
+      case ec::kEvFlushed: ++cnt[el::kCntFlushed]; break;
+      case ec::kEvExecuted:
+        ++cnt[el::kCntWqes];
+        ++eq.d_wqes;
+        cnt[el::kCntBytes] += expected;
+        cnt[el::kCntMessages] += found;
+        break;
+      case ec::kEvError:
+        ++cnt[el::kCntErrors];
+        ++eq.d_errors;
+        break;
+      case ec::kEvRnr: ++cnt[el::kCntRnr]; break;
+    }
+    eq.dirty = 1;
+  }
+};
+
+// ---- the batch: a leading run of plain writes and NOPs, executed by the whole warp ----------
+struct Lane {
+  uint8_t* dst;
+  const uint8_t* src;
+  uint32_t n;
+  bool ok;        // this WQE belongs to the run
+  bool signaled;
+  uint8_t opcode;
+};
+
+// Whether WQE `ci` (lane's) is a plain one the batch may execute: what execute() would do for it
+// succeeds and is a store (or nothing). Anything else is left to the core.
+__device__ Lane check_plain(Env& env, const EngineQp& eq, const Env::Resp& resp, bool resp_ok,
+                            uint32_t ci) {
+  Lane l{nullptr, nullptr, 0, false, false, 0};
+  const ec::SqParams& q = eq.q;
+  const m5::CtrlView c = m5::get_ctrl_seg(q.ring.wqe(ci));
+  if (c.wqe_index != (ci & 0xffff) || c.qpn != q.qpn || c.ds == 0 || c.ds > 4) return l;
+  l.opcode = c.opcode;
+  l.signaled = (c.fm_ce_se & m5::kCqUpdate) != 0;
+  if (c.opcode == m5::kOpNop) {
+    l.ok = true;
+    return l;
+  }
+  if (c.opcode != m5::kOpRdmaWrite || !resp_ok || c.ds < 3) return l;
+  const m5::RaddrView ra = m5::get_raddr_seg(q.ring.seg(ci, 1));
+  const uint8_t* s2 = q.ring.seg(ci, 2);
+  uint32_t len;
+  if (m5::is_inline(s2)) {
+    len = m5::get_be32(s2) & ~m5::kInlineFlag;
+    if (2 + m5::inline_seg_ds(len) > c.ds || (q.max_inline && len > q.max_inline)) return l;
+    l.src = s2 + 4;  // one WQEBB: the payload does not wrap
+  } else {
+    if (c.ds != 3) return l;
+    const m5::DataView d = m5::get_data_seg(s2);
+    len = d.byte_count;
+    if (len) {
+      l.src = env.local(d.lkey, d.addr, len, 0u, q.pd);
+      if (!l.src) return l;
+    }
+  }
+  if (len) {
+    l.dst = env.remote(resp, ra.rkey, ra.raddr, len, el::kRemoteWrite);
+    if (!l.dst) return l;
+  }
+  l.n = len;
+  l.ok = true;
+  return l;
+}
+
+__device__ __forceinline__ uint64_t shfl64(uint64_t v, int src) {
+  return __shfl_sync(0xffffffffu, v, src);
+}
+// Every lane gets lane `src`'s copy of a small trivially copyable struct.
+template <class T>
+__device__ __forceinline__ void shfl_struct(T& v, int src) {
+  static_assert(sizeof(T) % 4 == 0, "whole words");
+  uint32_t* w = reinterpret_cast<uint32_t*>(&v);
+#pragma unroll
+  for (uint32_t k = 0; k < sizeof(T) / 4; ++k) w[k] = __shfl_sync(0xffffffffu, w[k], src);
+}
+
+// Execute the leading run of plain WQEs from eq.e.ci (all lanes call). Returns (lane-uniform)
+// the WQEs executed; *more is set when the run ended at a WQE the core must handle.
+__device__ uint32_t run_batch(Env& env, EngineQp& eq, uint32_t lane, bool* more) {
+  uint32_t avail = 0, ci = 0;
+  Env::Resp resp{};
+  bool resp_ok = false;
+  *more = true;
+  if (lane == 0) {
+    const ec::SqParams& q = eq.q;
+    const bool fast = env.state == el::kRts && !(q.flags & (el::kQpNoDbr | el::kQpWqeSig)) &&
+                      !q.dci && !eq.e.db_last_open;
+    ci = eq.e.ci;
+    if (fast) {
+      const uint32_t pi = m5::bswap32(ld_acq_sys(q.snd_dbrec)) & 0xffff;
+      avail = (pi - ci) & 0xffff;
+      if (avail > q.ring.wqebb_cnt) avail = 0;  // the core reports it
+      if (avail > kBatch) avail = kBatch;
+      if (avail) resp_ok = env.responder(nullptr, resp);
+    }
+  }
+  avail = __shfl_sync(0xffffffffu, avail, 0);
+  if (avail == 0) return 0;
+  ci = __shfl_sync(0xffffffffu, ci, 0);
+  // The responder, to every lane.
+  resp_ok = __shfl_sync(0xffffffffu, resp_ok, 0);
+  shfl_struct(resp, 0);
+  Lane l{nullptr, nullptr, 0, false, false, 0};
+  if (lane < avail) l = check_plain(env, eq, resp, resp_ok, ci + lane);
+  const uint32_t bad = ~__ballot_sync(0xffffffffu, l.ok) | (avail < 32 ? ~0u << avail : 0u);
+  const uint32_t run = bad ? __ffs(bad) - 1 : 32;
+  *more = run < avail;
+  if (run == 0) return 0;
+  const bool mine = lane < run;
+  // Overlapping destinations within the run land in WQE order.
+  bool overlap = false;
+  const uint64_t me = reinterpret_cast<uint64_t>(l.dst);
+  for (uint32_t k = 0; k < run; ++k) {
+    const uint64_t d = shfl64(me, k);
+    const uint32_t n = __shfl_sync(0xffffffffu, l.n, k);
+    if (mine && k > lane && n && l.n && d < me + l.n && me < d + n) overlap = true;
+  }
+  if (__any_sync(0xffffffffu, overlap)) {
+    for (uint32_t k = 0; k < run; ++k) {
+      if (lane == k && l.n) copy_bytes(l.dst, l.src, l.n);
+      __syncwarp();
+    }
+  } else if (mine && l.n) {
+    copy_bytes(l.dst, l.src, l.n);
+  }
+  const uint32_t sig = __ballot_sync(0xffffffffu, mine && l.signaled);
+  uint64_t bytes = mine ? l.n : 0;
+  uint32_t msgs = mine && l.opcode != m5::kOpNop ? 1 : 0;
+  for (int o = 16; o; o >>= 1) {
+    bytes += shfl64(bytes, lane ^ o);  // xor butterfly: every lane ends with the sum
+    msgs += __shfl_xor_sync(0xffffffffu, msgs, o);
+  }
+  if (sig) __threadfence();  // every lane's payload before lane 0's CQEs (its fence: system
+                             // scope for a CQ in host memory, cumulative over these)
+  __syncwarp();
+  uint32_t ns[kBatch];  // lane 0: byte counts of the signaled WQEs
+  for (uint32_t m = sig; m; m &= m - 1) {
+    const uint32_t k = __ffs(m) - 1;
+    ns[k] = __shfl_sync(0xffffffffu, l.n, k);
+  }
+  if (lane == 0) {
+    for (uint32_t m = sig; m; m &= m - 1) {
+      const uint32_t k = __ffs(m) - 1;
+      const uint8_t op = m5::get_ctrl_seg(eq.q.ring.wqe(ci + k)).opcode;
+      env.req_cqe(op, static_cast<uint16_t>(ci + k), ns[k]);
+    }
+    env.cnt[el::kCntWqes] += run;
+    env.cnt[el::kCntBytes] += bytes;
+    env.cnt[el::kCntMessages] += msgs;
+    eq.d_wqes += run;
+    eq.dirty = 1;
+    eq.e.ci = ci + run;
+  }
+  __syncwarp();
+  return run;
+}
+
+// ---- the warp's loop ----------------------------------------------------------------------------
+// The control block (lane 0). Warp 0 reads the host's (a PCIe round trip) and mirrors it into
+// GPU memory; every other warp reads the mirror, so idle warps do not flood PCIe with reads
+// (which slows every system-scope operation on the GPU).
+__device__ Control read_ctl(const Config& cfg, uint32_t w) {
+  Control c;
+  if (w == 0) {
+    const Control* h = cfg.ctl;
+    c.gen = ld_acq_sys(&h->gen);  // the host stores ref_lo/ref_hi before gen
+    c.stop = ld_vol(&h->stop);
+    c.hold = ld_vol(&h->hold);
+    c.quiesce = ld_vol(&h->quiesce);
+    c.ref_lo = ld_vol(&h->ref_lo);
+    c.ref_hi = ld_vol(&h->ref_hi);
+    Control* m = cfg.ctl_dev;
+    st_vol(&m->ref_lo, c.ref_lo);
+    st_vol(&m->ref_hi, c.ref_hi);
+    __threadfence();
+    st_vol(&m->quiesce, c.quiesce);
+    st_vol(&m->hold, c.hold);
+    st_vol(&m->stop, c.stop);
+    st_vol(&m->gen, c.gen);
+    __threadfence();
+    return c;
+  }
+  const Control* m = cfg.ctl_dev;
+  c.gen = ld_vol(&m->gen);
+  c.stop = ld_vol(&m->stop);
+  c.hold = ld_vol(&m->hold);
+  c.quiesce = ld_vol(&m->quiesce);
+  __threadfence();  // ref_lo/ref_hi were written before gen
+  c.ref_lo = ld_vol(&m->ref_lo);
+  c.ref_hi = ld_vol(&m->ref_hi);
+  return c;
+}
+
+struct WarpCounters {
+  uint64_t c[el::kNumCounters];
+};
+
+__device__ void flush_qp(const Seg& self, EngineQp& eq) {
+  if (!eq.dirty) return;
+  el::QpEntry& qe = self.qps()[el::num_index(eq.q.qpn)];
+  add_sys(&qe.wqes, eq.d_wqes);
+  add_sys(&qe.doorbells, eq.d_doorbells);
+  add_sys(&qe.errors, eq.d_errors);
+  add_sys(&qe.stale, eq.d_stale);
+  add_sys32(&qe.dbrec_lag, eq.d_lag);
+  st_vol(&qe.sq_ci, eq.e.ci);
+  eq.d_wqes = eq.d_doorbells = eq.d_errors = eq.d_stale = eq.d_lag = 0;
+  eq.dirty = 0;
+}
+
+// Serve QP slot i (all lanes): the doorbell (if rung), the batch, then the core. Lane 0 returns
+// the work done.
+__device__ uint32_t serve_qp(const Config& cfg, const Seg& self, WarpCounters& wc, uint32_t i,
+                             uint64_t db, bool rung, uint32_t lane) {
+  EngineQp& eq = cfg.qps[i];
+  Env env(cfg, eq, self);
+  uint32_t work = 0;
+  if (lane == 0 && rung) {
+    eq.last_db = db;
+    ec::on_doorbell(env, eq.e, eq.q, db, 0);
+    work = 1;
+  }
+  __syncwarp();
+  const uint32_t state = __shfl_sync(0xffffffffu, env.state, 0);
+  // A doorbell the core refused (another QPN, outside the window, not RTS) announces nothing:
+  // served only if work was pending anyway, as the CPU engine does.
+  const bool go = __shfl_sync(0xffffffffu, lane == 0 ? eq.e.pending : 0, 0) != 0;
+  if (go && (state == el::kRts || state == el::kErr)) {
+    bool more = true;
+    if (state == el::kRts) work += run_batch(env, eq, lane, &more);
+    if (lane == 0) {
+      // What the batch left (at most one batch's worth), or only the core's bookkeeping after
+      // it (the record re-read, lag checks, pending): the core.
+      work += ec::serve(env, eq.e, eq.q, more ? kBatch : 0);
+    }
+  } else if (lane == 0) {
+    eq.e.pending = 0;
+  }
+  if (lane == 0) {
+    for (uint32_t c = 0; c < el::kNumCounters; ++c) wc.c[c] += env.cnt[c];
+  }
+  __syncwarp();
+  return work;
+}
+
+__device__ void flush_counters(const Seg& self, WarpCounters& wc, uint32_t lane) {
+  if (lane == 0) {
+    for (uint32_t c = 0; c < el::kNumCounters; ++c) {
+      add_sys(&self.hdr()->counters[c], wc.c[c]);
+      wc.c[c] = 0;
+    }
+  }
+}
+
+// Re-read the owned QPs from the segment (new slots, changed states and peers, RESET) and, on
+// warp 0, append new MR entries to the GPU mirror.
+__device__ void refresh(const Config& cfg, const Seg& self, uint32_t lo, uint32_t hi, uint32_t w,
+                        uint32_t nw, uint32_t lane) {
+  const uint32_t n = min(ld_vol(&self.hdr()->n_qps), cfg.max_qps);
+  for (uint32_t base = 1 + w; base < n; base += nw * 32) {
+    const uint32_t i = base + lane * nw;
+    if (i < n && (hi == 0 || (i >= lo && i < hi))) {
+      EngineQp& eq = cfg.qps[i];
+      el::QpEntry& qe = self.qps()[i];
+      const QpPlace pl = cfg.place[i];
+      const uint32_t st = ld_acq_sys(&qe.state);
+      if (!eq.live || st == el::kReset) {
+        eq.e = ec::SqState{};
+        eq.last_db = 0;
+        eq.d_wqes = eq.d_doorbells = eq.d_errors = eq.d_stale = eq.d_lag = eq.dirty = 0;
+      }
+      eq.q = ec::SqParams{m5::SqRing{reinterpret_cast<uint8_t*>(pl.ring), ld_vol(&qe.wqebb_cnt)},
+                          ld_vol(&qe.qpn),
+                          ld_vol(&qe.flags),
+                          ld_vol(&qe.max_inline),
+                          ld_vol(&qe.pd),
+                          ld_vol(&qe.type) == el::kDci,
+                          reinterpret_cast<const uint32_t*>(pl.dbrec) + m5::kSndDbr};
+      eq.doorbell = reinterpret_cast<const uint64_t*>(pl.doorbell);
+      eq.state = st;
+      eq.type = ld_vol(&qe.type);
+      eq.send_cqn = ld_vol(&qe.send_cqn);
+      eq.remote_rank = ld_vol(&qe.remote_rank);
+      eq.remote_qpn = ld_vol(&qe.remote_qpn);
+      eq.live = pl.ring != 0;
+    }
+  }
+  if (w == 0) {
+    const uint32_t have = ld_vol(cfg.mr_count);
+    const uint32_t want = ld_vol(&self.hdr()->n_mrs);
+    for (uint32_t k = have + lane; k < want; k += 32) cfg.mr_mirror[k] = self.mrs()[k];
+    __threadfence();
+    __syncwarp();
+    if (lane == 0 && want > have) st_vol(cfg.mr_count, want);
+  }
+  if (w == 0 && lane == 0) st_vol(cfg.n_qps, n);
+  __threadfence();
+  __syncwarp();
+}
+
+}  // namespace cuda_engine
+}  // namespace gicbench
+
+using namespace gicbench::cuda_engine;
+
+// The engine: `cfg` in GPU memory; blockDim.x a multiple of 32.
+extern "C" __global__ void __launch_bounds__(256) gicbench_emu_engine(const Config* __restrict__ pcfg) {
+  const Config& cfg = *pcfg;
+  const uint32_t lane = threadIdx.x & 31;
+  const uint32_t nw = gridDim.x * (blockDim.x / 32);
+  const uint32_t w = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  WarpAck& ack = cfg.acks[w];
+  const Seg self = Seg::of(cfg.seg[cfg.rank]);
+  WarpCounters wc;
+  for (uint32_t c = 0; c < el::kNumCounters; ++c) wc.c[c] = 0;
+  uint32_t gen_seen = 0xffffffffu, q_req = 0, q_acked = 0;
+  bool q_pending = false;
+  uint64_t pass = 0, served = 0, since_flush = 0;
+  if (lane == 0) {
+    q_acked = ld_vol(&ack.quiesce);
+    st_vol(&ack.resident, 1u);
+    __threadfence_system();
+  }
+  q_acked = __shfl_sync(0xffffffffu, q_acked, 0);
+  bool idle = true;
+  for (;;) {
+    if (idle || pass % kCtlPasses == 0) {
+      uint32_t stop = 0, hold = 0, gen = 0, qz = 0, rlo = 0, rhi = 0;
+      if (lane == 0) {
+        const Control c = read_ctl(cfg, w);
+        stop = c.stop;
+        hold = c.hold;
+        gen = c.gen;
+        qz = c.quiesce;
+        rlo = c.ref_lo;
+        rhi = c.ref_hi;
+      }
+      stop = __shfl_sync(0xffffffffu, stop, 0);
+      hold = __shfl_sync(0xffffffffu, hold, 0);
+      gen = __shfl_sync(0xffffffffu, gen, 0);
+      qz = __shfl_sync(0xffffffffu, qz, 0);
+      if (stop || hold) {
+        // Flush what this warp owes the segment, then exit or wait for the hold to end.
+        flush_counters(self, wc, lane);
+        for (uint32_t i = 1 + w + lane * nw; i < ld_vol(cfg.n_qps); i += nw * 32) flush_qp(self, cfg.qps[i]);
+        __threadfence_system();
+        __syncwarp();
+        if (lane == 0) {
+          st_vol(&ack.passes, pass);
+          st_vol(&ack.served, served);
+        }
+        if (stop) break;
+        if (lane == 0) {
+          st_vol(&ack.held, hold);
+          __threadfence_system();
+          for (;;) {
+            const Control c = read_ctl(cfg, w);
+            if (c.hold != hold || c.stop) break;
+            __nanosleep(2000);
+          }
+        }
+        __syncwarp();
+        idle = true;
+        continue;  // re-read the control block (gen has moved: refresh next)
+      }
+      if (gen != gen_seen) {
+        uint32_t lo = 0, hi = 0;
+        if (lane == 0 && gen_seen != 0xffffffffu && gen == gen_seen + 1) {
+          lo = rlo;  // one step: the host says which slots changed
+          hi = rhi;
+        }
+        lo = __shfl_sync(0xffffffffu, lo, 0);
+        hi = __shfl_sync(0xffffffffu, hi, 0);
+        refresh(cfg, self, lo, hi, w, nw, lane);
+        gen_seen = gen;
+        if (lane == 0) {
+          __threadfence_system();
+          st_vol(&ack.gen, gen);
+        }
+      }
+      if (qz != q_acked && !q_pending) {
+        q_pending = true;  // acknowledged after a pass (beginning below) that finds no work
+        q_req = qz;
+      }
+    }
+    // Peers' engines may move our QPs to ERR (their responder CQE overran our CQ): re-read.
+    if (pass % kStateCheckPasses == kStateCheckPasses - 1) {
+      for (uint32_t i = 1 + w + lane * nw; i < ld_vol(cfg.n_qps); i += nw * 32) {
+        EngineQp& eq = cfg.qps[i];
+        if (eq.live && ld_vol(&self.qps()[i].state) == el::kErr) st_vol(&eq.state, static_cast<uint32_t>(el::kErr));
+      }
+      __syncwarp();
+    }
+    // One pass over the owned QPs: 32 doorbell registers at a time.
+    const uint32_t n = ld_vol(cfg.n_qps);
+    uint32_t work = 0;
+    for (uint32_t base = 1 + w; base < n; base += nw * 32) {
+      const uint32_t i = base + lane * nw;
+      bool want = false;
+      uint64_t db = 0;
+      bool rung = false;
+      if (i < n) {
+        EngineQp& eq = cfg.qps[i];
+        if (eq.live) {
+          db = ld_vol(eq.doorbell);
+          rung = db != eq.last_db;
+          want = rung || eq.e.pending;
+        }
+      }
+      for (uint32_t m = __ballot_sync(0xffffffffu, want); m; m &= m - 1) {
+        const int k = __ffs(m) - 1;
+        const uint32_t qi = base + k * nw;
+        const uint64_t dbk = shfl64(db, k);
+        const bool rk = __shfl_sync(0xffffffffu, rung, k);
+        work += serve_qp(cfg, self, wc, qi, dbk, rk, lane);
+        ++served;
+        if (++since_flush >= kFlushServes) {
+          since_flush = 0;
+          flush_counters(self, wc, lane);
+          if (lane == 0) flush_qp(self, cfg.qps[qi]);
+        }
+      }
+    }
+    work = __shfl_sync(0xffffffffu, work, 0);
+    idle = work == 0;
+    if (idle && since_flush) {
+      since_flush = 0;
+      flush_counters(self, wc, lane);
+      for (uint32_t i = 1 + w + lane * nw; i < n; i += nw * 32) flush_qp(self, cfg.qps[i]);
+      __threadfence_system();
+      __syncwarp();
+    }
+    if (q_pending && idle) {
+      flush_counters(self, wc, lane);
+      for (uint32_t i = 1 + w + lane * nw; i < n; i += nw * 32) flush_qp(self, cfg.qps[i]);
+      __threadfence_system();
+      __syncwarp();
+      if (lane == 0) {
+        st_vol(&ack.passes, pass);
+        st_vol(&ack.served, served);
+        st_vol(&ack.quiesce, q_req);
+        __threadfence_system();
+      }
+      q_acked = q_req;
+      q_pending = false;
+    }
+    ++pass;
+  }
+}
+
+// Sizes the host allocates (gicbench/fabric/emu/cuda_engine.py asks, so the layouts have one
+// home): EngineQp, Config, WarpAck, QpPlace, MrEntry, DevCq.
+extern "C" __global__ void gicbench_emu_engine_sizes(unsigned long long* out) {
+  out[0] = sizeof(EngineQp);
+  out[1] = sizeof(Config);
+  out[2] = sizeof(WarpAck);
+  out[3] = sizeof(QpPlace);
+  out[4] = sizeof(gicbench::emu::MrEntry);
+  out[5] = sizeof(DevCq);
+}
