@@ -88,6 +88,7 @@ class RunPlan:
             progress=self.cfg.progress,
             autonomous_progress=not self.submitter.cpu_progress,
             mr_domain="host-mapped" if self.submitter.needs_gpu else None,
+            queues=self.submitter.queue_options(self.submitter_params, self.cfg.sq_depth),
         )
 
 
@@ -131,7 +132,7 @@ def make_plan(cfg: RunConfig, probes: LazyProbes | None = None) -> RunPlan:
         )
     exps = [registry.get(name).from_config(cfg) for name in cfg.experiments]
     for e in exps:
-        missing = e.shapes - sub.shapes
+        missing = e.needed_shapes() - sub.shapes
         if missing:
             raise UnsupportedError(
                 f"experiment {e.name} needs {', '.join(sorted(m.value for m in missing))} loops, "
@@ -161,6 +162,7 @@ def make_plan(cfg: RunConfig, probes: LazyProbes | None = None) -> RunPlan:
                     "only with --transport dc (no experiment here uses DC)",
                 )
     points = [(e, e.points()) for e in exps]
+    sub.check_points(sub_params, [(e.name, pt) for e, pts in points for pt in pts])
     plan = RunPlan(cfg, exps, points, sub, sub_params, provider, probes)
     plan.layout(2)  # the smallest world: refuses a landing budget too small for any run
     return plan

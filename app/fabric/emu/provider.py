@@ -87,16 +87,18 @@ class EmuProvider(Provider):
         # Exactly what bring-up creates (an idle rank of an odd pairs world creates no QP, but
         # the tables keep one slot).
         qps, cqs = max(1, plan.qps), max(1, plan.cqs)
+        # the submitter's own region (QueueOptions.scratch_per_qp), registered after bring-up
+        mrs = list(plan.mr_sizes) + ([plan.scratch_bytes] if plan.scratch_bytes else [])
         return EmuFabric(
             rank=topo.rank,
             world_size=topo.size,
             job=job,
             progress=settings["progress"],
             segment_bytes=segment_bytes_for(
-                qps, cqs, plan.dcts, plan.sq_depth, plan.sq_depth, list(plan.mr_sizes)
+                qps, cqs, plan.dcts, plan.sq_depth, plan.sq_depth, mrs
             ),
             max_qps=qps,
             max_cqs=cqs,
             max_dcts=plan.dcts,
-            max_mrs=len(plan.mr_sizes),
+            max_mrs=len(mrs),
         )

@@ -30,7 +30,7 @@ from ..base import (
     Submitter,
     register,
 )
-from . import build, lanes, status
+from . import build, lanes, smclock, status
 from .device import DeviceMap
 from .params import ORDERINGS, PUBLISH_CODES, UNSAFE_ORDERINGS, GpuParams
 
@@ -91,11 +91,7 @@ class GpuSubmitter(Submitter):
     # ---- shared helpers --------------------------------------------------------------------
     def measure_clock(self, ns: int = 2_000_000) -> float:
         """The effective SM clock: clock64 cycles over globaltimer ns of one spinning thread."""
-        out = self.cp.zeros(2, dtype=self.cp.int64)
-        self.k["gda_clock"]((1,), (1,), (np.uint64(ns), out))
-        self.cp.cuda.runtime.deviceSynchronize()
-        dt, cyc = (int(v) for v in out.get())
-        return cyc / dt * 1e9 if dt > 0 else float("nan")
+        return smclock.measure(self.cp, self.k["gda_clock"], ns)
 
     def _slot(self, qpn: int) -> tuple[int, bool]:
         if qpn in self.slots:
