@@ -305,3 +305,21 @@ def init_cq(cq: CompletionQueue) -> None:
                           "initialised on the GPU)")  # fmt: skip
     ring = host_view(cq.buf, cq.ncqe * 64).reshape(cq.ncqe, 64)
     ring[:, CQE_OP_OWN] = DOCA_CQE_INIT
+
+
+def place(sharing: Sharing, unit: int, nunits: int, nqps: int, blocks: int) -> tuple[int, int, int]:
+    """Twin of gicbench_doca_unit(): (QP index, rank of the unit on it, units per QP)."""
+    s = Sharing(sharing)
+    if s == Sharing.EXCLUSIVE:
+        return unit, 0, 1
+    if s == Sharing.CTA:
+        per = nunits // blocks
+        return unit // per, unit % per, per
+    return unit % nqps, unit // nqps, -(-nunits // nqps)
+
+
+def slot(first: int, i: int, per_qp: int, rank: int, lane: int | None = None) -> int:
+    """Twin of gicbench_doca_payload()'s slot: op n = first + i of the unit of `rank` on its QP
+    (lane of a warp in warp scope), before the wrap at `slots`."""
+    s = (first + i) * per_qp + rank
+    return s if lane is None else s * 32 + lane

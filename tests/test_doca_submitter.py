@@ -1,0 +1,238 @@
+"""--submitter doca without a GPU: it is registered, its knobs are declared once and refused
+with the other submitters, every refusal happens in pre-flight with its reason (headers, nvcc,
+GPU/CuPy, unsupported handler/scope/op combinations, DC, round trips, msg-rate shapes), the queue
+options reach bring-up (emu creates DOCA's queues and sizes its segment for the proxy words),
+and the kernels' slot walk covers each lane's slots as msg-rate's validation expects."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from gicbench.config import RunConfig
+from gicbench.errors import ConfigError, UnsupportedError
+from gicbench.fabric.base import Access
+from gicbench.fabric.registry import FabricPlan, QueueOptions
+from gicbench.platform import LazyProbes, Probe
+from gicbench.plan import all_knobs, make_plan
+from gicbench.submit import base as submitters
+from gicbench.submit.doca import headers
+from gicbench.submit.doca.layout import CqType, NicHandler, Scope, Sharing, place, slot
+from gicbench.submit.doca.params import CQ_TYPES, HANDLERS, SCOPES, SHARINGS, DocaParams
+from gicbench.submit.doca.submitter import DocaSubmitter
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def gpu_probes() -> LazyProbes:
+    """Probes that say a GPU and CuPy are here (the rest of pre-flight is real)."""
+    p = LazyProbes()
+    p["cupy"] = Probe("cupy", True, "faked for the test")
+    return p
+
+
+def plan(probes: LazyProbes | None = None, **kw):
+    return make_plan(RunConfig.build(**kw), probes if probes is not None else gpu_probes())
+
+
+@pytest.fixture
+def with_headers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pre-flight finds headers and nvcc (availability is about this machine, not the test)."""
+    fake = headers.Gpunetio(REPO, "3.8.0", "4.0.0", "test")
+    monkeypatch.setattr(headers, "find", lambda: fake)
+    monkeypatch.setattr("gicbench.submit.doca.build.nvcc", lambda: "/usr/bin/true")
+
+
+def test_registered_with_its_shapes() -> None:
+    assert "doca" in submitters.names()
+    cls = submitters.get("doca")
+    assert cls is DocaSubmitter and cls.needs_gpu and not cls.cpu_progress
+
+
+def test_knobs_are_declared_once_with_their_choices() -> None:
+    known = all_knobs()
+    assert known["doca_handler"].choices == HANDLERS == (
+        "cpu-proxy", "gpu-sm-db", "gpu-sm-bf", "gpu-sm-no-dbr", "cpu-proxy-free-flow"
+    )  # fmt: skip
+    assert known["doca_sharing"].choices == SHARINGS == ("exclusive", "cta", "gpu")
+    assert known["doca_scope"].choices == SCOPES == ("thread", "warp")
+    assert known["doca_cq"].choices == tuple(CQ_TYPES) == ("64b", "collapsed")
+
+
+def test_knob_values_reach_the_params(with_headers: None) -> None:
+    p = plan(experiments=["single-op"], submitter="doca", modes=("issue", "put_completion"),
+             doca_handler="cpu-proxy-free-flow", doca_sharing="cta", doca_scope="thread",
+             doca_cq="collapsed")  # fmt: skip
+    sp = p.submitter_params
+    assert isinstance(sp, DocaParams)
+    assert sp.nic_handler == NicHandler.CPU_PROXY_FREE_FLOW and sp.sharing_mode == Sharing.CTA
+    assert sp.exec_scope == Scope.THREAD and sp.cq_type == CqType.CQ_64B_COLLAPSED
+    fp = p.fabric_plan(_Topo(), 1)
+    assert fp.queues.qp == {"dbr": True}
+    assert fp.queues.cq == {"collapsed": True, "overrun_ignore": True}
+    assert fp.queues.scratch_per_qp == 8 * p.cfg.sq_depth and fp.scratch_bytes == 8 * 256 * 1
+    assert fp.mr_domain == "host-mapped"
+
+
+class _Topo:
+    size, local_size, nodes = 2, 2, 1
+
+
+@pytest.mark.parametrize(
+    ("handler", "qp", "scratch"),
+    [("gpu-sm-db", {"dbr": True}, 0), ("gpu-sm-no-dbr", {"dbr": False}, 0),
+     ("gpu-sm-bf", {"dbr": True}, 0), ("cpu-proxy", {"dbr": True}, 8),
+     ("cpu-proxy-free-flow", {"dbr": True}, 8 * 256)],
+)  # fmt: skip
+def test_queue_options_per_handler(handler: str, qp: dict, scratch: int) -> None:
+    o = DocaSubmitter.queue_options(DocaParams(doca_handler=handler), 256)
+    assert o.qp == qp and o.scratch_per_qp == scratch
+    assert o.cq == {"collapsed": False, "overrun_ignore": True}
+
+
+def test_value_outside_the_choices_is_refused_naming_them(with_headers: None) -> None:
+    with pytest.raises(ConfigError, match="gpu-sm-db") as e:
+        plan(experiments=["msg-rate"], submitter="doca", doca_handler="gpu-sm-dbx")
+    assert "doca" in str(e.value) or "handler" in str(e.value)
+
+
+def test_doca_knobs_are_refused_with_another_submitter() -> None:
+    with pytest.raises(ConfigError, match="only with --submitter doca"):
+        plan(experiments=["msg-rate"], doca_sharing="gpu")
+
+
+def test_no_cupy_says_why(with_headers: None) -> None:
+    p = LazyProbes()
+    p["cupy"] = Probe("cupy", False, "not importable (ModuleNotFoundError)")
+    with pytest.raises(UnsupportedError, match="needs an NVIDIA GPU and CuPy"):
+        plan(p, experiments=["msg-rate"], submitter="doca")
+
+
+def test_no_headers_gives_unavailable_reason(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)  # no .cache/gpunetio here
+    monkeypatch.setenv(headers.ENV_DIR, str(tmp_path / "nothing"))
+    monkeypatch.setattr(headers, "_installed_include", lambda: None)
+    with pytest.raises(UnsupportedError, match="DOCA GPUNetIO headers not found"):
+        plan(experiments=["msg-rate"], submitter="doca")
+
+
+def test_no_nvcc_says_why(monkeypatch, with_headers: None) -> None:
+    monkeypatch.setattr("gicbench.submit.doca.build.nvcc", lambda: None)
+    with pytest.raises(UnsupportedError, match="nvcc not found"):
+        plan(experiments=["msg-rate"], submitter="doca")
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"experiments": ["single-op"], "min_size": 16}, "carries one 8-byte value"),
+        ({"experiments": ["single-op"], "modes": ("issue",), "doca_scope": "warp"},
+         "warp-scope p is a stub"),
+        ({"experiments": ["single-op"], "pattern": "pairs"}, "respond loops"),
+        ({"experiments": ["msg-rate"], "transport": "dc", "payload": "pointer"},
+         "no DC address vector"),
+        ({"experiments": ["msg-rate"], "batch": 4}, "rings once per op"),
+        ({"experiments": ["msg-rate"], "threads": 3, "qps": 2, "doca_sharing": "gpu"},
+         "a multiple of 2"),
+        ({"experiments": ["msg-rate"], "threads": 4, "qps": 2}, "one thread per QP"),
+        ({"experiments": ["msg-rate"], "threads": 64, "qps": 4, "doca_scope": "warp",
+          "payload": "pointer", "doca_sharing": "gpu"}, "a multiple of 128"),
+        ({"experiments": ["msg-rate"], "threads": 4096, "qps": 2, "doca_sharing": "cta"},
+         "<= 1024 threads"),
+    ],
+)  # fmt: skip
+def test_unsupported_combinations_are_refused_in_preflight(
+    with_headers: None, kw: dict, match: str
+) -> None:
+    if kw["experiments"] == ["single-op"] and kw.get("pattern") != "pairs":
+        kw.setdefault("modes", ("issue", "put_completion"))
+    with pytest.raises((UnsupportedError, ConfigError), match=match):
+        plan(submitter="doca", **kw)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"experiments": ["single-op"], "modes": ("issue", "put_completion")},
+        {"experiments": ["single-op"], "modes": ("put_completion",), "payload": "pointer",
+         "min_size": 8, "max_size": 4096, "doca_scope": "warp"},
+        {"experiments": ["completion-scope"], "pattern": "fan-out", "qps": 4},
+        {"experiments": ["msg-rate"], "threads": 2, "qps": 2},
+        {"experiments": ["msg-rate"], "threads": 256, "qps": 2, "doca_sharing": "cta"},
+        {"experiments": ["msg-rate"], "threads": 128, "qps": 2, "doca_sharing": "gpu",
+         "doca_scope": "warp", "payload": "pointer", "min_size": 64},
+    ],
+)  # fmt: skip
+def test_supported_combinations_pass_preflight(with_headers: None, kw: dict) -> None:
+    for h in HANDLERS:
+        plan(submitter="doca", doca_handler=h, **kw)
+
+
+def test_cli_refuses_without_gpu_with_exit_2() -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "gicbench", "run", "msg-rate", "--submitter", "doca",
+         "--doca-handler", "cpu-proxy"],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "submitter doca is not available here" in r.stderr
+
+
+# ---- the slot walk (the kernels' payload layout) against msg-rate's validation --------------
+@pytest.mark.parametrize(
+    ("sharing", "scope", "nqps", "threads"),
+    [(Sharing.EXCLUSIVE, Scope.THREAD, 3, 3), (Sharing.EXCLUSIVE, Scope.WARP, 2, 64),
+     (Sharing.CTA, Scope.THREAD, 2, 8), (Sharing.CTA, Scope.WARP, 2, 128),
+     (Sharing.GPU, Scope.THREAD, 4, 8), (Sharing.GPU, Scope.WARP, 2, 128)],
+)  # fmt: skip
+def test_slot_walk_covers_each_lane_contiguously(sharing, scope, nqps: int, threads: int) -> None:
+    """Walk every unit's ops as the kernel does (a warm-up launch, then the measured one): each
+    QP's slots are exactly 0..count-1, count being what rate_lane_messages tells the receiver."""
+    warp = scope == Scope.WARP
+    nunits = threads // (32 if warp else 1)
+    blocks = nqps if sharing == Sharing.CTA else 1
+    W, M = 3, 5
+    seen: dict[int, list[int]] = {q: [] for q in range(nqps)}
+    for first, iters in ((0, W), (W, M)):
+        for u, i in itertools.product(range(nunits), range(iters)):
+            q, rank, per = place(sharing, u, nunits, nqps, blocks)
+            for lane in range(32) if warp else (None,):
+                seen[q].append(slot(first, i, per, rank, lane))
+    counts = DocaSubmitter.rate_lane_messages(None, nqps, threads, 1, W + M)  # type: ignore[arg-type]
+    for q in range(nqps):
+        assert sorted(seen[q]) == list(range(counts[q])), q
+
+
+def test_emu_sizes_its_segment_for_the_proxy_words() -> None:
+    """The scratch region QueueOptions asks for is registered after bring-up's two regions: the
+    provider must have sized the segment and the MR table for it."""
+    from gicbench.fabric.emu.provider import EmuProvider
+
+    qo = DocaSubmitter.queue_options(DocaParams(doca_handler="cpu-proxy-free-flow"), 1024)
+    fp = FabricPlan(world_size=1, local_size=1, nodes=1, rc_peers=1, rc_qps_per_peer=4, dcis=0,
+                    dcts=0, sq_depth=1024, mr_sizes=(1 << 20, 1 << 20), progress="inline",
+                    autonomous_progress=False, queues=qo)  # fmt: skip
+
+    class T:
+        rank, size = 0, 1
+
+    f = EmuProvider.open(fp, T(), "d-" + uuid.uuid4().hex[:8], {"progress": "inline"})
+    try:
+        for _ in range(4):
+            cq = f.create_cq(1024, **qo.cq)
+            f.create_qp(cq, 1024, **qo.qp)
+        f.register(1 << 20, Access.LOCAL_WRITE)
+        f.register(1 << 20, Access.LOCAL_WRITE)
+        mr = f.register(fp.scratch_bytes, Access.LOCAL_WRITE, domain="host-mapped")
+        assert mr.length >= 4 * 8 * 1024
+    finally:
+        f.close()
+
+
+def test_default_queue_options_change_nothing() -> None:
+    assert submitters.get("host").queue_options(None, 256) == QueueOptions()
