@@ -18,8 +18,8 @@ from gicbench.config import RunConfig
 from gicbench.errors import ConfigError, UnsupportedError
 from gicbench.fabric.base import Access
 from gicbench.fabric.registry import FabricPlan, QueueOptions
-from gicbench.platform import LazyProbes, Probe
 from gicbench.plan import all_knobs, make_plan
+from gicbench.platform import LazyProbes, Probe
 from gicbench.submit import base as submitters
 from gicbench.submit.doca import headers
 from gicbench.submit.doca.layout import CqType, NicHandler, Scope, Sharing, place, slot
