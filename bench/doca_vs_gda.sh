@@ -1,0 +1,66 @@
+#!/bin/bash
+# DOCA GPUNetIO against mini-gda on one GPU, in ONE run (issue 16): single-op (issue,
+# put+completion), completion-scope and msg-rate through `mpiexec -n 2 gicbench run`, on the
+# emulated NIC's CPU engine (engine threads, host-mapped queues), the same QP configuration for
+# every submitter (RC, --sq-depth 256, 8-byte inline writes, pattern fan-out of 2 ranks = one
+# sender, one receiver): --submitter gpu with orderings gpu-fence and sys-fence, --submitter doca
+# with every NIC handler. Then the side-by-side report (bench/doca_vs_gda.py: ratios per handler
+# and per ordering) and the doca submitter's GPU tests. Never changes the GPU's clocks.
+# Carry-ready: from a copy of the repository holding .cache/gpunetio/<version>/ (make setup
+# extracts it), `bash bench/doca_vs_gda.sh`; it builds into /tmp/gs unless that exists.
+# Results: $OUT/summary.txt, $OUT/doca_vs_gda.md (+ .json), $OUT/runs/*.json, $OUT/tests.log.
+set -u
+O=${OUT:-/tmp/doca-vs-gda}; mkdir -p "$O/runs"
+ROOT=$(pwd)
+export PYTHONUNBUFFERED=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+  OMPI_MCA_rmaps_base_oversubscribe=1 PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe \
+  CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
+{ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv; nproc; nvcc --version | tail -1; } \
+  > "$O/machine.txt" 2>&1
+if [ ! -d /tmp/gs/gicbench ]; then
+  python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/gs . > "$O/build.log" 2>&1 \
+    || { tail -30 "$O/build.log"; exit 1; }
+fi
+export PYTHONPATH=/tmp/gs${PYTHONPATH:+:$PYTHONPATH}
+if [ -z "${GICBENCH_GPUNETIO_DIR:-}" ]; then
+  VER=$(cd "$ROOT/.cache/gpunetio" 2>/dev/null && dirname */VERSION | head -1)
+  export GICBENCH_GPUNETIO_DIR="$ROOT/.cache/gpunetio/$VER"
+fi
+export GICBENCH_DOCA_CACHE=${GICBENCH_DOCA_CACHE:-/tmp/doca-cubin}
+step() {  # step NAME SECONDS CMD...: one command, its output kept, never more than SECONDS
+  local name=$1 t=$2; shift 2
+  echo "== $name: $*" >> "$O/summary.txt"
+  timeout -k 5 "$t" "$@" > "$O/runs/$name.json" 2> "$O/runs/$name.err"; local rc=$?
+  echo "   rc=$rc" >> "$O/summary.txt"; echo "$name rc=$rc"
+  [ $rc -eq 0 ] || tail -5 "$O/runs/$name.err"
+}
+# Build the DOCA cubin once (both ranks would otherwise compile it at once).
+step cubin 180 python3 -c "from gicbench.submit.doca.build import compile_cubin; print(compile_cubin())"
+G="mpiexec --bind-to none -n 2 python3 -m gicbench run --progress thread --timeout 5 --json --quiet \
+--pattern fan-out --sq-depth 256"
+H="gpu-sm-db gpu-sm-no-dbr gpu-sm-bf cpu-proxy cpu-proxy-free-flow"
+ONE="--modes issue,put_completion -b 8 -n 2000 -w 200"
+SCOPE="-b 8 -q 4 -n 300 -w 30"
+R1="-b 8 -t 1 -q 1 --batch 1 --messages 100000"
+R32="-b 8 -t 32 -q 1 --batch 1 --messages 5000"
+for o in gpu-fence sys-fence; do
+  step "single-op_gpu_$o" 90 $G single-op --submitter gpu --ordering "$o" $ONE -o "$O/tr/so_$o"
+  step "msg-rate-1t_gpu_$o" 90 $G msg-rate --submitter gpu --ordering "$o" $R1 -o "$O/tr/r1_$o"
+  step "msg-rate-32t_gpu_$o" 90 $G msg-rate --submitter gpu --ordering "$o" --publish thread $R32 \
+    -o "$O/tr/r32_$o"
+  step "completion-scope_gpu_$o" 90 $G completion-scope --submitter gpu --ordering "$o" $SCOPE \
+    -o "$O/tr/cs_$o"
+done
+for h in $H; do
+  D="--submitter doca --doca-handler $h"
+  step "single-op_doca_$h" 90 $G single-op $D $ONE -o "$O/tr/so_$h"
+  step "msg-rate-1t_doca_$h" 90 $G msg-rate $D $R1 -o "$O/tr/r1_$h"
+  step "msg-rate-32t_doca_$h" 90 $G msg-rate $D --doca-sharing gpu $R32 -o "$O/tr/r32_$h"
+  step "completion-scope_doca_$h" 90 $G completion-scope $D $SCOPE -o "$O/tr/cs_$h"
+done
+python3 bench/doca_vs_gda.py "$O/runs" "$O/doca_vs_gda" 2>&1 | tee "$O/report.txt"
+# The doca submitter's in-process GPU tests (the runs above are its end-to-end test).
+mkdir -p /tmp/doca2-tests && cp tests/test_doca_submitter_gpu.py /tmp/doca2-tests/ && cd /tmp/doca2-tests \
+  && timeout -k 5 "${DOCA_TEST_TIMEOUT:-200}" python3 -m pytest -p no:cacheprovider -q -rs -x \
+    -k "not end_to_end" test_doca_submitter_gpu.py > "$O/tests.log" 2>&1
+echo "tests rc=$?"; tail -15 "$O/tests.log"
