@@ -204,10 +204,11 @@ class DocaSubmitter(Submitter):
     def _lanes(self, lanes: Sequence[Lane]) -> np.ndarray:
         assert self.dm is not None
         out = np.zeros(len(lanes), LANE_DTYPE)
-        for i, lane in enumerate(lanes):
-            out[i]["src"], out[i]["src_lkey_be"] = lane.src.addr, be32(lane.src.key)
-            out[i]["dst"], out[i]["dst_rkey_be"] = lane.dst.addr, be32(lane.dst.key)
-            out[i]["src_dev"] = self.dm.local(lane.src.addr, "source buffer")
+        out["src"] = [ln.src.addr for ln in lanes]
+        out["src_lkey_be"] = [be32(ln.src.key) for ln in lanes]
+        out["dst"] = [ln.dst.addr for ln in lanes]
+        out["dst_rkey_be"] = [be32(ln.dst.key) for ln in lanes]
+        out["src_dev"] = [self.dm.local(ln.src.addr, "source buffer") for ln in lanes]
         return out
 
     def _rows(self, lanes: Sequence[Lane]) -> Any:
