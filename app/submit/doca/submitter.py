@@ -31,7 +31,7 @@ from ...fabric.registry import QueueOptions
 from ...platform import Probe
 from ..base import Lane, LatencyWork, RateResult, RateWork, Shape, Submitter, register
 from ..gpu import smclock
-from ..gpu.device import DeviceMap
+from ..gpu.device import DeviceMap, stage
 from .layout import (
     LANE_DTYPE,
     QP_BYTES,
@@ -352,6 +352,9 @@ class DocaSubmitter(Submitter):
         size = work.size if op == Op.PUT else 8
         slots = max(1, work.lanes[0].dst.length // size)
         lanes = self._lanes(work.lanes)
+        keep = None
+        if op == Op.P:  # p's value read from a GPU copy of the source, as mini-gda stages it
+            keep, lanes["src_dev"] = stage(self.cp, [ln.src for ln in work.lanes])
         self.details = self._base_details()
         common = {"timeout_ns": self.timeout_ns, "slots": slots, "flags": VALUE_FROM_SRC}
         rows = self._rows(work.lanes)
@@ -366,6 +369,7 @@ class DocaSubmitter(Submitter):
                 self._raise_for(r, "msg-rate warm-up")
             job = job_record(op, size, M, L, first=W, window=win, max_windows=max_windows, **common)
             res, marks = self.dev.post(qps, lanes, job, *args, marks=True)
+        del keep
         self._raise_for(res, "msg-rate")
         windows = []
         for u in range(len(res)):

@@ -31,7 +31,7 @@ from ..base import (
     register,
 )
 from . import build, lanes, smclock, status
-from .device import DeviceMap
+from .device import DeviceMap, stage
 from .params import ORDERINGS, PUBLISH_CODES, UNSAFE_ORDERINGS, GpuParams
 
 MODE_CODES = {"issue": 0, "put_completion": 1, "round_trip": 2}
@@ -103,14 +103,7 @@ class GpuSubmitter(Submitter):
 
     def _stage(self, bufs: list[Buffer]) -> tuple[Any, list[int]]:
         """Device copies of source slices (inline payloads are read from GPU memory)."""
-        total = sum(b.length for b in bufs)
-        dev = self.cp.empty(max(total, 8), dtype=self.cp.uint8)
-        ptrs, off = [], 0
-        for b in bufs:
-            dev[off : off + b.length].set(host_view(b.addr, b.length))
-            ptrs.append(int(dev.data.ptr) + off)
-            off += b.length
-        return dev, ptrs
+        return stage(self.cp, bufs)
 
     def _prepare(self, work_lanes: tuple, bbs: int, src_dev: list[int], wqes: list[int]) -> Any:
         rows, attach = [], []
