@@ -1,6 +1,6 @@
 """The side-by-side report of bench/doca_vs_gda.sh: DOCA GPUNetIO's NIC handlers against
 mini-gda's orderings, from the runs' JSON output (one file per run, named
-<experiment>_<submitter>_<ordering or handler>.json). Latencies are medians (p50, µs); rates are
+<run>_<submitter>_<ordering or handler>.json). Latencies are medians (p50, µs); rates are
 M msg/s summed over sending ranks. Every figure is also given as a ratio to mini-gda with
 gpu-fence and with sys-fence (ratio > 1: slower for latency, faster for rate).
 
@@ -15,18 +15,21 @@ from pathlib import Path
 from typing import Any
 
 BASELINES = ("gpu-fence", "sys-fence")
-# (column, experiment file prefix, row filter, value key)
+# (column, run, row filter, value key); runs: main (single-op, msg-rate and completion-scope with
+# 4 QPs, 4 threads), r32 (msg-rate, 32 threads on one QP)
 FIGURES = (
-    ("issue p50 (µs)", "single-op", {"mode": "issue"}, "p50_us"),
-    ("put+completion p50 (µs)", "single-op", {"mode": "put_completion"}, "p50_us"),
-    ("quiet 4 QPs p50 (µs)", "completion-scope", {"qps": 4, "scope": "all"}, "p50_us"),
-    ("rate 1 thread (M msg/s)", "msg-rate-1t", {}, "msg_rate_mps"),
-    ("rate 32 threads / 1 QP (M msg/s)", "msg-rate-32t", {}, "msg_rate_mps"),
-)
+    ("issue p50 (µs)", "main", {"experiment": "single-op", "mode": "issue"}, "p50_us"),
+    ("put+completion p50 (µs)", "main", {"experiment": "single-op", "mode": "put_completion"},
+     "p50_us"),
+    ("quiet 4 QPs p50 (µs)", "main",
+     {"experiment": "completion-scope", "qps": 4, "scope": "all"}, "p50_us"),
+    ("rate 4 threads / 4 QPs (M msg/s)", "main", {"experiment": "msg-rate"}, "msg_rate_mps"),
+    ("rate 32 threads / 1 QP (M msg/s)", "r32", {"experiment": "msg-rate"}, "msg_rate_mps"),
+)  # fmt: skip
 
 
 def load(runs: Path) -> dict[tuple[str, str], dict[str, Any]]:
-    """(experiment prefix, variant) -> the run's JSON document (or {"error": why})."""
+    """(run, variant) -> the run's JSON document (or {"error": why})."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
     for f in sorted(runs.glob("*.json")):
         parts = f.stem.split("_", 2)

@@ -2,9 +2,10 @@
 # DOCA GPUNetIO against mini-gda on one GPU, in ONE run (issue 16): single-op (issue,
 # put+completion), completion-scope and msg-rate through `mpiexec -n 2 gicbench run`, on the
 # emulated NIC's CPU engine (engine threads, host-mapped queues), the same QP configuration for
-# every submitter (RC, --sq-depth 256, 8-byte inline writes, pattern fan-out of 2 ranks = one
-# sender, one receiver): --submitter gpu with orderings gpu-fence and sys-fence, --submitter doca
-# with every NIC handler. Then the side-by-side report (bench/doca_vs_gda.py: ratios per handler
+# every submitter (RC, 4 QPs, --sq-depth 256, 8-byte inline writes, pattern fan-out of 2 ranks =
+# one sender, one receiver): --submitter gpu with orderings gpu-fence and sys-fence,
+# --submitter doca with every NIC handler (exclusive sharing, thread scope, 64B CQ; the 32-thread
+# rate shares one QP: mini-gda --publish thread, DOCA --doca-sharing gpu). Then the side-by-side report (bench/doca_vs_gda.py: ratios per handler
 # and per ordering) and the doca submitter's GPU tests. Never changes the GPU's clocks.
 # Carry-ready: from a copy of the repository holding .cache/gpunetio/<version>/ (make setup
 # extracts it), `bash bench/doca_vs_gda.sh`; it builds into /tmp/gs unless that exists.
@@ -37,26 +38,21 @@ step() {  # step NAME SECONDS CMD...: one command, its output kept, never more t
 # Build the DOCA cubin once (both ranks would otherwise compile it at once).
 step cubin 180 python3 -c "from gicbench.submit.doca.build import compile_cubin; print(compile_cubin())"
 G="mpiexec --bind-to none -n 2 python3 -m gicbench run --progress thread --timeout 5 --json --quiet \
---pattern fan-out --sq-depth 256"
-H="gpu-sm-db gpu-sm-no-dbr gpu-sm-bf cpu-proxy cpu-proxy-free-flow"
-ONE="--modes issue,put_completion -b 8 -n 2000 -w 200"
-SCOPE="-b 8 -q 4 -n 300 -w 30"
-R1="-b 8 -t 1 -q 1 --batch 1 --messages 100000"
-R32="-b 8 -t 32 -q 1 --batch 1 --messages 5000"
+--pattern fan-out --sq-depth 256 -b 8"
+# One run per variant for the main figures (-q 4 for all three experiments: single-op posts on
+# the first QP, completion-scope walks 1, 2, 4 QPs, msg-rate: 4 threads, one per QP), one for
+# 32 threads sharing one QP.
+MAIN="single-op msg-rate completion-scope --modes issue,put_completion -n 2000 -w 200 -q 4 -t 4 \
+--batch 1 --messages 50000"
+R32="msg-rate -t 32 -q 1 --batch 1 --messages 5000"
 for o in gpu-fence sys-fence; do
-  step "single-op_gpu_$o" 90 $G single-op --submitter gpu --ordering "$o" $ONE -o "$O/tr/so_$o"
-  step "msg-rate-1t_gpu_$o" 90 $G msg-rate --submitter gpu --ordering "$o" $R1 -o "$O/tr/r1_$o"
-  step "msg-rate-32t_gpu_$o" 90 $G msg-rate --submitter gpu --ordering "$o" --publish thread $R32 \
-    -o "$O/tr/r32_$o"
-  step "completion-scope_gpu_$o" 90 $G completion-scope --submitter gpu --ordering "$o" $SCOPE \
-    -o "$O/tr/cs_$o"
+  step "main_gpu_$o" 120 $G $MAIN --submitter gpu --ordering "$o" -o "$O/tr/main_$o"
+  step "r32_gpu_$o" 90 $G $R32 --submitter gpu --ordering "$o" --publish thread -o "$O/tr/r32_$o"
 done
-for h in $H; do
-  D="--submitter doca --doca-handler $h"
-  step "single-op_doca_$h" 90 $G single-op $D $ONE -o "$O/tr/so_$h"
-  step "msg-rate-1t_doca_$h" 90 $G msg-rate $D $R1 -o "$O/tr/r1_$h"
-  step "msg-rate-32t_doca_$h" 90 $G msg-rate $D --doca-sharing gpu $R32 -o "$O/tr/r32_$h"
-  step "completion-scope_doca_$h" 90 $G completion-scope $D $SCOPE -o "$O/tr/cs_$h"
+for h in gpu-sm-db gpu-sm-no-dbr gpu-sm-bf cpu-proxy cpu-proxy-free-flow; do
+  step "main_doca_$h" 120 $G $MAIN --submitter doca --doca-handler "$h" -o "$O/tr/main_$h"
+  step "r32_doca_$h" 90 $G $R32 --submitter doca --doca-handler "$h" --doca-sharing gpu \
+    -o "$O/tr/r32_$h"
 done
 python3 bench/doca_vs_gda.py "$O/runs" "$O/doca_vs_gda" 2>&1 | tee "$O/report.txt"
 # The doca submitter's in-process GPU tests (the runs above are its end-to-end test).

@@ -236,3 +236,35 @@ def test_emu_sizes_its_segment_for_the_proxy_words() -> None:
 
 def test_default_queue_options_change_nothing() -> None:
     assert submitters.get("host").queue_options(None, 256) == QueueOptions()
+
+
+def _script_vars() -> dict[str, list[str]]:
+    """The command-line pieces bench/doca_vs_gda.sh assigns (G, MAIN, R32)."""
+    import re
+    import shlex
+
+    text = (REPO / "bench" / "doca_vs_gda.sh").read_text().replace("\\\n", " ")
+    return {m[1]: shlex.split(m[2]) for m in re.finditer(r'^(G|MAIN|R32)="([^"]*)"', text, re.M)}
+
+
+VARIANTS = [(["--submitter", "gpu", "--ordering", o], ["--publish", "thread"])
+            for o in ("gpu-fence", "sys-fence")] + [
+    (["--submitter", "doca", "--doca-handler", h], ["--doca-sharing", "gpu"]) for h in HANDLERS
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("variant", "r32_extra"), VARIANTS)
+def test_side_by_side_runs_pass_preflight(
+    with_headers: None, variant: list[str], r32_extra: list[str]
+) -> None:
+    """Every run bench/doca_vs_gda.sh makes is accepted by pre-flight (a GPU faked present)."""
+    from gicbench.cli.main import build_parser
+    from gicbench.cli.run import config_from_args
+
+    v = _script_vars()
+    assert set(v) == {"G", "MAIN", "R32"}
+    common = v["G"][v["G"].index("run") + 1 :]
+    for exp, extra in (("MAIN", []), ("R32", r32_extra)):
+        a = build_parser().parse_args(["run", *v[exp], *common, *variant, *extra])
+        p = make_plan(config_from_args(a), gpu_probes())
+        assert p.cfg.submitter == variant[1]
