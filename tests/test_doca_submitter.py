@@ -265,6 +265,9 @@ def test_side_by_side_runs_pass_preflight(
     assert set(v) == {"G", "MAIN", "R32"}
     common = v["G"][v["G"].index("run") + 1 :]
     for exp, extra in (("MAIN", []), ("R32", r32_extra)):
-        a = build_parser().parse_args(["run", *v[exp], *common, *variant, *extra])
+        a = build_parser().parse_args(["run", *common, *v[exp], *variant, *extra])  # its order
         p = make_plan(config_from_args(a), gpu_probes())
         assert p.cfg.submitter == variant[1]
+        assert [e.name for e in p.experiments] == (
+            ["single-op", "msg-rate", "completion-scope"] if exp == "MAIN" else ["msg-rate"]
+        )
