@@ -12,6 +12,7 @@ import sys
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gicbench.config import RunConfig
@@ -271,3 +272,162 @@ def test_side_by_side_runs_pass_preflight(
         assert [e.name for e in p.experiments] == (
             ["single-op", "msg-rate", "completion-scope"] if exp == "MAIN" else ["msg-rate"]
         )
+
+
+# ---- the loops' host side, with the GPU replaced (numpy for CuPy, a fake DocaDevice) ---------
+class _Counters:
+    def __init__(self) -> None:
+        self.c = {"doorbells": 0, "cqes": 0, "stale_wqes": 0, "dbrec_lag": 0, "bad_doorbells": 0}
+
+    def counters(self) -> dict[str, int]:
+        return dict(self.c)
+
+
+class _FakeDev:
+    """Records each launch and answers as the kernels would: every unit ok, its last ticket,
+    time marks every `window` ops, cycles per op."""
+
+    def __init__(self, fab: _Counters, status: int = 0, bump: str | None = None) -> None:
+        self.fab, self.status, self.bump, self.calls = fab, status, bump, []
+        from gicbench.submit.doca.headers import Gpunetio
+
+        self.headers = Gpunetio(REPO, "3.8.0", "4.0.0", "test")
+
+    def _res(self, n: int, total: int):
+        from gicbench.submit.doca.layout import RESULT_DTYPE
+
+        r = np.zeros(n, RESULT_DTYPE)
+        r["status"], r["ticket"], r["total_ns"] = self.status, 7, total
+        return r
+
+    def post(self, qps, lanes, job, handler, sharing, scope, blocks, threads, marks=False):
+        self.calls.append(("post", qps.copy(), lanes.copy(), job.copy(), blocks, threads))
+        qps += 1  # the kernel moved DOCA's indices: they must be written back
+        self.fab.c["doorbells"] += int(job["iters"])
+        if self.bump:
+            self.fab.c[self.bump] += 1
+        n = blocks * threads // (32 if scope == Scope.WARP else 1)
+        res = self._res(n, 10_000)
+        if not marks:
+            return res
+        w, mw = int(job["window"]), int(job["max_windows"])
+        m = np.zeros((n, mw), np.uint64)
+        k = int(job["iters"]) // w
+        m[:, :k] = (np.arange(1, k + 1) * 1000).astype(np.uint64)
+        return res, m
+
+    def latency(self, qps, lanes, job, handler, sharing, scope, blocks, threads):
+        self.calls.append(("latency", qps.copy(), lanes.copy(), job.copy(), blocks, threads))
+        qps += 1
+        it = int(job["iters"])
+        cyc = np.zeros((1, it, 2), np.uint64)
+        cyc[0, :, 0], cyc[0, :, 1] = 300, 3000  # at 1.5 GHz: 200 ns, 2000 ns
+        return self._res(1, 5), cyc
+
+
+class _Shim:
+    """numpy standing in for CuPy's few calls here."""
+
+    asarray = staticmethod(np.asarray)
+    ascontiguousarray = staticmethod(np.ascontiguousarray)
+
+
+def _fake_submitter(monkeypatch, params: DocaParams, nqps: int, **dev_kw):
+    from gicbench.submit.doca import submitter as mod
+    from gicbench.submit.doca.layout import QP_BYTES
+    from gicbench.submit.gpu.device import DeviceMap
+
+    monkeypatch.setattr(mod.smclock, "measure", lambda cp, *a, **k: 1.5e9)
+    monkeypatch.setattr(mod, "stage", lambda cp, bufs: ("kept", [0xD0000 + i for i in
+                                                                 range(len(bufs))]))  # fmt: skip
+    s = object.__new__(DocaSubmitter)
+    fab = _Counters()
+    s.rank, s.fabric, s.timeout_ns, s.params = 0, fab, 5_000_000_000, params
+    s.cp, s.handler, s.sharing = _Shim(), params.nic_handler, params.sharing_mode
+    s.scope, s.cq_type, s.ringer, s.details = params.exec_scope, params.cq_type, None, {}
+    s.dev = _FakeDev(fab, **dev_kw)
+    s.dm = DeviceMap(mr_starts=[0x1000], mr_dev=[0x7F000000])
+    s.index = {100 + i: i for i in range(nqps)}
+    s.qps = np.zeros((nqps, QP_BYTES), np.uint8)
+    s.sm_clock_hz = 1.5e9
+    return s
+
+
+def _work_lanes(n: int):
+    from types import SimpleNamespace
+
+    from gicbench.submit.base import Buffer, Lane
+
+    return tuple(
+        Lane(SimpleNamespace(qpn=100 + i), 1, Buffer(0x1000 + i * 512, 0x11, 512),
+             Buffer(0x900000 + i * 512, 0x22, 512))
+        for i in range(n)
+    )  # fmt: skip
+
+
+def test_latency_loop_host_side(monkeypatch) -> None:
+    from gicbench.submit.base import LatencyWork
+    from gicbench.submit.doca.layout import SEQ, Op
+
+    s = _fake_submitter(monkeypatch, DocaParams(), 3)
+    lanes = _work_lanes(3)
+    ns = s.latency(LatencyWork(lanes, 1, "put_completion", 64, False, True, 40, 10))
+    assert ns.shape == (40,) and (ns == 2000).all()  # warm-up dropped, cycles at 1.5 GHz
+    kind, qps, lrec, job, blocks, threads = s.dev.calls[-1]
+    assert kind == "latency" and (blocks, threads) == (1, 1)
+    assert int(job["op"]) == Op.PUT and int(job["iters"]) == 50 and int(job["nqps"]) == 1
+    assert int(job["slots"]) == 1 and int(job["flags"]) == SEQ and int(job["nquiet"]) == 3
+    assert len(lrec) == 1 and int(lrec["src"][0]) == 0x1000 + 512  # the selected lane first
+    assert int(lrec["src_dev"][0]) == 0x7F000000 + 512 and int(lrec["dst_rkey_be"][0]) == 0x22 << 24
+    assert qps.shape == (3 * 296,) and (s.qps == 1).all()  # gathered, written back
+    assert s.point_details()["doca_version"] == "4.0.0"
+    assert s.latency(LatencyWork(lanes, 0, "issue", 8, True, False, 5, 0)).tolist() == [200] * 5
+    assert int(s.dev.calls[-1][3]["op"]) == Op.P and int(s.dev.calls[-1][3]["nquiet"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("sharing", "scope", "threads", "grid"),
+    [("exclusive", "thread", 2, (1, 2)), ("cta", "thread", 64, (2, 32)),
+     ("gpu", "warp", 128, (1, 128)), ("gpu", "thread", 2048, (2, 1024))],
+)  # fmt: skip
+def test_rate_loop_host_side(monkeypatch, sharing, scope, threads, grid) -> None:
+    from gicbench.submit.base import RateWork
+    from gicbench.submit.doca.layout import VALUE_FROM_SRC, Op
+
+    p = DocaParams(doca_sharing=sharing, doca_scope=scope)
+    s = _fake_submitter(monkeypatch, p, 2)
+    inline = scope == "thread"
+    r = s.rate(RateWork(_work_lanes(2), threads, 1, 8, inline, 100, 10, 25))
+    warm, main = s.dev.calls
+    assert (warm[4], warm[5]) == grid == (main[4], main[5])
+    assert int(warm[3]["iters"]) == 10 and int(warm[3]["first"]) == 0
+    assert int(main[3]["iters"]) == 100 and int(main[3]["first"]) == 10
+    assert int(main[3]["slots"]) == 512 // 8 and int(main[3]["flags"]) == VALUE_FROM_SRC
+    assert int(main[3]["op"]) == (Op.P if inline else Op.PUT)
+    assert int(main[3]["window"]) == 25 and int(main[3]["max_windows"]) == 5
+    if inline:  # p's values come from the staged GPU copy
+        assert main[2]["src_dev"].tolist() == [0xD0000, 0xD0001]
+    units = threads // (32 if scope == "warp" else 1)
+    assert r.windows_ns.size == units * 5 and r.elapsed_ns == 10_000
+    assert r.messages == 100 * threads and r.doorbells == 100 and (s.qps == 2).all()
+    assert s.rate_lane_messages(2, threads, 1, 110) == [threads // 2 * 110] * 2
+
+
+def test_engine_counters_must_stay_zero(monkeypatch) -> None:
+    from gicbench.errors import FabricError
+    from gicbench.submit.base import RateWork
+
+    s = _fake_submitter(monkeypatch, DocaParams(), 1, bump="dbrec_lag")
+    with pytest.raises(FabricError, match="dbrec_lag=1"):
+        s.rate(RateWork(_work_lanes(1), 1, 1, 8, True, 10, 0, 5))
+
+
+@pytest.mark.parametrize(("status", "exc"), [(2, "CompletionTimeout"), (3, "CompletionError"),
+                                             (4, "FabricError")])  # fmt: skip
+def test_unit_status_becomes_the_exception(monkeypatch, status: int, exc: str) -> None:
+    from gicbench import errors
+    from gicbench.submit.base import LatencyWork
+
+    s = _fake_submitter(monkeypatch, DocaParams(), 1, status=status)
+    with pytest.raises(getattr(errors, exc)):
+        s.latency(LatencyWork(_work_lanes(1), 0, "issue", 8, True, False, 5, 0))

@@ -368,7 +368,9 @@ class DocaSubmitter(Submitter):
                 r = self.dev.post(qps, lanes, warm, *args)
                 self._raise_for(r, "msg-rate warm-up")
             job = job_record(op, size, M, L, first=W, window=win, max_windows=max_windows, **common)
+            c0 = self.fabric.counters()  # doorbells and CQEs of the measured launch only
             res, marks = self.dev.post(qps, lanes, job, *args, marks=True)
+            c1 = self.fabric.counters()
         del keep
         self._raise_for(res, "msg-rate")
         windows = []
@@ -389,8 +391,8 @@ class DocaSubmitter(Submitter):
             windows_ns=np.asarray(windows, dtype=np.int64),
             elapsed_ns=elapsed,
             messages=M * work.threads,
-            doorbells=int(self.details.get("doorbells", 0)),
-            cqes=int(self.details.get("cqes", 0)),
+            doorbells=int(c1.get("doorbells", 0)) - int(c0.get("doorbells", 0)),
+            cqes=int(c1.get("cqes", 0)) - int(c0.get("cqes", 0)),
         )
 
     def point_details(self) -> dict[str, Any]:  # type: ignore[override]
