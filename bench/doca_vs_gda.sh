@@ -8,7 +8,8 @@
 # rate shares one QP: mini-gda --publish thread, DOCA --doca-sharing gpu). Then the side-by-side report (bench/doca_vs_gda.py: ratios per handler
 # and per ordering) and the doca submitter's GPU tests. Never changes the GPU's clocks.
 # Carry-ready: from a copy of the repository holding .cache/gpunetio/<version>/ (make setup
-# extracts it), `bash bench/doca_vs_gda.sh`; it builds into /tmp/gs unless that exists.
+# extracts it), `bash bench/doca_vs_gda.sh`; it builds into /tmp/gs ($GICBENCH_SITE) unless that
+# holds gicbench already.
 # Results: $OUT/summary.txt, $OUT/doca_vs_gda.md (+ .json), $OUT/runs/*.json, $OUT/tests.log.
 set -u
 O=${OUT:-/tmp/doca-vs-gda}; mkdir -p "$O/runs"
@@ -18,11 +19,12 @@ export PYTHONUNBUFFERED=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIR
   CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
 { nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv; nproc; nvcc --version | tail -1; } \
   > "$O/machine.txt" 2>&1
-if [ ! -d /tmp/gs/gicbench ]; then
-  python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/gs . > "$O/build.log" 2>&1 \
+GS=${GICBENCH_SITE:-/tmp/gs}  # where the package is installed (built here unless it exists)
+if [ ! -d "$GS/gicbench" ]; then
+  python3 -m pip install -q --no-build-isolation --no-deps --target "$GS" . > "$O/build.log" 2>&1 \
     || { tail -30 "$O/build.log"; exit 1; }
 fi
-export PYTHONPATH=/tmp/gs${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONPATH=$GS${PYTHONPATH:+:$PYTHONPATH}
 if [ -z "${GICBENCH_GPUNETIO_DIR:-}" ]; then
   VER=$(cd "$ROOT/.cache/gpunetio" 2>/dev/null && dirname */VERSION | head -1)
   export GICBENCH_GPUNETIO_DIR="$ROOT/.cache/gpunetio/$VER"
