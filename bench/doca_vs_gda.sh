@@ -33,8 +33,9 @@ export GICBENCH_DOCA_CACHE=${GICBENCH_DOCA_CACHE:-/tmp/doca-cubin}
 step() {  # step NAME SECONDS CMD...: one command, its output kept, never more than SECONDS
   local name=$1 t=$2; shift 2
   echo "== $name: $*" >> "$O/summary.txt"
+  local t0=$SECONDS
   timeout -k 5 "$t" "$@" > "$O/runs/$name.json" 2> "$O/runs/$name.err"; local rc=$?
-  echo "   rc=$rc" >> "$O/summary.txt"; echo "$name rc=$rc"
+  echo "   rc=$rc $((SECONDS - t0)) s" >> "$O/summary.txt"; echo "$name rc=$rc $((SECONDS - t0)) s"
   [ $rc -eq 0 ] || tail -5 "$O/runs/$name.err"
 }
 # Build the DOCA cubin once (both ranks would otherwise compile it at once).
@@ -48,17 +49,17 @@ MAIN="single-op msg-rate completion-scope --modes issue,put_completion -n 2000 -
 --batch 1 --messages 50000"
 R32="msg-rate -t 32 -q 1 --batch 1 --messages 5000"
 for o in gpu-fence sys-fence; do
-  step "main_gpu_$o" 120 $G $MAIN --submitter gpu --ordering "$o" -o "$O/tr/main_$o"
-  step "r32_gpu_$o" 90 $G $R32 --submitter gpu --ordering "$o" --publish thread -o "$O/tr/r32_$o"
+  step "main_gpu_$o" 75 $G $MAIN --submitter gpu --ordering "$o" -o "$O/tr/main_$o"
+  step "r32_gpu_$o" 45 $G $R32 --submitter gpu --ordering "$o" --publish thread -o "$O/tr/r32_$o"
 done
 for h in gpu-sm-db gpu-sm-no-dbr gpu-sm-bf cpu-proxy cpu-proxy-free-flow; do
-  step "main_doca_$h" 120 $G $MAIN --submitter doca --doca-handler "$h" -o "$O/tr/main_$h"
-  step "r32_doca_$h" 90 $G $R32 --submitter doca --doca-handler "$h" --doca-sharing gpu \
+  step "main_doca_$h" 75 $G $MAIN --submitter doca --doca-handler "$h" -o "$O/tr/main_$h"
+  step "r32_doca_$h" 45 $G $R32 --submitter doca --doca-handler "$h" --doca-sharing gpu \
     -o "$O/tr/r32_$h"
 done
 python3 bench/doca_vs_gda.py "$O/runs" "$O/doca_vs_gda" 2>&1 | tee "$O/report.txt"
 # The doca submitter's in-process GPU tests (the runs above are its end-to-end test).
 mkdir -p /tmp/doca2-tests && cp tests/test_doca_submitter_gpu.py /tmp/doca2-tests/ && cd /tmp/doca2-tests \
-  && timeout -k 5 "${DOCA_TEST_TIMEOUT:-200}" python3 -m pytest -p no:cacheprovider -q -rs -x \
+  && timeout -k 5 "${DOCA_TEST_TIMEOUT:-120}" python3 -m pytest -p no:cacheprovider -q -rs -x \
     -k "not end_to_end" test_doca_submitter_gpu.py > "$O/tests.log" 2>&1
 echo "tests rc=$?"; tail -15 "$O/tests.log"
