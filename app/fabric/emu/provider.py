@@ -94,9 +94,7 @@ class EmuProvider(Provider):
             world_size=topo.size,
             job=job,
             progress=settings["progress"],
-            segment_bytes=segment_bytes_for(
-                qps, cqs, plan.dcts, plan.sq_depth, plan.sq_depth, mrs
-            ),
+            segment_bytes=segment_bytes_for(qps, cqs, plan.dcts, plan.sq_depth, plan.sq_depth, mrs),
             max_qps=qps,
             max_cqs=cqs,
             max_dcts=plan.dcts,
