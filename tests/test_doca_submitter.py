@@ -431,3 +431,17 @@ def test_unit_status_becomes_the_exception(monkeypatch, status: int, exc: str) -
     s = _fake_submitter(monkeypatch, DocaParams(), 1, status=status)
     with pytest.raises(getattr(errors, exc)):
         s.latency(LatencyWork(_work_lanes(1), 0, "issue", 8, True, False, 5, 0))
+
+
+def test_blueflame_thread_blocks_fit_shared_memory(with_headers: None, monkeypatch) -> None:
+    """gpu-sm-bf in thread scope stages 64 B per thread in shared memory: a block of 1024 threads
+    (64 KB) would fail to launch, so blocks stay at 512 threads."""
+    with pytest.raises(UnsupportedError, match="<= 512 threads"):
+        plan(experiments=["msg-rate"], submitter="doca", doca_handler="gpu-sm-bf",
+             doca_sharing="cta", threads=1024, qps=1)  # fmt: skip
+    plan(experiments=["msg-rate"], submitter="doca", doca_handler="gpu-sm-db",
+         doca_sharing="cta", threads=1024, qps=1)  # fmt: skip
+    s = _fake_submitter(monkeypatch, DocaParams(doca_handler="gpu-sm-bf", doca_sharing="gpu"), 1)
+    assert s._rate_shape(1, 1024) == (2, 512)
+    s = _fake_submitter(monkeypatch, DocaParams(doca_sharing="gpu"), 1)
+    assert s._rate_shape(1, 1024) == (1, 1024)

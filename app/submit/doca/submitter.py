@@ -38,6 +38,7 @@ from .layout import (
     SEQ,
     STATUS,
     VALUE_FROM_SRC,
+    NicHandler,
     Op,
     Scope,
     Sharing,
@@ -53,6 +54,13 @@ from .params import DocaParams
 
 ENGINE_COUNTERS = ("stale_wqes", "dbrec_lag", "bad_doorbells")  # must read zero on every call
 MAX_BLOCK = 1024
+BF_MAX_BLOCK = 512  # gpu-sm-bf thread scope: 64 B of shared memory per thread (<= 32 KB a block)
+
+
+def max_block(handler: NicHandler, scope: Scope) -> int:
+    """Threads per block a launch may have (BlueFlame stages each thread's WQE in shared memory)."""
+    bf = NicHandler(handler) == NicHandler.GPU_SM_BF and Scope(scope) == Scope.THREAD
+    return BF_MAX_BLOCK if bf else MAX_BLOCK
 
 
 def op_for(payload: str, size: int) -> Op:
@@ -101,8 +109,9 @@ def refusal(params: DocaParams, exp: str, point: Mapping[str, Any]) -> str | Non
         if params.sharing_mode == Sharing.EXCLUSIVE and t // q != per_unit:
             unit = "warp" if per_unit > 1 else "thread"
             return f"-t {t} with --doca-sharing exclusive: one {unit} per QP (-t {q * per_unit})"
-        if params.sharing_mode == Sharing.CTA and t // q > MAX_BLOCK:
-            return f"-t {t} with --doca-sharing cta: one block per QP, <= {MAX_BLOCK} threads each"
+        cap = max_block(h, e)
+        if params.sharing_mode == Sharing.CTA and t // q > cap:
+            return f"-t {t} with --doca-sharing cta: one block per QP, <= {cap} threads each"
     return None
 
 
@@ -315,6 +324,7 @@ class DocaSubmitter(Submitter):
 
     def _rate_shape(self, nlanes: int, threads: int) -> tuple[int, int]:
         """(blocks, threads per block) of a rate launch over `nlanes` QPs."""
+        cap = max_block(self.handler, self.scope)
         per_unit = 32 if self.scope == Scope.WARP else 1
         if threads % (nlanes * per_unit):
             raise ConfigError(
@@ -326,15 +336,14 @@ class DocaSubmitter(Submitter):
             )
         if self.sharing == Sharing.CTA:
             per = threads // nlanes
-            if per > MAX_BLOCK or (self.scope == Scope.WARP and per % 32):
+            if per > cap or (self.scope == Scope.WARP and per % 32):
                 raise ConfigError(
                     "threads (-t)",
                     threads,
-                    f"{nlanes} blocks (one per QP) of <= "
-                    f"{MAX_BLOCK} threads (whole warps in warp scope)",
+                    f"{nlanes} blocks (one per QP) of <= {cap} threads (whole warps in warp scope)",
                 )
             return nlanes, per
-        block = threads if threads <= MAX_BLOCK else math.gcd(threads, MAX_BLOCK)
+        block = threads if threads <= cap else math.gcd(threads, cap)
         return threads // block, block
 
     def rate_lane_messages(
