@@ -262,6 +262,8 @@ def _run_rank(
             timeout_s=cfg.timeout_s,
             params=plan.submitter_params,
         )
+        with Phase(comm, "bring-up: attach queues to the submitter"):
+            submitter.attach_queues([q for p in sorted(res.rc) for q in res.rc[p]] + res.dcis)
         ctx = RankContext(cfg, comm, topo, fabric, res, submitter, pre.traffic, pre.layout)
         if rank0:
             printer.preamble(

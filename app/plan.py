@@ -91,6 +91,7 @@ class RunPlan:
             engine=self.cfg.engine,
             engine_ctas=self.cfg.engine_ctas,
             queues=self.cfg.queues,
+            queue_options=self.submitter.queue_options(self.submitter_params, self.cfg.sq_depth),
         )
 
 
@@ -134,7 +135,7 @@ def make_plan(cfg: RunConfig, probes: LazyProbes | None = None) -> RunPlan:
         )
     exps = [registry.get(name).from_config(cfg) for name in cfg.experiments]
     for e in exps:
-        missing = e.shapes - sub.shapes
+        missing = e.needed_shapes() - sub.shapes
         if missing:
             raise UnsupportedError(
                 f"experiment {e.name} needs {', '.join(sorted(m.value for m in missing))} loops, "
@@ -164,6 +165,7 @@ def make_plan(cfg: RunConfig, probes: LazyProbes | None = None) -> RunPlan:
                     "only with --transport dc (no experiment here uses DC)",
                 )
     points = [(e, e.points()) for e in exps]
+    sub.check_points(sub_params, [(e.name, pt) for e, pts in points for pt in pts])
     plan = RunPlan(cfg, exps, points, sub, sub_params, provider, probes)
     plan.layout(2)  # the smallest world: refuses a landing budget too small for any run
     return plan

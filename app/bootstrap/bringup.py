@@ -83,8 +83,9 @@ def bring_up(
         for p in neighbours:
             qps = []
             for _ in range(plan.rc_qps_per_peer):
-                cq = fabric.create_cq(plan.sq_depth)
-                qps.append(fabric.create_qp(cq, plan.sq_depth))
+                # as the submitter asked (QueueOptions: e.g. DOCA's overrun-ignoring CQs)
+                cq = fabric.create_cq(plan.sq_depth, **plan.queue_options.cq)
+                qps.append(fabric.create_qp(cq, plan.sq_depth, **plan.queue_options.qp))
             res.rc[p] = qps
         for _ in range(plan.dcis):
             cq = fabric.create_cq(plan.sq_depth)

@@ -95,6 +95,11 @@ class Experiment(ABC):
         """Checks that need this rank's part in the pattern (pre-flight, once MPI is up)."""
         return None
 
+    def needed_shapes(self) -> frozenset[Shape]:
+        """The loop shapes this configuration runs (pre-flight checks the submitter has them):
+        `shapes`, less what its chosen points never use."""
+        return self.shapes
+
     # What bring-up must provide.
     @property
     def lanes_per_peer(self) -> int:

@@ -76,6 +76,12 @@ class SingleOp(Experiment):
                 f"{self.cfg.pattern} (a round trip needs a partner that answers: --pattern pairs)",
             )
 
+    def needed_shapes(self) -> frozenset[Shape]:
+        # A responder loop only where a round trip is measured.
+        if any(pt["mode"] == "round_trip" for pt in self.points()):
+            return self.shapes
+        return frozenset({Shape.LATENCY})
+
     def points(self) -> list[dict[str, Any]]:
         p = self.params
         return [

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..errors import ConfigError, UnsupportedError
@@ -19,6 +19,17 @@ from .base import Fabric, ProviderCaps
 
 PROVIDER_MODULES = ("gicbench.fabric.emu.provider", "gicbench.fabric.planned")
 _REGISTRY: dict[str, type[Provider]] = {}
+
+
+@dataclass(frozen=True)
+class QueueOptions:
+    """How a submitter wants each RC QP and its send CQ created (provider keyword arguments of
+    create_qp/create_cq, e.g. emu's dbr=False, collapsed=True, overrun_ignore=True), and the
+    host-mapped bytes per QP it registers for itself (e.g. DOCA's CPU-proxy words)."""
+
+    qp: Mapping[str, Any] = field(default_factory=dict)
+    cq: Mapping[str, Any] = field(default_factory=dict)
+    scratch_per_qp: int = 0
 
 
 @dataclass(frozen=True)
@@ -40,6 +51,12 @@ class FabricPlan:
     engine: str = "cpu"  # emu: cpu | cuda
     engine_ctas: int | None = None  # emu CUDA engine CTAs (None: its default)
     queues: str = "host"  # emu queue placement: host | device
+    queue_options: QueueOptions = field(default_factory=QueueOptions)  # the submitter's queue wishes
+
+    @property
+    def scratch_bytes(self) -> int:
+        """Bytes of the one extra region the submitter registers (0: none)."""
+        return self.queue_options.scratch_per_qp * self.rc_peers * self.rc_qps_per_peer
 
     @property
     def qps(self) -> int:

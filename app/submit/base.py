@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -23,9 +23,15 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..fabric.base import Fabric, MemoryRegion, ProgressPolicy, ProviderCaps, QueuePair
+from ..fabric.registry import QueueOptions
 from ..platform import Probe
 
-SUBMITTER_MODULES = ("gicbench.submit.host", "gicbench.submit.gpu", "gicbench.submit.proxy")
+SUBMITTER_MODULES = (
+    "gicbench.submit.host",
+    "gicbench.submit.gpu",
+    "gicbench.submit.proxy",
+    "gicbench.submit.doca.submitter",
+)
 _REGISTRY: dict[str, type[Submitter]] = {}
 
 
@@ -159,6 +165,18 @@ class Submitter(ABC):
             details={"what": cls.summary, "shapes": sorted(s.value for s in cls.shapes)},
         )
 
+    @classmethod
+    def queue_options(cls, params: Any, sq_depth: int) -> QueueOptions:
+        """How bring-up must create this submitter's RC QPs and their send CQs (the plan puts
+        it in the FabricPlan, before anything exists); the default: the provider's defaults."""
+        return QueueOptions()
+
+    @classmethod
+    def check_points(cls, params: Any, points: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+        """Refuse (ConfigError/UnsupportedError), in pre-flight, points this submitter cannot
+        run with `params` ((experiment name, point) pairs, as the experiments list them)."""
+        return None
+
     def __init__(
         self,
         *,
@@ -171,6 +189,12 @@ class Submitter(ABC):
         self.rank, self.fabric, self.progress = rank, fabric, progress
         self.timeout_ns = int(timeout_s * 1e9)
         self.params = params if params is not None else self.Params()
+
+    def attach_queues(self, qps: Sequence[QueuePair]) -> None:
+        """Called once by the harness after bring-up with every QP this rank brought up,
+        before any loop: the place to prepare them (initialise CQ rings, map them into the
+        GPU, register the scratch region QueueOptions asked for). Default: nothing."""
+        return None
 
     def latency(self, work: LatencyWork) -> np.ndarray:
         """Per-operation samples (int64 ns) of `work.iters` operations."""

@@ -14,10 +14,10 @@ extern "C" __global__ void gicbench_doca_init(const gicbench_doca_queue* queues,
 #define GICBENCH_DOCA_KERNEL(h, H, s, S, e, E)                                              \
   extern "C" __global__ void gicbench_doca_post_##h##_##s##_##e(                            \
       doca_gpu_dev_verbs_qp* qps, const gicbench_doca_lane* lanes,                          \
-      const gicbench_doca_job* job, gicbench_doca_result* results) {                        \
+      const gicbench_doca_job* job, gicbench_doca_result* results, uint64_t* marks) {       \
     gicbench_doca_post<DOCA_GPUNETIO_VERBS_NIC_HANDLER_##H,                                 \
                        DOCA_GPUNETIO_VERBS_RESOURCE_SHARING_MODE_##S,                       \
-                       DOCA_GPUNETIO_VERBS_EXEC_SCOPE_##E>(qps, lanes, job, results);      \
+                       DOCA_GPUNETIO_VERBS_EXEC_SCOPE_##E>(qps, lanes, job, results, marks); \
   }                                                                                         \
   extern "C" __global__ void gicbench_doca_latency_##h##_##s##_##e(                         \
       doca_gpu_dev_verbs_qp* qps, const gicbench_doca_lane* lanes,                          \

@@ -9,9 +9,15 @@
 // shared memory) or doca_gpu_dev_verbs_submit_bf_warp.
 //
 // Which QP a unit uses follows the sharing mode: EXCLUSIVE: one unit per QP (unit i -> QP i);
-// CTA: one block per QP, its units share it (block b -> QP b); GPU: unit u uses QP u % nqps. Slots in the
-// destination are unique per operation: slot = (rank of the unit on its QP) * iters + i
-// (x 32 + lane in warp scope), at dst + slot * size.
+// CTA: one block per QP, its units share it (block b -> QP b); GPU: unit u uses QP u % nqps.
+// Slots in the destination are unique per operation of a QP: with R units per QP and op
+// n = first + i of the unit of rank r on its QP, slot = n * R + r (x 32 + lane in warp scope),
+// at dst + (slot mod slots) * size (slots = 0: no wrap), read from src at the same offset. So the
+// ops of a QP cover slots 0, 1, 2, ... contiguously whatever the launch split (gicbench's
+// msg-rate validates that). Payload flags: VALUE_FROM_SRC (p writes the source's 8 bytes at the
+// offset: msg-rate), SEQ (the unit's op number n + 1 is stamped into the source's last 8 bytes
+// of the message before the post, and is p's value: single-op's sequence word); the stamping
+// happens before the op's timing starts.
 //
 // The final wait is a bounded poll (DOCA's non-blocking poll_one_cq_at against %globaltimer), so
 // a completion that never comes ends the kernel with ETIMEDOUT instead of hanging it. DOCA's own
@@ -41,13 +47,19 @@ enum : int32_t {
 
 // Per-QP addresses and keys (keys big-endian, as DOCA_GPUNETIO_VERBS_MKEY_SWAPPED says).
 struct gicbench_doca_lane {
-  uint64_t src;        // local source (PUT), device address
+  uint64_t src;        // local source (PUT), the NIC's address
   uint64_t dst;        // remote destination base (address in the peer's NIC space)
   uint64_t sig_remote; // remote 8-byte signal word
   uint64_t sig_local;  // local 8-byte word receiving the fetched old value
   uint32_t src_lkey_be, dst_rkey_be, sig_rkey_be, sig_lkey_be;
+  uint64_t src_dev;    // the GPU's address of src (payload flags read/stamp it; 0: unused)
 };
-static_assert(sizeof(gicbench_doca_lane) == 48, "layout.py LANE_DTYPE");
+static_assert(sizeof(gicbench_doca_lane) == 56, "layout.py LANE_DTYPE");
+
+enum : uint32_t {
+  GICBENCH_DOCA_VALUE_FROM_SRC = 1u,  // p's value: the 8 source bytes at the op's offset
+  GICBENCH_DOCA_SEQ = 2u,             // stamp op number + 1 into the message's last 8 bytes
+};
 
 struct gicbench_doca_job {
   uint32_t op;          // gicbench_doca_op
@@ -57,8 +69,14 @@ struct gicbench_doca_job {
   uint64_t seed;        // P writes seed + slot
   uint64_t sig_val;     // added by every signal
   uint64_t timeout_ns;  // bound of the final wait
+  uint32_t first;       // op number of this launch's first op per unit (earlier launches' ops)
+  uint32_t slots;       // destination slots per QP before wrapping (0: no wrap)
+  uint32_t flags;       // GICBENCH_DOCA_VALUE_FROM_SRC | GICBENCH_DOCA_SEQ
+  uint32_t nquiet;      // latency: after each op, also wait the last ticket of QPs [0, nquiet)
+  uint32_t window;      // rate: record a time mark every `window` ops of a unit (0: none)
+  uint32_t max_windows; // rate: marks per unit
 };
-static_assert(sizeof(gicbench_doca_job) == 40, "layout.py JOB_DTYPE");
+static_assert(sizeof(gicbench_doca_job) == 64, "layout.py JOB_DTYPE");
 
 struct gicbench_doca_result {
   int32_t status;     // GICBENCH_DOCA_*
@@ -71,16 +89,44 @@ static_assert(sizeof(gicbench_doca_result) == 32, "layout.py RESULT_DTYPE");
 
 template <doca_gpu_dev_verbs_resource_sharing_mode S>
 __device__ inline void gicbench_doca_unit(uint32_t unit, uint32_t nunits, uint32_t nqps,
-                                          uint32_t* qp_idx, uint32_t* rank_on_qp) {
+                                          uint32_t* qp_idx, uint32_t* rank_on_qp,
+                                          uint32_t* per_qp) {
   if (S == DOCA_GPUNETIO_VERBS_RESOURCE_SHARING_MODE_EXCLUSIVE) {
     *qp_idx = unit;
     *rank_on_qp = 0;
+    *per_qp = 1;
   } else if (S == DOCA_GPUNETIO_VERBS_RESOURCE_SHARING_MODE_CTA) {
     *qp_idx = blockIdx.x;  // one block per QP: CTA sharing synchronises within a block only
-    *rank_on_qp = unit % (nunits / gridDim.x);
+    *per_qp = nunits / gridDim.x;
+    *rank_on_qp = unit % *per_qp;
   } else {
     *qp_idx = unit % nqps;
     *rank_on_qp = unit / nqps;
+    *per_qp = nqps ? (nunits + nqps - 1) / nqps : 0;
+  }
+}
+
+// Where op i of this unit (this lane) writes, and p's value (see the flags above). Stamps the
+// sequence word into the source (SEQ) and makes it visible to the NIC before the post.
+__device__ inline void gicbench_doca_payload(const gicbench_doca_lane& l,
+                                             const gicbench_doca_job& job, uint32_t rank,
+                                             uint32_t per_qp, uint32_t i, uint32_t lane_id,
+                                             bool warp, uint32_t sz, uint64_t* off,
+                                             uint64_t* value) {
+  const uint64_t n = (uint64_t)job.first + i;
+  uint64_t slot = n * per_qp + rank;
+  if (warp) slot = slot * DOCA_GPUNETIO_VERBS_WARP_SIZE + lane_id;
+  *off = (job.slots ? slot % job.slots : slot) * sz;
+  *value = job.seed + slot;
+  if ((job.flags & GICBENCH_DOCA_VALUE_FROM_SRC) && l.src_dev)
+    *value = *reinterpret_cast<const volatile uint64_t*>(l.src_dev + *off);
+  if (job.flags & GICBENCH_DOCA_SEQ) {
+    *value = n + 1;
+    if (l.src_dev && sz >= sizeof(uint64_t) &&
+        (job.op == GICBENCH_DOCA_PUT || job.op == GICBENCH_DOCA_PUT_SIGNAL)) {
+      *reinterpret_cast<volatile uint64_t*>(l.src_dev + *off + sz - sizeof(uint64_t)) = n + 1;
+      __threadfence_system();  // the NIC reads the payload from host memory after the doorbell
+    }
   }
 }
 
@@ -188,28 +234,27 @@ __host__ __device__ constexpr bool gicbench_doca_supported(doca_gpu_dev_verbs_ni
                                                      : op == GICBENCH_DOCA_PUT);
 }
 
-// One operation of `job` by this unit (this lane, in warp scope), iteration i: DOCA's one-sided
-// call for the op, or the BlueFlame path. Returns the op's last ticket.
+__device__ inline uint32_t gicbench_doca_size(const gicbench_doca_job& job) {
+  return job.op == GICBENCH_DOCA_PUT || job.op == GICBENCH_DOCA_PUT_SIGNAL
+             ? job.size
+             : (uint32_t)sizeof(uint64_t);
+}
+
+// One operation of `job` by this unit (this lane, in warp scope) at offset `off` (p: `value`):
+// DOCA's one-sided call for the op, or the BlueFlame path. Returns the op's last ticket.
 template <doca_gpu_dev_verbs_nic_handler H, doca_gpu_dev_verbs_resource_sharing_mode S,
           doca_gpu_dev_verbs_exec_scope E>
 __device__ inline uint64_t gicbench_doca_issue(doca_gpu_dev_verbs_qp* qp,
                                                doca_gpu_dev_verbs_wqe* smem,
                                                const gicbench_doca_lane& l,
-                                               const gicbench_doca_job& job, uint32_t rank,
-                                               uint32_t i, uint32_t lane_id) {
+                                               const gicbench_doca_job& job, uint64_t off,
+                                               uint64_t value) {
   const bool warp = E == DOCA_GPUNETIO_VERBS_EXEC_SCOPE_WARP;
-  const uint32_t sz = job.op == GICBENCH_DOCA_PUT || job.op == GICBENCH_DOCA_PUT_SIGNAL
-                          ? job.size
-                          : (uint32_t)sizeof(uint64_t);
-  const uint64_t slot = warp
-                            ? ((uint64_t)rank * job.iters + i) * DOCA_GPUNETIO_VERBS_WARP_SIZE + lane_id
-                            : (uint64_t)rank * job.iters + i;
-  const uint64_t off = slot * sz;
+  const uint32_t sz = gicbench_doca_size(job);
   const doca_gpu_dev_verbs_addr ra = gicbench_doca_addr(l.dst + off, l.dst_rkey_be);
   const doca_gpu_dev_verbs_addr la = gicbench_doca_addr(l.src + off, l.src_lkey_be);
   const doca_gpu_dev_verbs_addr sr = gicbench_doca_addr(l.sig_remote, l.sig_rkey_be);
   const doca_gpu_dev_verbs_addr sl = gicbench_doca_addr(l.sig_local, l.sig_lkey_be);
-  const uint64_t value = job.seed + slot;
   uint64_t ticket = 0;
   if (H == DOCA_GPUNETIO_VERBS_NIC_HANDLER_GPU_SM_BF)
     return warp ? gicbench_doca_bf_warp<S>(qp, l, off, sz)
@@ -241,7 +286,7 @@ __device__ inline uint64_t gicbench_doca_issue(doca_gpu_dev_verbs_qp* qp,
 // threads (thread scope) or warps (warp scope): EXCLUSIVE needs units == nqps, CTA blocks ==
 // nqps; otherwise every unit reports EBADARG and nothing is posted.
 struct gicbench_doca_place {
-  uint32_t unit, nunits, lane_id, q, rank;
+  uint32_t unit, nunits, lane_id, q, rank, per_qp;
   int32_t status;
 };
 
@@ -254,7 +299,7 @@ __device__ inline gicbench_doca_place gicbench_doca_where(const gicbench_doca_jo
   p.lane_id = warp ? (threadIdx.x % DOCA_GPUNETIO_VERBS_WARP_SIZE) : 0;
   p.unit = warp ? tid / DOCA_GPUNETIO_VERBS_WARP_SIZE : tid;
   p.nunits = gridDim.x * blockDim.x / (warp ? DOCA_GPUNETIO_VERBS_WARP_SIZE : 1);
-  gicbench_doca_unit<S>(p.unit, p.nunits, job.nqps, &p.q, &p.rank);
+  gicbench_doca_unit<S>(p.unit, p.nunits, job.nqps, &p.q, &p.rank, &p.per_qp);
   if (!gicbench_doca_supported(H, E, job.op))
     p.status = GICBENCH_DOCA_EUNSUPPORTED;
   else if (job.nqps == 0 || p.q >= job.nqps ||
@@ -270,7 +315,7 @@ template <doca_gpu_dev_verbs_nic_handler H, doca_gpu_dev_verbs_resource_sharing_
 __device__ inline void gicbench_doca_post(doca_gpu_dev_verbs_qp* qps,
                                           const gicbench_doca_lane* lanes,
                                           const gicbench_doca_job* jobp,
-                                          gicbench_doca_result* results) {
+                                          gicbench_doca_result* results, uint64_t* marks) {
   extern __shared__ doca_gpu_dev_verbs_wqe gicbench_doca_smem[];
   const gicbench_doca_job job = *jobp;
   const bool warp = E == DOCA_GPUNETIO_VERBS_EXEC_SCOPE_WARP;
@@ -281,10 +326,19 @@ __device__ inline void gicbench_doca_post(doca_gpu_dev_verbs_qp* qps,
     doca_gpu_dev_verbs_qp* qp = &qps[p.q];
     const gicbench_doca_lane l = lanes[p.q];
     uint64_t ticket = 0;
+    const uint32_t sz = gicbench_doca_size(job);
     const uint64_t t0 = doca_gpu_dev_verbs_query_globaltimer();
-    for (uint32_t i = 0; i < job.iters; ++i)
-      ticket = gicbench_doca_issue<H, S, E>(qp, &gicbench_doca_smem[threadIdx.x], l, job, p.rank,
-                                            i, p.lane_id);
+    for (uint32_t i = 0; i < job.iters; ++i) {
+      uint64_t off, value;
+      gicbench_doca_payload(l, job, p.rank, p.per_qp, i, p.lane_id, warp, sz, &off, &value);
+      ticket = gicbench_doca_issue<H, S, E>(qp, &gicbench_doca_smem[threadIdx.x], l, job, off,
+                                            value);
+      // a time mark every `window` ops (msg-rate's windows), by the unit's first lane
+      const uint32_t k = (i + 1) / (job.window ? job.window : 1) - 1;
+      if (marks && job.window && (i + 1) % job.window == 0 && k < job.max_windows &&
+          (!warp || p.lane_id == 0))
+        marks[(uint64_t)p.unit * job.max_windows + k] = doca_gpu_dev_verbs_query_globaltimer() - t0;
+    }
     const uint64_t t1 = doca_gpu_dev_verbs_query_globaltimer();
     r.ticket = ticket;
     r.status = job.iters ? gicbench_doca_wait<S>(qp, ticket, job.timeout_ns, &r.cq_status) : 0;
@@ -317,13 +371,25 @@ __device__ inline void gicbench_doca_latency(doca_gpu_dev_verbs_qp* qps,
   if (p.status == GICBENCH_DOCA_OK) {
     doca_gpu_dev_verbs_qp* qp = &qps[p.q];
     const gicbench_doca_lane l = lanes[p.q];
+    const uint32_t sz = gicbench_doca_size(job);
     const uint64_t t0 = doca_gpu_dev_verbs_query_globaltimer();
     for (uint32_t i = 0; i < job.iters; ++i) {
+      uint64_t off, value;
+      gicbench_doca_payload(l, job, p.rank, p.per_qp, i, p.lane_id, warp, sz, &off, &value);
       const long long c0 = clock64();
-      const uint64_t ticket = gicbench_doca_issue<H, S, E>(
-          qp, &gicbench_doca_smem[threadIdx.x], l, job, p.rank, i, p.lane_id);
+      const uint64_t ticket =
+          gicbench_doca_issue<H, S, E>(qp, &gicbench_doca_smem[threadIdx.x], l, job, off, value);
       const long long c1 = clock64();
       r.status = gicbench_doca_wait<S>(qp, ticket, job.timeout_ns, &r.cq_status);
+      // An all-QP quiet (completion-scope --scope all): every other QP's last posted WQE too,
+      // read from its DOCA structure and CQ in memory, as NVSHMEM's PE-wide quiet walks them.
+      for (uint32_t j = 0; j < job.nquiet && r.status == GICBENCH_DOCA_OK; ++j) {
+        if (j == p.q) continue;
+        const uint64_t last =
+            *reinterpret_cast<const volatile uint64_t*>(&qps[j].sq_rsvd_index);
+        int32_t st = 0;
+        if (last) r.status = gicbench_doca_wait<S>(&qps[j], last - 1, job.timeout_ns, &st);
+      }
       const long long c2 = clock64();
       r.ticket = ticket;
       if (warp) {

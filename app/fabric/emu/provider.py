@@ -132,18 +132,18 @@ class EmuProvider(Provider):
             import cupy
 
             cupy.cuda.Device(topo.local_rank % cupy.cuda.runtime.getDeviceCount()).use()
+        # the submitter's own region (QueueOptions.scratch_per_qp), registered after bring-up
+        mrs = list(plan.mr_sizes) + ([plan.scratch_bytes] if plan.scratch_bytes else [])
         return EmuFabric(
             rank=topo.rank,
             world_size=topo.size,
             job=job,
             progress="inline" if cuda else settings["progress"],
-            segment_bytes=segment_bytes_for(
-                qps, cqs, plan.dcts, plan.sq_depth, plan.sq_depth, list(plan.mr_sizes)
-            ),
+            segment_bytes=segment_bytes_for(qps, cqs, plan.dcts, plan.sq_depth, plan.sq_depth, mrs),
             max_qps=qps,
             max_cqs=cqs,
             max_dcts=plan.dcts,
-            max_mrs=len(plan.mr_sizes),
+            max_mrs=len(mrs),
             engine=settings.get("engine", "cpu"),
             engine_ctas=settings.get("engine_ctas") if cuda else None,
             queues=settings.get("queues", "host"),

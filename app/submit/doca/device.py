@@ -96,10 +96,19 @@ class DocaDevice:
         blocks: int,
         threads: int,
         grace_s: float = 5.0,
-    ) -> np.ndarray:
-        """Rate shape: one launch; RESULT_DTYPE per issuing unit."""
-        return self._launch("post", qps, lanes, job, handler, sharing, scope, blocks, threads,
-                            grace_s, ())  # fmt: skip
+        marks: bool = False,
+    ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+        """Rate shape: one launch; RESULT_DTYPE per issuing unit. marks=True: also the time
+        marks (ns since the unit's first post, every job.window ops), marks[unit, k]."""
+        cp = _cupy()
+        n = units(sharing, scope, int(job["nqps"]), blocks, threads)
+        mw = int(job["max_windows"]) if marks else 0
+        d_marks = cp.zeros(max(1, n * mw), cp.uint64)
+        res = self._launch("post", qps, lanes, job, handler, sharing, scope, blocks, threads,
+                           grace_s, (d_marks if marks else np.uint64(0),))  # fmt: skip
+        if not marks:
+            return res
+        return res, cp.asnumpy(d_marks)[: n * mw].reshape(n, mw)
 
     def _launch(
         self,
@@ -119,8 +128,10 @@ class DocaDevice:
         nqps = int(job["nqps"])
         n = units(sharing, scope, nqps, blocks, threads)
         lanes = np.ascontiguousarray(lanes, LANE_DTYPE).reshape(-1)
-        if len(lanes) != nqps or qps.size != nqps * QP_BYTES:
-            raise ValueError(f"{len(lanes)} lanes and {qps.size // QP_BYTES} QPs for nqps={nqps}")
+        need = max(nqps, int(job["nquiet"]))  # the quiet walks QPs past the posting ones
+        if len(lanes) != nqps or qps.size < need * QP_BYTES or qps.size % QP_BYTES:
+            raise ValueError(f"{len(lanes)} lanes and {qps.size // QP_BYTES} QPs for nqps={nqps}"
+                             f", nquiet={int(job['nquiet'])}")  # fmt: skip
         name = kernel_name(handler, sharing, scope, shape)
         fn = self.module.get_function(name)
         smem = threads * 64 if (handler == NicHandler.GPU_SM_BF and scope == Scope.THREAD) else 0

@@ -97,17 +97,21 @@ QUEUE_DTYPE = np.dtype([
 LANE_DTYPE = np.dtype([
     ("src", "<u8"), ("dst", "<u8"), ("sig_remote", "<u8"), ("sig_local", "<u8"),
     ("src_lkey_be", "<u4"), ("dst_rkey_be", "<u4"), ("sig_rkey_be", "<u4"), ("sig_lkey_be", "<u4"),
+    ("src_dev", "<u8"),
 ])  # fmt: skip
 JOB_DTYPE = np.dtype([
     ("op", "<u4"), ("size", "<u4"), ("iters", "<u4"), ("nqps", "<u4"), ("seed", "<u8"),
-    ("sig_val", "<u8"), ("timeout_ns", "<u8"),
+    ("sig_val", "<u8"), ("timeout_ns", "<u8"), ("first", "<u4"), ("slots", "<u4"), ("flags", "<u4"),
+    ("nquiet", "<u4"), ("window", "<u4"), ("max_windows", "<u4"),
 ])  # fmt: skip
+VALUE_FROM_SRC = 1  # p writes the source's 8 bytes at the op's offset (msg-rate)
+SEQ = 2  # the op number + 1 is stamped in the message's last 8 bytes and is p's value (single-op)
 RESULT_DTYPE = np.dtype([
     ("status", "<i4"), ("cq_status", "<i4"), ("ticket", "<u8"), ("post_ns", "<u8"),
     ("total_ns", "<u8"),
 ])  # fmt: skip
 assert (QUEUE_DTYPE.itemsize, LANE_DTYPE.itemsize, JOB_DTYPE.itemsize, RESULT_DTYPE.itemsize) == (
-    80, 48, 40, 32)  # fmt: skip
+    80, 56, 64, 32)  # fmt: skip
 
 
 def be32(v: int) -> int:
@@ -219,11 +223,16 @@ def lane_record(
     sig_remote: int = 0,
     sig_rkey: int = 0,
     sig_local: MemoryRegion | None = None,
+    src_addr: int | None = None,
+    src_dev: int = 0,
 ) -> np.ndarray:
     """One LANE_DTYPE record. Addresses are the NIC's (MemoryRegion.addr, the peer's buffer
-    address as its endpoint says), not GPU pointers: the WQE names them for the NIC."""
+    address as its endpoint says), not GPU pointers: the WQE names them for the NIC. src_addr:
+    where in `src` the lane's slice starts (default its start); src_dev: the GPU's address of
+    that slice (payload flags VALUE_FROM_SRC / SEQ read or stamp it)."""
     rec = np.zeros((), LANE_DTYPE)
-    rec["src"], rec["src_lkey_be"] = src.addr, be32(src.lkey)
+    rec["src"] = src.addr if src_addr is None else src_addr
+    rec["src_lkey_be"], rec["src_dev"] = be32(src.lkey), src_dev
     rec["dst"], rec["dst_rkey_be"] = dst_addr, be32(dst_rkey)
     rec["sig_remote"], rec["sig_rkey_be"] = sig_remote, be32(sig_rkey)
     if sig_local is not None:
@@ -232,7 +241,8 @@ def lane_record(
 
 
 def job_record(op: Op, size: int, iters: int, nqps: int, *, seed: int = 0, sig_val: int = 1,
-               timeout_ns: int = 5_000_000_000) -> np.ndarray:  # fmt: skip
+               timeout_ns: int = 5_000_000_000, first: int = 0, slots: int = 0, flags: int = 0,
+               nquiet: int = 0, window: int = 0, max_windows: int = 0) -> np.ndarray:  # fmt: skip
     o = Op(op)
     if o in (Op.P, Op.P_SIGNAL) and size != 8:
         raise ConfigError("size", size, "8 for p/p-signal (one inline uint64)")
@@ -241,6 +251,10 @@ def job_record(op: Op, size: int, iters: int, nqps: int, *, seed: int = 0, sig_v
     rec = np.zeros((), JOB_DTYPE)
     rec["op"], rec["size"], rec["iters"], rec["nqps"] = int(o), size, iters, nqps
     rec["seed"], rec["sig_val"], rec["timeout_ns"] = seed, sig_val, timeout_ns
+    if flags & ~(VALUE_FROM_SRC | SEQ):
+        raise ConfigError("flags", flags, "a combination of VALUE_FROM_SRC and SEQ")
+    rec["first"], rec["slots"], rec["flags"], rec["nquiet"] = first, slots, flags, nquiet
+    rec["window"], rec["max_windows"] = window, max_windows
     return rec
 
 
@@ -291,3 +305,21 @@ def init_cq(cq: CompletionQueue) -> None:
                           "initialised on the GPU)")  # fmt: skip
     ring = host_view(cq.buf, cq.ncqe * 64).reshape(cq.ncqe, 64)
     ring[:, CQE_OP_OWN] = DOCA_CQE_INIT
+
+
+def place(sharing: Sharing, unit: int, nunits: int, nqps: int, blocks: int) -> tuple[int, int, int]:
+    """Twin of gicbench_doca_unit(): (QP index, rank of the unit on it, units per QP)."""
+    s = Sharing(sharing)
+    if s == Sharing.EXCLUSIVE:
+        return unit, 0, 1
+    if s == Sharing.CTA:
+        per = nunits // blocks
+        return unit // per, unit % per, per
+    return unit % nqps, unit // nqps, -(-nunits // nqps)
+
+
+def slot(first: int, i: int, per_qp: int, rank: int, lane: int | None = None) -> int:
+    """Twin of gicbench_doca_payload()'s slot: op n = first + i of the unit of `rank` on its QP
+    (lane of a warp in warp scope), before the wrap at `slots`."""
+    s = (first + i) * per_qp + rank
+    return s if lane is None else s * 32 + lane

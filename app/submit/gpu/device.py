@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import UnsupportedError
-from ...fabric.base import CompletionQueue, Fabric, SendQueue
+from ...fabric.base import CompletionQueue, Fabric, SendQueue, host_view
 
 
 @dataclass
@@ -64,3 +64,17 @@ class DeviceMap:
                 "it with domain='host-mapped' before the submitter starts)"
             )
         return self.mr_dev[i] + (addr - self.mr_starts[i])
+
+
+def stage(cp: Any, bufs: list[Any]) -> tuple[Any, list[int]]:
+    """Device copies of host source slices (Buffers), back to back in one GPU allocation: a
+    kernel that reads payload bytes itself (inline payloads) reads GPU memory, not host memory
+    across PCIe. Returns (the allocation, to keep alive while kernels run; each slice's address)."""
+    total = sum(b.length for b in bufs)
+    dev = cp.empty(max(total, 8), dtype=cp.uint8)
+    ptrs, off = [], 0
+    for b in bufs:
+        dev[off : off + b.length].set(host_view(b.addr, b.length))
+        ptrs.append(int(dev.data.ptr) + off)
+        off += b.length
+    return dev, ptrs

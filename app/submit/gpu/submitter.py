@@ -30,8 +30,8 @@ from ..base import (
     Submitter,
     register,
 )
-from . import build, lanes, status
-from .device import DeviceMap
+from . import build, lanes, smclock, status
+from .device import DeviceMap, stage
 from .params import ORDERINGS, PUBLISH_CODES, UNSAFE_ORDERINGS, GpuParams
 
 MODE_CODES = {"issue": 0, "put_completion": 1, "round_trip": 2}
@@ -91,11 +91,7 @@ class GpuSubmitter(Submitter):
     # ---- shared helpers --------------------------------------------------------------------
     def measure_clock(self, ns: int = 2_000_000) -> float:
         """The effective SM clock: clock64 cycles over globaltimer ns of one spinning thread."""
-        out = self.cp.zeros(2, dtype=self.cp.int64)
-        self.k["gda_clock"]((1,), (1,), (np.uint64(ns), out))
-        self.cp.cuda.runtime.deviceSynchronize()
-        dt, cyc = (int(v) for v in out.get())
-        return cyc / dt * 1e9 if dt > 0 else float("nan")
+        return smclock.measure(self.cp, self.k["gda_clock"], ns)
 
     def _slot(self, qpn: int) -> tuple[int, bool]:
         if qpn in self.slots:
@@ -107,14 +103,7 @@ class GpuSubmitter(Submitter):
 
     def _stage(self, bufs: list[Buffer]) -> tuple[Any, list[int]]:
         """Device copies of source slices (inline payloads are read from GPU memory)."""
-        total = sum(b.length for b in bufs)
-        dev = self.cp.empty(max(total, 8), dtype=self.cp.uint8)
-        ptrs, off = [], 0
-        for b in bufs:
-            dev[off : off + b.length].set(host_view(b.addr, b.length))
-            ptrs.append(int(dev.data.ptr) + off)
-            off += b.length
-        return dev, ptrs
+        return stage(self.cp, bufs)
 
     def _prepare(self, work_lanes: tuple, bbs: int, src_dev: list[int], wqes: list[int]) -> Any:
         rows, attach = [], []
