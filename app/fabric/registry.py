@@ -51,7 +51,8 @@ class FabricPlan:
     engine: str = "cpu"  # emu: cpu | cuda
     engine_ctas: int | None = None  # emu CUDA engine CTAs (None: its default)
     queues: str = "host"  # emu queue placement: host | device
-    queue_options: QueueOptions = field(default_factory=QueueOptions)  # the submitter's queue wishes
+    # the submitter's queue wishes (DOCA: DBR-less QPs, collapsed CQs, a proxy-word region)
+    queue_options: QueueOptions = field(default_factory=QueueOptions)
 
     @property
     def scratch_bytes(self) -> int:
