@@ -217,7 +217,7 @@ def test_emu_sizes_its_segment_for_the_proxy_words() -> None:
     qo = DocaSubmitter.queue_options(DocaParams(doca_handler="cpu-proxy-free-flow"), 1024)
     fp = FabricPlan(world_size=1, local_size=1, nodes=1, rc_peers=1, rc_qps_per_peer=4, dcis=0,
                     dcts=0, sq_depth=1024, mr_sizes=(1 << 20, 1 << 20), progress="inline",
-                    autonomous_progress=False, queues=qo)  # fmt: skip
+                    autonomous_progress=False, queue_options=qo)  # fmt: skip
 
     class T:
         rank, size = 0, 1
