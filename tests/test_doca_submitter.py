@@ -417,9 +417,24 @@ def test_engine_counters_must_stay_zero(monkeypatch) -> None:
     from gicbench.errors import FabricError
     from gicbench.submit.base import RateWork
 
-    s = _fake_submitter(monkeypatch, DocaParams(), 1, bump="dbrec_lag")
+    for bump in ("stale_wqes", "bad_doorbells"):
+        s = _fake_submitter(monkeypatch, DocaParams(), 1, bump=bump)
+        with pytest.raises(FabricError, match=f"{bump}=1"):
+            s.rate(RateWork(_work_lanes(1), 1, 1, 8, True, 10, 0, 5))
+    s = _fake_submitter(monkeypatch, DocaParams(doca_handler="cpu-proxy"), 1, bump="dbrec_lag")
     with pytest.raises(FabricError, match="dbrec_lag=1"):
         s.rate(RateWork(_work_lanes(1), 1, 1, 8, True, 10, 0, 5))
+
+
+@pytest.mark.parametrize("handler", ["gpu-sm-db", "gpu-sm-bf"])
+def test_early_ring_handlers_record_a_lagging_record(monkeypatch, handler: str) -> None:
+    """DOCA's DB and BlueFlame handlers ring before they store the record (by design): the
+    engine's dbrec_lag is recorded in the point, not a failure."""
+    from gicbench.submit.base import RateWork
+
+    s = _fake_submitter(monkeypatch, DocaParams(doca_handler=handler), 1, bump="dbrec_lag")
+    s.rate(RateWork(_work_lanes(1), 1, 1, 8, True, 10, 0, 5))
+    assert s.point_details()["emu_dbrec_lag"] == 1
 
 
 @pytest.mark.parametrize(("status", "exc"), [(2, "CompletionTimeout"), (3, "CompletionError"),

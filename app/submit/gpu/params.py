@@ -19,6 +19,11 @@ ORDERINGS = (
     "sys-fence",
 )
 UNSAFE_ORDERINGS = frozenset({"none"})
+# Orderings that leave the doorbell record and the doorbell unordered (no fence or release
+# between the two stores): the engine may see the doorbell first and counts dbrec_lag. That is
+# what tells gpu-fence from gpu-fence-dbrec (Table 4): recorded, not a failure. Their WQE stores
+# are fenced, so stale WQEs must still read zero.
+RECORD_UNORDERED_ORDERINGS = frozenset({"none", "gpu-fence"})
 
 # msg-rate publication (the paper §4.3.1, Table 5): per-thread slot handoff in reservation order,
 # cooperative per warp (reserve once, build in lockstep, one lane rings), one doorbell lock per WQE.
