@@ -6,6 +6,7 @@
 # doorbell-to-CQE latency (bench/cuda_engine.py); mini-gda's round trip under MPS; then the
 # gpu-marked tests while time is left. Never changes the GPU's clocks.
 #   bash bench/device_session.sh            (needs .cache/gpunetio/<version>, see make setup)
+#   ONLY='build|compile|cudaeng_gda' bash bench/device_session.sh   (only those steps)
 # Everything lands in $OUT/session.tgz (logs, run JSON, traces' analyze output) and
 # $OUT/summary.txt, refreshed after every step, so a cut-off call still returns what ran.
 set -u
@@ -18,6 +19,7 @@ export PYTHONUNBUFFERED=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIR
 pack() { cp "$O/summary.txt" "$OUTDIR/" 2>/dev/null; tar czf "$OUTDIR/session.tgz" -C "$O" . 2>/dev/null; }
 step() {  # step NAME SECONDS CMD...: stdout to runs/NAME.json, stderr to runs/NAME.err
   local name=$1 t=$2; shift 2
+  [[ "$name" =~ ^(${ONLY:-.*})$ ]] || return 0  # ONLY: a regex of step names (a short re-check)
   local left=$((DEADLINE - SECONDS)); [ "$left" -lt "$t" ] && t=$left
   if [ "$t" -le 5 ]; then echo "== $name: skipped (deadline)" >> "$O/summary.txt"; return; fi
   local t0=$SECONDS

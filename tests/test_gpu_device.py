@@ -145,3 +145,43 @@ def test_a_qp_that_cannot_send_times_out_instead_of_hanging(world) -> None:
         fs[0].errors()  # the engine's not-RTS records
     finally:
         sub.close()
+
+
+@pytest.fixture
+def cuda_world():
+    """The same pair on the emulated NIC's CUDA engine, queues in GPU memory."""
+    _gpu()
+    job = "gc-" + uuid.uuid4().hex[:8]
+    fs = [
+        EmuFabric(r, 2, job, progress="inline", segment_bytes=64 << 20, engine="cuda",
+                  engine_ctas=2, queues="device")
+        for r in range(2)
+    ]  # fmt: skip
+    infos = [f.local_info() for f in fs]
+    for f in fs:
+        f.add_peers(infos)
+    yield fs
+    for f in fs:  # both engines stop before either fabric closes (one process, two ranks)
+        f.stop_engine()
+    for f in fs:
+        f.close()
+
+
+def test_gpu_submitter_on_the_cuda_engine_never_waits_for_the_engine_kernel(cuda_world) -> None:
+    """The engine is a kernel that runs until its fabric closes: the submitter's set-up (SM
+    clock), loops and close() must wait on their own stream, never the device (a
+    cudaDeviceSynchronize there hung `gicbench run --engine cuda` on the H200)."""
+    fs = cuda_world
+    lanes, src, dst = _lanes(fs, 2)
+    sub = _submitter(fs, "gpu-fence")
+    try:
+        assert 1e8 < sub.sm_clock_hz < 5e9
+        for mode in ("issue", "put_completion"):
+            ns = sub.latency(LatencyWork(lanes, 0, mode, 8, True, False, 50, 5))
+            assert ns.shape == (50,) and (ns >= 0).all()
+        fs[1].quiesce()
+        got = bytes(host_view(dst.addr, 8))
+        assert got == (55).to_bytes(8, "little")
+        assert fs[0].counters()["stale_wqes"] == 0
+    finally:
+        sub.close()

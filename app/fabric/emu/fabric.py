@@ -353,8 +353,8 @@ class EmuFabric(Fabric):
         self, length: int, access: Access = ACCESS_ALL, *, pd: int = 0, domain: object = None
     ) -> MemoryRegion:
         """A memory region in protection domain `pd` (only QPs/DCTs of the same pd may use its
-        keys). domain: "host" (default) or "host-mapped" (registered with CUDA by
-        register_cuda()); "device" is refused until the CUDA engine exists."""
+        keys). domain: "host" (default), "host-mapped" (registered with CUDA by
+        register_cuda()) or "device" (GPU memory; the CUDA engine only)."""
         if not isinstance(length, int) or length <= 0:
             raise ConfigError("length", length, "an int >= 1 (bytes)")
         if not isinstance(access, int) or int(access) & ~int(ACCESS_ALL):

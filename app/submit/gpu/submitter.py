@@ -42,6 +42,21 @@ BLOCK = 128  # msg-rate threads per block (whole warps)
 _CUDA_HOST_ALLOC_PORTABLE_MAPPED = 0x01 | 0x02
 
 
+
+# One pinned, GPU-mapped abort page per process and GPU, kept until exit: freeing pinned memory
+# (cudaFreeHost) and cudaDeviceSynchronize wait for every kernel of the device, and the emulated
+# NIC's CUDA engine is a kernel that runs until its fabric closes, after the submitter.
+_ABORT_PAGES: dict[int, tuple[int, int]] = {}
+
+
+def _abort_page(cp: Any, device: int) -> tuple[int, int]:
+    if device not in _ABORT_PAGES:
+        rt = cp.cuda.runtime
+        host = rt.hostAlloc(4096, _CUDA_HOST_ALLOC_PORTABLE_MAPPED)
+        get = getattr(rt, "hostGetDevicePointer", None)
+        _ABORT_PAGES[device] = (host, int(get(host, 0)) if get else host)
+    return _ABORT_PAGES[device]
+
 @register
 class GpuSubmitter(Submitter):
     name = "gpu"
@@ -78,10 +93,7 @@ class GpuSubmitter(Submitter):
         self.states = cp.zeros((MAX_QP_STATES, STATE_WORDS), dtype=cp.uint32)
         self.slots: dict[int, int] = {}  # qpn -> QpState row
         self.status = cp.zeros(status.WORDS, dtype=cp.uint64)
-        rt = cp.cuda.runtime
-        self._abort_host = rt.hostAlloc(4096, _CUDA_HOST_ALLOC_PORTABLE_MAPPED)
-        get = getattr(rt, "hostGetDevicePointer", None)
-        self._abort_dev = int(get(self._abort_host, 0)) if get else self._abort_host
+        self._abort_host, self._abort_dev = _abort_page(cp, self.device.id)
         self._abort = host_view(self._abort_host, 4096, np.uint32)
         self._abort[:] = 0
         self.stale_seen = 0
@@ -270,6 +282,7 @@ class GpuSubmitter(Submitter):
 
     def close(self) -> None:
         if getattr(self, "_abort_host", 0):
-            self.cp.cuda.runtime.deviceSynchronize()
-            self.cp.cuda.runtime.freeHost(self._abort_host)
+            # Our kernels run on the current stream; the page itself stays (see _abort_page).
+            self.cp.cuda.get_current_stream().synchronize()
+            self._abort[:] = 0
             self._abort_host = 0
