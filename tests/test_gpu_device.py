@@ -172,7 +172,7 @@ def test_gpu_submitter_on_the_cuda_engine_never_waits_for_the_engine_kernel(cuda
     clock), loops and close() must wait on their own stream, never the device (a
     cudaDeviceSynchronize there hung `gicbench run --engine cuda` on the H200)."""
     fs = cuda_world
-    lanes, src, dst = _lanes(fs, 2)
+    lanes, _src, dst = _lanes(fs, 2)
     sub = _submitter(fs, "gpu-fence")
     try:
         assert 1e8 < sub.sm_clock_hz < 5e9
