@@ -73,6 +73,14 @@ def check_cuda_engine(plan: FabricPlan, probes: Mapping[str, Probe]) -> None:
             f"and it is not running ({probes['mps'].detail.split(';')[0]}). Start it: "
             f"{MPS_START}; or run one rank per GPU"
         )
+    if plan.local_size > ngpu:
+        # Seen on the H200 (2026-11-30): two ranks on one GPU under MPS, each with its engine
+        # kernel, never finished bring-up; not diagnosed. Refused rather than left to hang.
+        raise UnsupportedError(
+            f"--engine cuda with {plan.local_size} ranks on {ngpu} GPU(s) under MPS: two ranks' "
+            "engines sharing one GPU hung at bring-up on the H200 (not yet diagnosed); run one "
+            "rank per GPU, or --engine cpu (which serves GPU submitters through mapped queues)"
+        )
 
 
 @register
