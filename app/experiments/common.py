@@ -81,3 +81,18 @@ class SizeSweep:
             raise ConfigError("max_size (-e)", self.top, f">= min_size (-b) = {self.min_size}")
         if payload == "inline" and self.top > MAX_INLINE:
             raise ConfigError("max_size (-e)", self.top, f"<= {MAX_INLINE} with --payload inline")
+
+
+def rate_results(res: Any, size: int, destinations: int) -> dict[str, Any]:
+    """A rate loop's results (msg-rate, payload, proxy-rate): counts, the job's rate and
+    goodput over the timed region."""
+    s = res.elapsed_ns / 1e9
+    return {
+        "messages": res.messages,
+        "elapsed_ns": res.elapsed_ns,
+        "doorbells": res.doorbells,
+        "cqes": res.cqes,
+        "msg_rate_mps": res.messages / s / 1e6 if s > 0 else 0.0,
+        "gbps": res.messages * size / s / 1e9 if s > 0 else 0.0,
+        "destinations": destinations,
+    }

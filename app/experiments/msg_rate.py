@@ -29,6 +29,7 @@ from .common import (
     WARMUP,
     SizeSweep,
     field,
+    rate_results,
 )
 from .registry import Column, Experiment, PointResult, register
 
@@ -147,18 +148,9 @@ class MsgRate(Experiment):
                 window=point["window"],
             )
         )
-        elapsed_s = res.elapsed_ns / 1e9
         return PointResult(
             samples={"window_ns": res.windows_ns},
-            results={
-                "messages": res.messages,
-                "elapsed_ns": res.elapsed_ns,
-                "doorbells": res.doorbells,
-                "cqes": res.cqes,
-                "msg_rate_mps": res.messages / elapsed_s / 1e6 if elapsed_s > 0 else 0.0,
-                "gbps": res.messages * point["size"] / elapsed_s / 1e9 if elapsed_s > 0 else 0.0,
-                "destinations": len(t.sends_to),
-            },
+            results=rate_results(res, point["size"], len(t.sends_to)),
             role=t.role,
         )
 

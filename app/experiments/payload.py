@@ -17,7 +17,7 @@ import numpy as np
 
 from ..knobs import KIND_FLOAT, KIND_SIZE, Knob
 from ..submit.base import RateWork, Shape
-from .common import BATCH, QPS, THREADS, WARMUP, SizeSweep, field
+from .common import BATCH, QPS, THREADS, WARMUP, SizeSweep, field, rate_results
 from .msg_rate import MESSAGES, WINDOWS, MsgRate
 from .registry import Column, PointResult, register
 
@@ -113,18 +113,9 @@ class Payload(MsgRate):
                 window=point["window"],
             )
         )
-        s = res.elapsed_ns / 1e9
         return PointResult(
             samples={"window_ns": res.windows_ns},
-            results={
-                "messages": res.messages,
-                "elapsed_ns": res.elapsed_ns,
-                "doorbells": res.doorbells,
-                "cqes": res.cqes,
-                "msg_rate_mps": res.messages / s / 1e6 if s > 0 else 0.0,
-                "gbps": res.messages * point["size"] / s / 1e9 if s > 0 else 0.0,
-                "destinations": len(t.sends_to),
-            },
+            results=rate_results(res, point["size"], len(t.sends_to)),
             role=t.role,
         )
 

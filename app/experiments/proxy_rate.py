@@ -18,7 +18,7 @@ from ..errors import ConfigError
 from ..knobs import KIND_STR, Knob
 from ..submit.base import Shape
 from ..submit.proxy.work import ring_counts
-from .common import PAYLOAD, WARMUP, SizeSweep, field
+from .common import PAYLOAD, WARMUP, SizeSweep, field, rate_results
 from .msg_rate import MESSAGES, WINDOWS
 from .registry import Column, Experiment, PointResult, register
 
@@ -150,16 +150,10 @@ class ProxyRate(Experiment):
                 window=point["window"],
             )
         )
-        s = res.elapsed_ns / 1e9
         return PointResult(
             samples={"window_ns": res.windows_ns},
             results={
-                "messages": res.messages,
-                "elapsed_ns": res.elapsed_ns,
-                "doorbells": res.doorbells,
-                "cqes": res.cqes,
-                "msg_rate_mps": res.messages / s / 1e6 if s > 0 else 0.0,
-                "gbps": res.messages * point["size"] / s / 1e9 if s > 0 else 0.0,
+                **rate_results(res, point["size"], len(t.sends_to)),
                 # warm-up included: the workers' doorbells count every chain
                 "wqes_per_doorbell": (
                     (point["messages_per_producer"] + point["warmup_per_producer"])

@@ -10,48 +10,13 @@
 #include <vector>
 
 #include "bindings.hpp"
+#include "lane_table.hpp"
 #include "host_loops.hpp"
 
 namespace nb = nanobind;
 
 namespace gicbench {
 namespace {
-
-// A row per lane: the QP's queues, its DC address vector, and the lane's own source and
-// destination regions (msg-rate cycles over the slots of each lane's region).
-constexpr size_t kLaneWidth = 17;
-using LaneTable =
-    nb::ndarray<const uint64_t, nb::shape<-1, kLaneWidth>, nb::c_contig, nb::device::cpu>;
-constexpr const char* kLaneColumns[kLaneWidth] = {
-    "sq_buf", "wqebb_cnt", "sq_dbrec", "doorbell", "qpn",     "cq_buf",  "ncqe",    "cq_dbrec",
-    "dc",     "dc_key",    "dct_num",  "rlid_compact",        "src_addr", "src_key", "dst_addr",
-    "dst_key", "region_len"};
-
-template <class T>
-T* ptr(uint64_t v) {
-  return reinterpret_cast<T*>(static_cast<uintptr_t>(v));
-}
-
-std::vector<host::Lane> lanes_from(const LaneTable& t) {
-  std::vector<host::Lane> lanes(t.shape(0));
-  for (size_t i = 0; i < lanes.size(); ++i) {
-    auto& l = lanes[i];
-    l.sq = SqDesc{ptr<uint8_t>(t(i, 0)), static_cast<uint32_t>(t(i, 1)), ptr<uint32_t>(t(i, 2)),
-                  ptr<uint64_t>(t(i, 3)), static_cast<uint32_t>(t(i, 4))};
-    l.cq = CqDesc{ptr<uint8_t>(t(i, 5)), static_cast<uint32_t>(t(i, 6)), ptr<uint32_t>(t(i, 7))};
-    if (l.sq.wqebb_cnt == 0 || (l.sq.wqebb_cnt & (l.sq.wqebb_cnt - 1)) || l.cq.ncqe == 0 ||
-        (l.cq.ncqe & (l.cq.ncqe - 1)))
-      throw std::invalid_argument("lane table: wqebb_cnt and ncqe must be powers of two");
-    l.dc = t(i, 8) != 0;
-    l.av.dc_key = t(i, 9);
-    l.av.dqp_dct = static_cast<uint32_t>(t(i, 10));
-    l.av.rlid = static_cast<uint16_t>(t(i, 11) & 0xffff);
-    l.compact_av = (t(i, 11) >> 32) != 0;
-    l.src = host::Buffer{t(i, 12), static_cast<uint32_t>(t(i, 13)), t(i, 16)};
-    l.dst = host::Buffer{t(i, 14), static_cast<uint32_t>(t(i, 15)), t(i, 16)};
-  }
-  return lanes;
-}
 
 host::Buffer buf(const std::tuple<uint64_t, uint32_t, uint64_t>& b) {
   return host::Buffer{std::get<0>(b), std::get<1>(b), std::get<2>(b)};
@@ -85,7 +50,7 @@ nb::ndarray<nb::numpy, T, nb::ndim<1>> to_numpy(std::vector<T>&& v) {
 }
 
 Progress progress_from(uint64_t fn, uint64_t ctx) {
-  return Progress{reinterpret_cast<void (*)(void*)>(static_cast<uintptr_t>(fn)), ptr<void>(ctx)};
+  return Progress{reinterpret_cast<void (*)(void*)>(static_cast<uintptr_t>(fn)), lane_ptr<void>(ctx)};
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bindings.hpp"
+#include "lane_table.hpp"
 #include "proxy_engine.hpp"
 #include "proxy_host.hpp"
 
@@ -20,37 +21,6 @@ namespace nb = nanobind;
 
 namespace gicbench {
 namespace {
-
-constexpr size_t kLaneWidth = 17;  // host_bindings.cpp's LANE_COLUMNS (checked in Python)
-using LaneTable =
-    nb::ndarray<const uint64_t, nb::shape<-1, kLaneWidth>, nb::c_contig, nb::device::cpu>;
-
-template <class T>
-T* ptr(uint64_t v) {
-  return reinterpret_cast<T*>(static_cast<uintptr_t>(v));
-}
-
-// The same row layout as the host submitter's table (host_bindings.cpp, lanes_from).
-std::vector<host::Lane> lanes_from(const LaneTable& t) {
-  std::vector<host::Lane> lanes(t.shape(0));
-  for (size_t i = 0; i < lanes.size(); ++i) {
-    auto& l = lanes[i];
-    l.sq = SqDesc{ptr<uint8_t>(t(i, 0)), static_cast<uint32_t>(t(i, 1)), ptr<uint32_t>(t(i, 2)),
-                  ptr<uint64_t>(t(i, 3)), static_cast<uint32_t>(t(i, 4))};
-    l.cq = CqDesc{ptr<uint8_t>(t(i, 5)), static_cast<uint32_t>(t(i, 6)), ptr<uint32_t>(t(i, 7))};
-    if (l.sq.wqebb_cnt == 0 || (l.sq.wqebb_cnt & (l.sq.wqebb_cnt - 1)) || l.cq.ncqe == 0 ||
-        (l.cq.ncqe & (l.cq.ncqe - 1)))
-      throw std::invalid_argument("lane table: wqebb_cnt and ncqe must be powers of two");
-    l.dc = t(i, 8) != 0;
-    l.av.dc_key = t(i, 9);
-    l.av.dqp_dct = static_cast<uint32_t>(t(i, 10));
-    l.av.rlid = static_cast<uint16_t>(t(i, 11) & 0xffff);
-    l.compact_av = (t(i, 11) >> 32) != 0;
-    l.src = host::Buffer{t(i, 12), static_cast<uint32_t>(t(i, 13)), t(i, 16)};
-    l.dst = host::Buffer{t(i, 14), static_cast<uint32_t>(t(i, 15)), t(i, 16)};
-  }
-  return lanes;
-}
 
 nb::dict error_dict(const proxy::EngineError& e) {
   nb::dict d;
@@ -140,7 +110,7 @@ void bind_proxy(nb::module_ m) {
             c.precondition_ns = precondition_ns;
             c.timeout_ns = timeout_ns;
             c.progress = Progress{reinterpret_cast<void (*)(void*)>(progress_fn),
-                                  ptr<void>(progress_ctx)};
+                                  lane_ptr<void>(progress_ctx)};
             new (self) PyEngine{std::make_unique<proxy::Engine>(lanes_from(table), c), false};
           },
           nb::arg("lanes"), nb::arg("workers"), nb::arg("rings"), nb::arg("batch"),
