@@ -292,3 +292,23 @@ def test_chain_limit_refused(world) -> None:
     sub = proxy(world, 0)
     with pytest.raises(ConfigError, match="batch"):
         sub.rate(RateWork(world.lanes(1), 1, 17, 64, True, 10, 0, 10))
+
+
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [
+        ({"experiments": ["msg-rate"], "batch": 20}, "batch (--batch)"),
+        ({"experiments": ["msg-rate"], "qps": 4}, "rings (--rings)"),
+        ({"experiments": ["single-op"], "scope": "all", "qps": 40}, "qps (-q)"),
+    ],
+)
+def test_what_the_engine_would_refuse_is_refused_in_pre_flight(values, field: str) -> None:
+    """These used to pass pre-flight and fail at the first point, after the NIC and the run
+    directory existed: make_plan (no MPI, nothing created) refuses them now."""
+    from gicbench.config import RunConfig
+    from gicbench.errors import ConfigError
+    from gicbench.plan import make_plan
+
+    with pytest.raises(ConfigError) as e:
+        make_plan(RunConfig.build(submitter="proxy", **values))
+    assert e.value.field == field

@@ -5,7 +5,7 @@ whatever happened. Failures name the rank, the worker or producer, the ring and 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -132,6 +132,43 @@ class ProxySubmitter(Submitter):
         except (ImportError, AttributeError) as e:
             return f"native module missing ({e}); run `make setup`"
         return None
+
+    @classmethod
+    def check_points(cls, params: Any, points: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+        """What the engine would refuse at run time, refused in pre-flight (nothing created):
+        chains longer than B, inline payloads the workers cannot copy, an all-QP quiet over
+        more rings than there are, fewer rings than one QP's lanes, tuned producers beyond
+        one per ring."""
+        for exp, pt in points:
+            batch, size = int(pt.get("batch", 1)), int(pt.get("size", 8))
+            if batch > MAX_CHAIN:
+                raise ConfigError(
+                    "batch (--batch)", batch, f"1..{MAX_CHAIN} with --submitter proxy ({exp})"
+                )
+            if pt.get("payload") == "inline" and size > MAX_INLINE:
+                raise ConfigError(
+                    "payload (--payload)",
+                    "inline",
+                    f"pointer for sizes above {MAX_INLINE} B with --submitter proxy ({exp})",
+                )
+            if pt.get("scope") == "all" and int(pt.get("qps", 1)) > 32:
+                raise ConfigError(
+                    "qps (-q)", pt["qps"], "<= 32 with --scope all and --submitter proxy"
+                )
+            if "threads" in pt and params.rings < int(pt.get("qps", 1)):
+                raise ConfigError(
+                    "rings (--rings)",
+                    params.rings,
+                    f">= {pt['qps']} for {exp} (one ring per lane of its rate loop)",
+                )
+            producers, rings = pt.get("producers"), pt.get("rings")
+            tuned = params.handoff == "tuned" and producers is not None and rings is not None
+            if tuned and int(producers) > int(rings):
+                raise ConfigError(
+                    "producers (--producers)",
+                    producers,
+                    f"<= {rings} rings with --handoff tuned (one producer per ring)",
+                )
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
