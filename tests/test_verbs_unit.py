@@ -157,3 +157,50 @@ def test_verbs_fabric_implements_the_whole_interface():
     from gicbench.fabric.verbs.fabric import VerbsFabric
 
     assert not VerbsFabric.__abstractmethods__
+
+
+def _verbs_here(monkeypatch):
+    """Pretend an ACTIVE verbs port (rxe-like): what make_plan asks the provider."""
+    from gicbench.fabric.base import ProviderCaps
+    from gicbench.fabric.verbs import provider
+
+    ready = ProviderCaps("verbs", True, "", multi_node=True, posting=("post-send",),
+                         details={"mlx5_queues": False})  # fmt: skip
+    monkeypatch.setattr(provider, "caps", lambda probes: ready)
+
+
+def test_run_plan_refuses_what_reads_mlx5_queues_in_memory(monkeypatch):
+    from gicbench.config import RunConfig
+    from gicbench.errors import UnsupportedError
+    from gicbench.plan import make_plan
+
+    _verbs_here(monkeypatch)
+    with pytest.raises(UnsupportedError, match="--scope all reads every configured QP's CQ"):
+        make_plan(RunConfig.build(experiments=["single-op"], provider="verbs", scope="all"))
+    with pytest.raises(UnsupportedError, match="provider verbs has no DC transport"):
+        make_plan(RunConfig.build(experiments=["msg-rate"], provider="verbs", transport="dc"))
+    plan = make_plan(RunConfig.build(experiments=["single-op", "msg-rate"], provider="verbs"))
+    assert plan.submitter.name == "host" and "post-send" in plan.submitter.posting
+
+
+def test_provider_knobs_reach_the_fabric_plan_and_only_with_verbs(monkeypatch):
+    from gicbench.config import RunConfig
+    from gicbench.errors import ConfigError
+    from gicbench.plan import all_knobs, make_plan
+
+    _verbs_here(monkeypatch)
+    assert all_knobs()["ib_dev"].flag == "--ib-dev"
+    cfg = RunConfig.build(experiments=["single-op"], provider="verbs", ib_dev="rxe0", gid_index=1)
+    plan = make_plan(cfg)
+    assert (plan.provider_params.ib_dev, plan.provider_params.gid_index) == ("rxe0", 1)
+    with pytest.raises(ConfigError, match="only with --provider verbs"):
+        make_plan(RunConfig.build(experiments=["single-op"], ib_dev="rxe0"))
+    with pytest.raises(ConfigError, match="gid_index"):
+        make_plan(RunConfig.build(experiments=["single-op"], provider="verbs", gid_index=-1))
+
+
+def test_mlx5_device_is_told_about_the_mlx5_provider():
+    from gicbench.fabric.verbs.provider import mlx5_hint
+
+    assert "mlx5 provider" in mlx5_hint("mlx5_0") and "direct WQE access" in mlx5_hint("mlx5_0")
+    assert mlx5_hint("rxe0") == ""

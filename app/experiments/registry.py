@@ -87,6 +87,11 @@ class Experiment(ABC):
         """Checks that need this rank's part in the pattern (pre-flight, once MPI is up)."""
         return None
 
+    def needs_queues_in_memory(self) -> str | None:
+        """Why this configuration reads or writes mlx5 queues in memory (a provider that only
+        posts through post_send refuses it), or None."""
+        return None
+
     # What bring-up must provide.
     @property
     def lanes_per_peer(self) -> int:

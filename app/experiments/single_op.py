@@ -76,6 +76,11 @@ class SingleOp(Experiment):
                 f"{self.cfg.pattern} (a round trip needs a partner that answers: --pattern pairs)",
             )
 
+    def needs_queues_in_memory(self) -> str | None:
+        if self.params.scope == "all":
+            return "--scope all reads every configured QP's CQ from memory (as NVSHMEM's quiet)"
+        return None
+
     def points(self) -> list[dict[str, Any]]:
         p = self.params
         return [

@@ -17,7 +17,11 @@ from ..errors import ConfigError, UnsupportedError
 from ..platform import Probe
 from .base import Fabric, ProviderCaps
 
-PROVIDER_MODULES = ("gicbench.fabric.emu.provider", "gicbench.fabric.planned")
+PROVIDER_MODULES = (
+    "gicbench.fabric.emu.provider",
+    "gicbench.fabric.verbs.provider",
+    "gicbench.fabric.planned",
+)
 _REGISTRY: dict[str, type[Provider]] = {}
 
 
@@ -36,6 +40,7 @@ class FabricPlan:
     mr_sizes: tuple[int, ...]  # bytes of each memory region (source, landing)
     progress: str  # requested: auto | thread | inline
     autonomous_progress: bool  # the submitter cannot drive a CPU progress hook (a GPU kernel)
+    params: Any = None  # the provider's own knobs (its Params), built by the plan
 
     @property
     def qps(self) -> int:
@@ -46,9 +51,15 @@ class FabricPlan:
         return self.qps + self.dcts
 
 
+@dataclass(frozen=True)
+class NoParams:
+    """A provider without knobs of its own."""
+
+
 class Provider(ABC):
     name: ClassVar[str]
     summary: ClassVar[str]
+    Params: ClassVar[type] = NoParams  # knobs of this provider (app/knobs.py), e.g. --ib-dev
 
     @classmethod
     @abstractmethod
