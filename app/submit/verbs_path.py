@@ -2,30 +2,30 @@
 
 A generic verbs device keeps its queues behind libibverbs, so the host submitter
 (app/submit/host.py) hands its typed work (LatencyWork, RespondWork, RateWork) to this path
-instead of its native WQE loops: each chain of work requests is one post_send, completions come
-from ibv_poll_cq. The loops are Python over pyverbs through prepared, pre-linked work requests
-(fabric/verbs/posting.py): nothing is allocated per operation; one submitting thread.
+instead of its WQE loops. The loops are native (proxy/src/verbs_loops.cpp, over the NIC objects
+the verbs fabric owns natively): ibv_post_send chains of pre-linked work requests, ibv_poll_cq,
+no allocation and no Python per operation. One submitting thread.
 
-Same contract as the native loops: the sequence number rides in the payload's last 8 bytes (the
-round trip polls it), lane l's k-th rate message goes to slot k mod (region / size) of the
-lane's slices, a missing completion raises CompletionTimeout naming rank, QP and the
-posted/completed counts, an error completion raises VerbsCompletionError (rank, QP, peer,
-ibv_wc_status). SIGTERM/SIGINT interrupt these loops between two polls (Python signal handlers
-run there).
+Same contract as the WQE loops: the sequence number rides in the payload's last 8 bytes (the
+round trip polls it), lane l's k-th rate message goes to slot k mod (slice / size), signaled
+every depth/4 with the final drain timed. A missing completion raises CompletionTimeout naming
+rank, QP and the posted/completed counts; an error completion raises VerbsCompletionError
+(rank, QP, peer, ibv_wc_status); SIGTERM/SIGINT end a loop within 256 polls (LoopInterrupted).
 """
 
 from __future__ import annotations
 
-import ctypes
-import time
 from typing import Any
 
 import numpy as np
 
-from ..errors import CompletionTimeout, ConfigError
+from ..errors import CompletionTimeout, ConfigError, FabricError
 from ..fabric.base import QueuePair
-from ..fabric.verbs.posting import TIME_CHECK_EVERY, Posting
-from .base import Buffer, Lane, LatencyWork, RateResult, RateWork, RespondWork
+from ..fabric.verbs.fabric import native
+from ..fabric.verbs.posting import completion_error
+from .base import Buffer, LatencyWork, RateResult, RateWork, RespondWork
+
+MODE_CODES = {"issue": 0, "put_completion": 1, "round_trip": 2}
 
 
 def post_send_path(fabric: Any, rank: int, timeout_ns: int) -> PostSendPath | None:
@@ -35,80 +35,62 @@ def post_send_path(fabric: Any, rank: int, timeout_ns: int) -> PostSendPath | No
     return PostSendPath(fabric, rank, timeout_ns / 1e9)
 
 
+def _side(b: Buffer) -> tuple[int, int, int]:
+    return (b.addr, b.key, b.length)
+
+
 class PostSendPath:
     def __init__(self, fabric: Any, rank: int, timeout_s: float) -> None:
         self.f, self.rank, self.timeout_s = fabric, rank, timeout_s
-        self.posting = Posting(fabric, chain=1024)  # chains up to min(1024, SQ depth)
+        self.timeout_ns = int(timeout_s * 1e9)
+        self._loops = native()
 
-    # ---- helpers --------------------------------------------------------------------------------
-    def _flags(self, inline: bool, size: int, qp: QueuePair, signaled: bool) -> int:
-        p = self.posting
+    # ---- checks and errors ----------------------------------------------------------------------
+    def _check(self, qp: QueuePair, size: int, inline: bool, sides: dict[str, Buffer]) -> None:
+        """Refuse, before anything is posted, what the loop could not do."""
+        if size < 8:
+            raise ConfigError("size", size, ">= 8 (the sequence number is an 8-byte word)")
         if inline and size > self.f.max_inline(qp):
             raise ConfigError(
                 "payload (--payload inline)",
                 size,
                 f"sizes <= {self.f.max_inline(qp)} B on {self.f.device} (or --payload pointer)",
             )
-        return (p.SIGNALED if signaled else 0) | (p.INLINE if inline else 0)
-
-    def _timeout(self, what: str, qp: QueuePair, posted: int, done: int, extra: str = "") -> Any:
-        return CompletionTimeout(
-            f"no completion within {self.timeout_s:g} s ({self.posting.where(qp)}, {what}: "
-            f"{posted} posted, {done} completed{extra})"
-        )
-
-    def _single(self, qp: QueuePair, src: Buffer, dst: Buffer, size: int, inline: bool) -> Any:
-        """The one prepared WR of a single-op loop: `size` bytes from src to dst, signaled."""
-        for b, side in ((src, "source"), (dst, "destination")):
+        for name, b in sides.items():
             if size > b.length:
-                raise ConfigError("size", size, f"<= {b.length} B (the lane's {side} slice)")
-        p = self.posting
-        wr, sge = p.chain(qp).slot(1, 0)
-        flags = self._flags(inline, size, qp, True)
-        p.fill(wr, sge, p.WRITE, src.addr, src.key, dst.addr, dst.key, size, flags, None, 0)
-        return wr
+                raise ConfigError("size", size, f"<= {b.length} B (the lane's {name} buffer)")
 
-    def _wait_cqe(self, pcq: Any, qp: QueuePair, what: str, posted: int, done: int) -> None:
-        """Poll until one completion (raises on an error status or the timeout)."""
-        poll = pcq.poll
-        deadline = 0.0
-        spins = 0
-        while True:
-            got, wcs = poll(1)
-            if got:
-                if wcs[0].status:
-                    self.posting.raise_wc(qp, wcs[0])
-                return
-            spins += 1
-            if spins % TIME_CHECK_EVERY == 0:
-                now = time.monotonic()
-                if deadline == 0.0:
-                    deadline = now + self.timeout_s
-                elif now > deadline:
-                    raise self._timeout(what, qp, posted, done)
+    def _raise(self, what: str, err: dict[str, Any]) -> None:
+        kind, qpn = err["kind"], err["qpn"]
+        peer = self.f._peer_of.get(qpn)
+        to = f" to rank {peer}" if peer is not None else ""
+        where = (
+            f"rank {self.rank}, QP 0x{qpn:06x}{to}, {what}: {err['posted']} posted, "
+            f"{err['completed']} completed"
+        )
+        if kind == "cqe_error":
+            self.f.sw["errors"] += 1
+            raise completion_error(
+                self.f, err["status"], err["wr_id"], err["wc_qpn"] or qpn, err["vendor_err"], what
+            )
+        if kind == "timeout":
+            extra = ""
+            if err["word_expected"]:
+                extra = (
+                    f"; polled word holds {err['word_seen']}, waiting for {err['word_expected']}"
+                )
+            raise CompletionTimeout(f"no completion within {self.timeout_s:g} s ({where}{extra})")
+        if kind == "interrupted":
+            from .host import LoopInterrupted
 
-    def _wait_word(self, word: Any, seq: int, pcq: Any, qp: QueuePair, what: str,
-                   posted: int, done: int) -> int:  # fmt: skip
-        """Spin until `word` holds `seq`. Every TIME_CHECK_EVERY spins it also polls the CQ (a
-        failed send shows there) and returns how many successful completions it consumed, so
-        the caller does not wait for them again."""
-        deadline = 0.0
-        spins = consumed = 0
-        while word.value != seq:
-            spins += 1
-            if spins % TIME_CHECK_EVERY == 0:
-                got, wcs = pcq.poll(1)
-                if got:
-                    if wcs[0].status:
-                        self.posting.raise_wc(qp, wcs[0])
-                    consumed += 1
-                now = time.monotonic()
-                if deadline == 0.0:
-                    deadline = now + self.timeout_s
-                elif now > deadline:
-                    extra = f"; polled word holds {word.value}, waiting for {seq}"
-                    raise self._timeout(what, qp, posted, done, extra)
-        return consumed
+            raise LoopInterrupted(
+                f"{what} interrupted by a signal after {err['done']} of {err['total']} "
+                f"operations ({where})",
+                err["done"],
+                err["total"],
+            )
+        detail = f": {err['message']}" if err["message"] else ""
+        raise FabricError(f"{what} failed: {kind}{detail} ({where})")
 
     def _count(self, wqes: int, doorbells: int, cqes: int, nbytes: int) -> None:
         sw = self.f.sw
@@ -126,162 +108,72 @@ class PostSendPath:
             raise ConfigError("scope (--scope)", "all", "selected on the post-send path")
         lane = work.lanes[work.selected]
         qp, size = lane.qp, work.size
-        wr = self._single(qp, lane.src, lane.dst, size, work.inline)
-        post, pcq = self.f.pv_qp(qp).post_send, self.f.pv_cq(qp.sq.cq)
-        seq_word = ctypes.c_uint64.from_address(lane.src.addr + size - 8)
+        sides = {"source": lane.src, "destination": lane.dst}
         rtt = work.mode == "round_trip"
+        reply = work.reply if work.reply is not None else lane.src
         if rtt:
-            if work.reply is None or work.reply.length < size:
-                raise ConfigError("reply", work.reply, f"a local buffer of >= {size} B")
-            reply = ctypes.c_uint64.from_address(work.reply.addr + size - 8)
-        total = work.warmup + work.iters
-        out = np.empty(work.iters, dtype=np.int64)
-        warm, mode = work.warmup, work.mode
-        now = time.perf_counter_ns
-        what = f"single-op {mode}"
-        for i in range(total):
-            seq = i + 1
-            seq_word.value = seq  # the sequence number rides in the payload's last 8 bytes
-            if mode == "issue":
-                t0 = now()
-                post(wr)
-                t1 = now()
-                self._wait_cqe(pcq, qp, what, seq, i)
-            elif not rtt:
-                t0 = now()
-                post(wr)
-                self._wait_cqe(pcq, qp, what, seq, i)
-                t1 = now()
-            else:
-                t0 = now()
-                post(wr)
-                seen = self._wait_word(reply, seq, pcq, qp, what, seq, i)
-                t1 = now()
-                if not seen:  # the request's own completion, unless the wait consumed it
-                    self._wait_cqe(pcq, qp, what, seq, i)
-            if i >= warm:
-                out[i - warm] = t1 - t0
+            if work.reply is None:
+                raise ConfigError("reply", None, "a local buffer for the round trip's answer")
+            sides["reply"] = reply
+        self._check(qp, size, work.inline, sides)
+        ok, samples, err = self._loops.single_op(
+            self.f.nic, self.f.qpn_of(qp), self.f.cqn_of(qp.sq.cq), MODE_CODES[work.mode],
+            _side(lane.src), _side(lane.dst), _side(reply), size, work.inline, work.iters,
+            work.warmup, self.timeout_ns,
+        )  # fmt: skip
+        total = work.iters + work.warmup
+        if not ok:
+            self._count(err["posted"], err["posted"], err["completed"], err["posted"] * size)
+            self._raise(f"single-op {work.mode}", err)
         self._count(total, total, total, total * size)
-        return out
+        return samples
 
     def respond(self, work: RespondWork) -> None:
         """The round trip's far end: wait for sequence number s in `watch`'s word at size-8,
         write our source (stamped s) back through the lane; `count` times."""
         lane, size = work.lane, work.size
-        if size > work.watch.length:
-            raise ConfigError("size", size, f"<= {work.watch.length} B (the watched slice)")
-        qp = lane.qp
-        wr = self._single(qp, lane.src, lane.dst, size, work.inline)
-        post, pcq = self.f.pv_qp(qp).post_send, self.f.pv_cq(qp.sq.cq)
-        seq_word = ctypes.c_uint64.from_address(lane.src.addr + size - 8)
-        watch = ctypes.c_uint64.from_address(work.watch.addr + size - 8)
-        what = "round-trip responder"
-        for seq in range(1, work.count + 1):
-            self._wait_word(watch, seq, pcq, qp, what, seq - 1, seq - 1)
-            seq_word.value = seq
-            post(wr)
-            self._wait_cqe(pcq, qp, what, seq, seq - 1)
+        sides = {"source": lane.src, "destination": lane.dst, "watched": work.watch}
+        self._check(lane.qp, size, work.inline, sides)
+        ok, err = self._loops.respond(
+            self.f.nic, self.f.qpn_of(lane.qp), self.f.cqn_of(lane.qp.sq.cq), _side(lane.src),
+            _side(lane.dst), _side(work.watch), size, work.inline, work.count, self.timeout_ns,
+        )  # fmt: skip
+        if not ok:
+            self._count(err["posted"], err["posted"], err["completed"], err["posted"] * size)
+            self._raise("round-trip responder", err)
         self._count(work.count, work.count, work.count, work.count * size)
 
     # ---- msg-rate -------------------------------------------------------------------------------
     def rate(self, work: RateWork) -> RateResult:
         """Writes with many outstanding: batch b goes to lane b mod n as one post_send chain,
-        every (depth / 4)-th WR signaled (its CQE retires the earlier unsignaled ones, wr_id =
-        the lane's cumulative WR count), the last of each lane signaled, then a drain inside
+        every (depth / 4)-th WR signaled, the last of each lane signaled, then a drain inside
         the timed region; windows of `window` messages."""
         if work.threads != 1:
             raise ConfigError(
-                "threads (-t)", work.threads, "1 on the post-send path (one Python thread)"
+                "threads (-t)", work.threads, "1 on the post-send path (one submitting thread)"
             )
-        lanes: tuple[Lane, ...] = work.lanes
-        p, size, batch = self.posting, work.size, work.batch
-        qps = [lane.qp for lane in lanes]
-        chains = [p.chain(q) for q in qps]
-        depth = min(c.length for c in chains)
-        if not 1 <= batch <= depth:
-            raise ConfigError("batch (--batch)", batch, f"1..{depth} (the SQ depth here)")
-        n = len(lanes)
-        posts = [c.pqp.post_send for c in chains]
-        pcqs = [self.f.pv_cq(q.sq.cq) for q in qps]
-        flags_sig = self._flags(work.inline, size, qps[0], True)
-        flags_uns = self._flags(work.inline, size, qps[0], False)
-        signal_every = max(1, depth // 4)
-        warm, window = work.warmup_per_thread, work.window
-        total = warm + work.messages_per_thread
-        slots = [max(1, min(ln.src.length, ln.dst.length) // size) for ln in lanes]
-        posted_l = [0] * n  # WRs posted per lane
-        retired_l = [0] * n  # WRs known complete per lane (wr_id of the last signaled CQE)
-        since = [0] * n
-        nbatches = (total + batch - 1) // batch
-        windows: list[int] = []
-        doorbells = cqes = 0
-        now = time.perf_counter_ns
-        t_start = now() if warm == 0 else 0
-        t_window = t_start
-        next_window = warm + window
-        posted = 0
-
-        def reap_until(li: int, room: int, what: str) -> int:
-            """Poll lane li's CQ until at most depth - room WRs are outstanding (room = depth:
-            all retired). Returns the CQEs consumed; raises on an error or the timeout."""
-            spins, deadline, got_total = 0, 0.0, 0
-            while depth - (posted_l[li] - retired_l[li]) < room:
-                got, wcs = pcqs[li].poll(4)
-                for wc in wcs[:got]:
-                    if wc.status:
-                        p.raise_wc(qps[li], wc)
-                    retired_l[li] = int(wc.wr_id)
-                got_total += got
-                if not got:
-                    spins += 1
-                    if spins % TIME_CHECK_EVERY == 0:
-                        t = time.monotonic()
-                        deadline = deadline or t + self.timeout_s
-                        if t > deadline:
-                            raise self._timeout(what, qps[li], posted_l[li], retired_l[li])
-            return got_total
-
-        for b in range(nbatches):
-            li = b % n
-            count = min(batch, total - posted)
-            final_of_lane = b + n >= nbatches
-            c, src, dst = chains[li], lanes[li].src, lanes[li].dst
-            if depth - (posted_l[li] - retired_l[li]) < count:
-                cqes += reap_until(li, count, "msg-rate: SQ full")
-            base = c.length - count
-            for j in range(count):
-                k = posted_l[li] + j  # this lane's k-th message
-                since[li] += 1
-                sig = since[li] >= signal_every or (j + 1 == count and final_of_lane)
-                if sig:
-                    since[li] = 0
-                wr, sge = c.wrs[base + j], c.sges[base + j]
-                off = (k % slots[li]) * size
-                sge.addr, sge.length, sge.lkey = src.addr + off, size, src.key
-                wr.set_wr_rdma(dst.key, dst.addr + off)
-                wr.send_flags = flags_sig if sig else flags_uns
-                wr.wr_id = k + 1  # cumulative WRs of this lane up to this one
-            posts[li](c.wrs[base])
-            doorbells += 1
-            posted_l[li] += count
-            before = posted
-            posted += count
-            if before < warm <= posted:
-                t_start = t_window = now()
-            while posted >= next_window and next_window < total:
-                t = now()
-                windows.append(t - t_window)
-                t_window = t
-                next_window += window
-        for li in range(n):  # drain: every lane's last WR is signaled
-            cqes += reap_until(li, depth, "msg-rate drain")
-        t_end = now()
-        windows.append(t_end - t_window)  # the last window carries the final drain
-        self._count(total, doorbells, cqes, total * size)
+        size = work.size
+        depth = min(lane.qp.sq.wqebb_cnt for lane in work.lanes)
+        if not 1 <= work.batch <= depth:
+            raise ConfigError("batch (--batch)", work.batch, f"1..{depth} (the SQ depth here)")
+        for lane in work.lanes:
+            self._check(lane.qp, size, work.inline, {"source": lane.src, "destination": lane.dst})
+        lanes = [
+            (self.f.qpn_of(ln.qp), self.f.cqn_of(ln.qp.sq.cq), _side(ln.src), _side(ln.dst))
+            for ln in work.lanes
+        ]
+        ok, windows, stats, err = self._loops.msg_rate(
+            self.f.nic, lanes, work.batch, size, work.inline, work.messages_per_thread,
+            work.warmup_per_thread, work.window, self.timeout_ns,
+        )  # fmt: skip
+        if not ok:
+            self._raise("msg-rate", err)
+        total = work.messages_per_thread + work.warmup_per_thread
+        self._count(total, int(stats["doorbells"]), int(stats["cqes"]), total * size)
         return RateResult(
             windows_ns=np.asarray(windows, dtype=np.int64),
-            elapsed_ns=t_end - t_start,
-            messages=work.messages_per_thread,
-            doorbells=doorbells,
-            cqes=cqes,
+            elapsed_ns=int(stats["elapsed_ns"]),
+            messages=int(stats["messages"]),
+            doorbells=int(stats["doorbells"]),
+            cqes=int(stats["cqes"]),
         )

@@ -6,4 +6,5 @@ namespace gicbench {
 void bind_wire(nanobind::module_ m);  // wire.cpp: cuda/mlx5.cuh encoders/decoders
 void bind_emu(nanobind::module_ m);   // emu_bindings.cpp: the emulated NIC's CPU engine
 void bind_host(nanobind::module_ m);  // host_bindings.cpp: the host submitter's timing loops
+void bind_verbs(nanobind::module_ m);  // verbs_bindings.cpp: verbs objects and loops
 }  // namespace gicbench

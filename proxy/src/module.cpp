@@ -8,4 +8,7 @@ NB_MODULE(_native, m) {
   gicbench::bind_wire(m.def_submodule("wire", "mlx5 WQE/CQE encoders from cuda/mlx5.cuh"));
   gicbench::bind_emu(m.def_submodule("emu", "emulated NIC: shared-memory objects and CPU engine"));
   gicbench::bind_host(m.def_submodule("host", "host submitter: native posting and polling loops"));
+#ifdef GICBENCH_HAVE_VERBS
+  gicbench::bind_verbs(m.def_submodule("verbs", "verbs provider: libibverbs objects and loops"));
+#endif
 }

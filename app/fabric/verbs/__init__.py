@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from ..base import MemoryDomain
 from .fabric import VerbsFabric
-from .posting import Chain, Completion, Posting, VerbsCompletionError
+from .posting import Completion, Posting, VerbsCompletionError
 from .provider import VerbsParams, VerbsProvider, caps
 from .types import VerbsMemoryRegion
 
 __all__ = [
-    "Chain",
     "Completion",
     "MemoryDomain",
     "Posting",
