@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
 from launching import launch
 
+from gicbench.config import RunConfig
+from gicbench.errors import ConfigError, UnsupportedError
+from gicbench.plan import make_plan
 from gicbench.trace import open_run
 
 QUICK = ["-n", "200", "-w", "10", "--quiet"]
@@ -24,7 +29,7 @@ def test_single_op_and_msg_rate_between_a_pair(tmp_path: Path, rxe_device: str) 
     out = tmp_path / "pair"
     r = launch(
         2, "run", "single-op", "msg-rate", *VERBS, "--ib-dev", rxe_device, "--gid-index", "1",
-        "-b", "8", "-e", "64", *QUICK, "--messages", "2000", "--json", "-o", str(out),
+        "-b", "8", "-e", "64", "-f", "8", *QUICK, "--messages", "2000", "--json", "-o", str(out),
         timeout=600,
     )  # fmt: skip
     doc = _json(r)
@@ -41,17 +46,24 @@ def test_single_op_and_msg_rate_between_a_pair(tmp_path: Path, rxe_device: str) 
     assert manifest["provider"] == "verbs" and manifest["config"]["provider"] == "verbs"
 
 
-def test_device_from_the_environment_override(tmp_path: Path, rxe_device: str) -> None:
+def _preflight(**values):
+    """make_plan and the provider's pre-flight, as every rank runs them (one rank of two)."""
+    plan = make_plan(RunConfig.build(experiments=["single-op"], provider="verbs", **values))
+    topo = SimpleNamespace(rank=0, size=2, local_size=2, nodes=1, hosts=["guest", "guest"])
+    return plan.provider.preflight(plan.fabric_plan(topo, 1), topo, plan.probes)
+
+
+def test_device_from_the_environment_override(tmp_path: Path, rxe_device: str, monkeypatch):
     r = launch(
         2, "run", "single-op", *VERBS, "--modes", "put_completion", *QUICK, "--json",
         "-o", str(tmp_path / "env"), env={"GICBENCH_IB_HCA": f"={rxe_device}:1"}, timeout=600,
     )  # fmt: skip
     assert _json(r)["nic"]["device"] == rxe_device
-    r = launch(
-        2, "run", "single-op", *VERBS, *QUICK, "-o", str(tmp_path / "none"),
-        env={"GICBENCH_IB_HCA": "mlx5_9"},
-    )  # fmt: skip
-    assert r.returncode == 2 and "GICBENCH_IB_HCA" in r.stderr and rxe_device in r.stderr
+    monkeypatch.setenv("GICBENCH_IB_HCA", "mlx5_9")
+    with pytest.raises(ConfigError, match=f"GICBENCH_IB_HCA.*{rxe_device}:1"):
+        _preflight()
+    # --ib-dev wins over the environment
+    assert _preflight(ib_dev=rxe_device)["device"] == rxe_device
 
 
 def test_all_to_all_msg_rate_on_three_ranks(tmp_path: Path) -> None:
@@ -82,16 +94,17 @@ def test_rank_killed_mid_run_ends_the_job(tmp_path: Path) -> None:
 
 
 def test_what_needs_mlx5_queues_in_memory_is_refused(tmp_path: Path) -> None:
-    r = launch(2, "run", "single-op", *VERBS, "--scope", "all", "-o", str(tmp_path / "s"))
+    r = launch(1, "run", "single-op", *VERBS, "--scope", "all", "-o", str(tmp_path / "s"),
+               timeout=600)  # fmt: skip
     assert r.returncode == 2
     assert "--scope all reads every configured QP's CQ from memory" in r.stderr
     assert "provider verbs has no mlx5 queues in memory" in r.stderr
     assert not (tmp_path / "s").exists()  # refused before anything was created
-    r = launch(2, "run", "msg-rate", *VERBS, "--transport", "dc", "-o", str(tmp_path / "d"))
-    assert r.returncode == 2 and "provider verbs has no DC transport" in r.stderr
+    with pytest.raises(UnsupportedError, match="provider verbs has no DC transport"):
+        make_plan(RunConfig.build(experiments=["msg-rate"], provider="verbs", transport="dc"))
 
 
-def test_bad_gid_index_is_refused_naming_the_flag(tmp_path: Path, rxe_device: str) -> None:
-    r = launch(2, "run", "single-op", *VERBS, "--gid-index", "77", "-o", str(tmp_path / "g"))
-    assert r.returncode == 2
-    assert "gid_index (--gid-index)" in r.stderr and f"{rxe_device}:1" in r.stderr
+def test_bad_gid_index_is_refused_naming_the_flag(rxe_device: str) -> None:
+    with pytest.raises(ConfigError, match=rf"gid_index \(--gid-index\).*{rxe_device}:1"):
+        _preflight(gid_index=77)
+    assert _preflight(gid_index=1)["gid_index"] == 1
