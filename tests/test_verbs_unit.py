@@ -204,3 +204,20 @@ def test_mlx5_device_is_told_about_the_mlx5_provider():
 
     assert "mlx5 provider" in mlx5_hint("mlx5_0") and "direct WQE access" in mlx5_hint("mlx5_0")
     assert mlx5_hint("rxe0") == ""
+
+
+def test_provider_order_does_not_depend_on_import_order():
+    """Seen in one pytest process: a test imported the verbs provider first, and `--provider`'s
+    allowed list came out as verbs, emu, mlx5."""
+    import subprocess
+    import sys
+
+    code = (
+        "import gicbench.fabric.verbs.provider\n"
+        "from gicbench.fabric import registry\n"
+        "print(','.join(registry.names()))\n"
+        "registry.get('ib')"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert r.stdout.strip() == "emu,verbs,mlx5"
+    assert "allowed one of emu, verbs, mlx5" in r.stderr

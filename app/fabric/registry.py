@@ -94,14 +94,16 @@ def _load() -> None:
 
 
 def names() -> tuple[str, ...]:
+    """In PROVIDER_MODULES order, whichever module a process happened to import first."""
     _load()
-    return tuple(_REGISTRY)
+    order = {m: i for i, m in enumerate(PROVIDER_MODULES)}
+    return tuple(sorted(_REGISTRY, key=lambda n: order.get(_REGISTRY[n].__module__, len(order))))
 
 
 def get(name: str) -> type[Provider]:
     _load()
     if name not in _REGISTRY:
-        raise ConfigError("provider (--provider)", name, "one of " + ", ".join(_REGISTRY))
+        raise ConfigError("provider (--provider)", name, "one of " + ", ".join(names()))
     return _REGISTRY[name]
 
 
