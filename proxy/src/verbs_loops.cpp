@@ -17,6 +17,11 @@ namespace verbs {
 namespace {
 
 constexpr uint32_t kCheckEvery = 256;  // polls between clock/interrupt checks
+// While a round trip waits for its reply word, the send CQ is polled once per this many reads
+// of the word: ibv_poll_cq takes the CQ's lock and walks its ring (on rxe a queue shared with
+// the kernel), a word read is one load, and the reply is seen one poll sooner. An error
+// completion (no reply will come) is still seen within this many spins.
+constexpr uint32_t kWordSpinsPerPoll = 32;
 
 inline uint64_t now_ns() {
   timespec ts;
@@ -104,7 +109,9 @@ bool wait_word(uint64_t addr, uint64_t seq, ibv_cq* cq, Where& w, uint64_t timeo
   ibv_wc wc;
   Waiter wt{timeout_ns};
   const char* why = nullptr;
+  uint32_t spins = 0;
   while (load_word(addr) != seq) {
+    if (++spins % kWordSpinsPerPoll) continue;
     const int got = ibv_poll_cq(cq, 1, &wc);
     if (got < 0) return set_fail(err, "poll_failed", w, "ibv_poll_cq returned an error");
     if (got == 1) {
@@ -112,7 +119,7 @@ bool wait_word(uint64_t addr, uint64_t seq, ibv_cq* cq, Where& w, uint64_t timeo
       ++w.completed;
       ++cqes;
     }
-    if (!wt.keep_going(why)) {
+    if (!wt.keep_going(why)) {  // counts polls: clock and interrupt every 256 * 32 word reads
       set_fail(err, why, w);
       err.word_seen = load_word(addr);
       err.word_expected = seq;
