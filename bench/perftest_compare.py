@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -119,31 +120,50 @@ def main() -> int:
     ap.add_argument("-n", "--iters", type=int, default=2000)
     ap.add_argument("--out", default=".", help="folder for perftest_compare.json")
     ap.add_argument("--bind", default="core", help="mpiexec --bind-to for the two ranks")
+    ap.add_argument("--rounds", type=int, default=1, help="perftest/gicbench rounds, alternated")
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error(f"--rounds {args.rounds}: at least 1")
     for tool in ("ib_write_lat", "ib_write_bw"):
         if shutil.which(tool) is None:
             sys.exit(f"perftest_compare: {tool} not found (apt-get install perftest)")
     t0 = time.monotonic()
-    pt = perftest(args.device, args.gid_index, args.host, args.iters)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    gb = gicbench(args)
-    half_rtt = gb["round_trip_p50_us"] / 2
+    # Rounds alternate perftest and gicbench, so a change of load on a shared machine hits both;
+    # the figures are each round's ratios and their median.
+    rounds = []
+    for _ in range(args.rounds):
+        pt = perftest(args.device, args.gid_index, args.host, args.iters)
+        gb = gicbench(args)
+        rounds.append({"perftest": pt, "gicbench": gb, "ratios": ratios(pt, gb)})
+    median = {k: statistics.median(r["ratios"][k] for r in rounds) for k in rounds[0]["ratios"]}
     result = {
-        "perftest": pt,
-        "gicbench": gb,
-        "ratios": {
-            "single_op_half_rtt_vs_ib_write_lat": half_rtt / pt["ib_write_lat_t_typical_us"],
-            "put_completion_vs_ib_write_lat": gb["put_completion_p50_us"]
-            / pt["ib_write_lat_t_typical_us"],
-            "msg_rate_batch1_vs_ib_write_bw": gb["msg_rate_batch1_mpps"] / pt["ib_write_bw_mpps"],
-            "msg_rate_batch16_vs_ib_write_bw": gb["msg_rate_batch16_mpps"] / pt["ib_write_bw_mpps"],
-        },
+        "rounds": rounds,
+        "median_ratios": median,
         "iters": args.iters,
         "bind": args.bind,
         "wall_s": time.monotonic() - t0,
     }
     (out / "perftest_compare.json").write_text(json.dumps(result, indent=2))
+    for i, r in enumerate(rounds):
+        table(r["perftest"], r["gicbench"], f"round {i + 1} of {len(rounds)}")
+    print("median ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in median.items()))
+    return 0
+
+
+def ratios(pt: dict[str, float], gb: dict) -> dict[str, float]:
+    lat = pt["ib_write_lat_t_typical_us"]
+    return {
+        "single_op_half_rtt_vs_ib_write_lat": gb["round_trip_p50_us"] / 2 / lat,
+        "put_completion_vs_ib_write_lat": gb["put_completion_p50_us"] / lat,
+        "msg_rate_batch1_vs_ib_write_bw": gb["msg_rate_batch1_mpps"] / pt["ib_write_bw_mpps"],
+        "msg_rate_batch16_vs_ib_write_bw": gb["msg_rate_batch16_mpps"] / pt["ib_write_bw_mpps"],
+    }
+
+
+def table(pt: dict[str, float], gb: dict, title: str) -> None:
+    half_rtt = gb["round_trip_p50_us"] / 2
     lat = pt["ib_write_lat_t_typical_us"]
     rows = [
         ("latency 8 B (µs)", "ib_write_lat t_typical", lat, "single-op RTT/2 p50", half_rtt),
@@ -152,13 +172,12 @@ def main() -> int:
          gb["msg_rate_batch1_mpps"]),
         ("", "", pt["ib_write_bw_mpps"], "msg-rate batch 16", gb["msg_rate_batch16_mpps"]),
     ]  # fmt: skip
-    print(f"# perftest vs gicbench verbs on {gb['device']} (GID {gb['gid_index']}), one run")
+    print(f"# perftest vs gicbench verbs on {gb['device']} (GID {gb['gid_index']}), {title}")
     print(
         f"{'metric':>18} {'perftest':>24} {'value':>9} {'gicbench':>30} {'value':>9} {'ratio':>7}"
     )
     for metric, pname, pv, gname, gv in rows:
         print(f"{metric:>18} {pname:>24} {pv:9.3f} {gname:>30} {gv:9.3f} {gv / pv:7.2f}")
-    return 0
 
 
 if __name__ == "__main__":
