@@ -280,3 +280,15 @@ def test_post_send_path_refuses_before_posting():
     with pytest.raises(ConfigError, match="batch"):
         path.rate(RateWork((lane,), 1, 65, 8, True, 10, 0, 1))
     assert path.f.sw["wqes"] == 0  # nothing was posted
+
+
+def test_a_bad_environment_override_leaves_verbs_available(ports, monkeypatch):
+    """Seen in the guest: GICBENCH_IB_HCA naming no device made caps refuse the provider, so a
+    run's --ib-dev could never win over it. Pre-flight refuses the override instead."""
+    from gicbench.fabric.verbs import provider
+
+    monkeypatch.setenv("GICBENCH_IB_HCA", "nosuch")
+    c = provider.caps({})
+    assert c.available and c.details["selected"].startswith("none: invalid GICBENCH_IB_HCA")
+    monkeypatch.delenv("GICBENCH_IB_HCA")
+    assert provider.caps({}).details["selected"] == "mlx5_1:1 GID 1 (RoCEv2)"

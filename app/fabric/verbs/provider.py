@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import UnsupportedError
+from ...errors import ConfigError, UnsupportedError
 from ...knobs import KIND_STR, knob
 from ...platform import Probe
 from ..base import Fabric, MemoryDomain, Posting, ProviderCaps
@@ -67,10 +67,14 @@ def caps(probes: Mapping[str, Any]) -> ProviderCaps:
         details["pyverbs_enums"] = enum_style()
         ports = list_ports()
         details["ports"] = [p.as_dict() for p in ports]
-        sel = select()
+        sel = select(env={})  # can verbs run here at all: any ACTIVE port with a usable GID
     except Exception as e:  # UnsupportedError / ConfigError carry the reason
         return ProviderCaps(NAME, False, str(e), details=details, **base)
-    details["selected"] = f"{sel.device}:{sel.port.port} GID {sel.gid.index} ({sel.gid.type})"
+    try:  # what a run without --ib-dev uses ($GICBENCH_IB_HCA applies; pre-flight refuses it)
+        sel = select()
+        details["selected"] = f"{sel.device}:{sel.port.port} GID {sel.gid.index} ({sel.gid.type})"
+    except (ConfigError, UnsupportedError) as e:
+        details["selected"] = f"none: {e}"
     hint = mlx5_hint(sel.device)
     if hint:
         details["mlx5_hint"] = hint
