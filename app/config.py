@@ -18,9 +18,6 @@ from .knobs import KIND_FLOAT, KIND_STR, check_knobs, knob, parse_size
 
 PATTERNS = ("pairs", "all-to-all", "fan-in", "fan-out")
 PROGRESS_MODES = ("auto", "thread", "inline")
-ENGINES = ("cpu", "cuda")  # emu's engine: a CPU thread (or inline) or the CUDA engine
-QUEUE_PLACEMENTS = ("host", "device")  # where emu's rings, records, doorbells and CQs live
-MAX_ENGINE_CTAS = 4096
 MAX_QPS_PER_PEER = 528
 MAX_DCTS = 8
 MAX_TIMEOUT_S = 3600.0
@@ -63,29 +60,6 @@ class RunConfig:
         choices=PROGRESS_MODES,
         help="emu engine: thread (a spinning thread per rank), inline (driven "
         "by the rank's own polling) or auto (from the CPU binding)",
-    )
-    engine: str = knob(
-        "cpu",
-        flag="--engine",
-        kind=KIND_STR,
-        choices=ENGINES,
-        help="emu engine: cpu (a thread or inline, see --progress) or cuda (a persistent kernel "
-        "per rank; several ranks on one GPU need MPS)",
-    )
-    engine_ctas: int | None = knob(
-        None,
-        flag="--engine-ctas",
-        lo=1,
-        hi=MAX_ENGINE_CTAS,
-        help="CTAs of 256 threads the CUDA engine keeps resident per rank (default 16)",
-    )
-    queues: str = knob(
-        "host",
-        flag="--queues",
-        kind=KIND_STR,
-        choices=QUEUE_PLACEMENTS,
-        help="emu queue placement: host (the rank's shared memory, mapped into the GPU) or "
-        "device (GPU memory; needs --engine cuda and a GPU submitter)",
     )
     qps_per_peer: int | None = knob(
         None,

@@ -19,6 +19,7 @@ from .experiments import registry
 from .experiments.context import Layout, plan_layout
 from .experiments.registry import Experiment
 from .fabric import registry as providers
+from .fabric.base import Posting
 from .fabric.registry import FabricPlan, Provider
 from .knobs import build, knob_fields
 from .patterns import max_neighbours
@@ -38,6 +39,7 @@ class RunPlan:
     submitter_params: Any
     provider: type[Provider]
     probes: LazyProbes
+    provider_params: Any = None
 
     @property
     def lanes(self) -> int:
@@ -88,20 +90,22 @@ class RunPlan:
             progress=self.cfg.progress,
             autonomous_progress=not self.submitter.cpu_progress,
             mr_domain="host-mapped" if self.submitter.needs_gpu else None,
-            engine=self.cfg.engine,
-            engine_ctas=self.cfg.engine_ctas,
-            queues=self.cfg.queues,
             queue_options=self.submitter.queue_options(self.submitter_params, self.cfg.sq_depth),
+            params=self.provider_params,
         )
 
 
-def _used_knobs(exps: list[Experiment], sub: type[Submitter]) -> dict[str, list[str]]:
+def _used_knobs(
+    exps: list[Experiment], sub: type[Submitter], provider: type[Provider]
+) -> dict[str, list[str]]:
     used: dict[str, list[str]] = {}
     for e in exps:
         for f in dataclasses.fields(e.Params):
             used.setdefault(f.name, []).append(e.name)
     for f in dataclasses.fields(sub.Params):
         used.setdefault(f.name, []).append(f"--submitter {sub.name}")
+    for f in dataclasses.fields(provider.Params):
+        used.setdefault(f.name, []).append(f"--provider {provider.name}")
     return used
 
 
@@ -111,6 +115,7 @@ def all_knobs() -> dict[str, Any]:
     out: dict[str, Any] = {f.name: k for f, k in knob_fields(RunConfig)}
     owners = [registry.get(n).Params for n in registry.names()]
     owners += [submitters.get(n).Params for n in submitters.names()]
+    owners += [providers.get(n).Params for n in providers.names()]
     for cls in owners:
         for f, k in knob_fields(cls):
             if out.setdefault(f.name, k) is not k:
@@ -143,7 +148,8 @@ def make_plan(cfg: RunConfig, probes: LazyProbes | None = None) -> RunPlan:
             )
         if e.transport == "dc" and not caps.dc:
             raise UnsupportedError(f"provider {provider.name} has no DC transport")
-    used = _used_knobs(exps, sub)
+        _check_queues_in_memory(e, provider.name, caps)
+    used = _used_knobs(exps, sub, provider)
     for name in cfg.knobs:
         if name not in used:
             known = all_knobs()
@@ -153,9 +159,11 @@ def make_plan(cfg: RunConfig, probes: LazyProbes | None = None) -> RunPlan:
                 known[name].label(name),
                 cfg.knobs[name],
                 f"only with {_owners(name)} (it does nothing for "
-                f"{', '.join(cfg.experiments)} with --submitter {sub.name})",
+                f"{', '.join(cfg.experiments)} with --submitter {sub.name} "
+                f"--provider {provider.name})",
             )
     sub_params = build(sub.Params, cfg.knobs, sub.name)
+    provider_params = build(provider.Params, cfg.knobs, provider.name)
     if not any(e.transport == "dc" for e in exps):
         for name in ("dcis", "dcts"):
             if getattr(cfg, name) is not None:
@@ -166,7 +174,7 @@ def make_plan(cfg: RunConfig, probes: LazyProbes | None = None) -> RunPlan:
                 )
     points = [(e, e.points()) for e in exps]
     sub.check_points(sub_params, [(e.name, pt) for e, pts in points for pt in pts])
-    plan = RunPlan(cfg, exps, points, sub, sub_params, provider, probes)
+    plan = RunPlan(cfg, exps, points, sub, sub_params, provider, probes, provider_params)
     plan.layout(2)  # the smallest world: refuses a landing budget too small for any run
     return plan
 
@@ -182,4 +190,22 @@ def _owners(name: str) -> str:
         for n in submitters.names()
         if name in {f.name for f in dataclasses.fields(submitters.get(n).Params)}
     ]
+    owners += [
+        f"--provider {n}"
+        for n in providers.names()
+        if name in {f.name for f in dataclasses.fields(providers.get(n).Params)}
+    ]
     return ", ".join(owners)
+
+
+def _check_queues_in_memory(exp: Experiment, provider: str, caps: Any) -> None:
+    """A provider without mlx5 queues in memory (post-send only) cannot run what reads them."""
+    if Posting.MLX5_QUEUES.value in caps.posting:
+        return
+    why = exp.needs_queues_in_memory()
+    if why:
+        mlx5 = caps.details.get("mlx5_hint", "")
+        raise UnsupportedError(
+            f"experiment {exp.name}: {why}; provider {provider} has no mlx5 queues in memory "
+            f"(it posts through {', '.join(caps.posting)}){'. ' + mlx5 if mlx5 else ''}"
+        )

@@ -1,5 +1,5 @@
-"""perftest against gicbench's verbs path, side by side on one device, one run (run it inside the
-Soft-RoCE guest: `make bench-vm`, or any machine with an RDMA device and perftest).
+"""perftest against `gicbench run --provider verbs`, side by side on one device, one run (run it
+inside the Soft-RoCE guest: `make bench-vm`, or any machine with an RDMA device and perftest).
 
   ib_write_lat -s 8       vs  gicbench single-op round trip / 2 (and put+completion), p50
   ib_write_bw -s 8        vs  gicbench msg-rate at 8 B (batch 1 as perftest posts, and batch 16)
@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -78,53 +79,37 @@ def perftest(dev: str, gid: int, host: str, iters: int) -> dict[str, float]:
     }
 
 
-def gicbench_ranks(args: argparse.Namespace) -> int:
-    """Under mpiexec -n 2: rank 0 sends, rank 1 answers; rank 0 writes the JSON."""
-    import numpy as np
-    from mpi4py import MPI
+def gicbench_run(args: argparse.Namespace, *run_args: str) -> dict:
+    """`mpiexec -n 2 python -m gicbench run ... --provider verbs --json`: what users run."""
+    mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or "mpiexec"
+    out = Path(args.out) / f"run-{run_args[0]}-{len(list(Path(args.out).glob('run-*')))}"
+    # Bound to a core each by default: two unbound spinning ranks can start on one vCPU and
+    # share it by time slices (milliseconds per hand-off).
+    cmd = [mpiexec, "-n", "2", "--bind-to", args.bind, sys.executable, "-m", "gicbench", "run",
+           *run_args, "--provider", "verbs", "--ib-dev", f"={args.device}", "--gid-index",
+           str(args.gid_index), "-b", "8", "-e", "8", "--payload", "inline", "--quiet",
+           "--json", "-o", str(out)]  # fmt: skip
+    r = subprocess.run(cmd, capture_output=True, text=True, env=os.environ, check=False)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
+    return json.loads(r.stdout)
 
-    from gicbench.bootstrap.collective import rendezvous
-    from gicbench.bootstrap.verbs_pairs import bring_up
-    from gicbench.submit.verbs_path import VerbsSubmitter
 
-    comm = MPI.COMM_WORLD
-    rank, peer = comm.rank, comm.rank ^ 1
-
-    # The idle rank waits in a sleeping barrier: a rank spinning in MPI_Barrier takes the vCPU
-    # the kernel's rxe work needs (perftest's idle side sleeps too).
-    def barrier(what: str) -> None:
-        rendezvous(comm, what)
-
-    job = bring_up(comm, nbytes=1 << 16, ib_dev=args.device, gid_index=args.gid_index)
-    sub = VerbsSubmitter(fabric=job.f, rank=rank, src=job.src, landing=job.landing,
-                         peer_landing=job.peer_landing[peer], timeout_s=30.0)  # fmt: skip
-    qps = [job.qps[peer]]
+def gicbench(args: argparse.Namespace) -> dict[str, float]:
+    n, w = str(args.iters), str(max(1, args.iters // 10))
+    doc = gicbench_run(args, "single-op", "--modes", "put_completion,round_trip", "-n", n, "-w", w)
     res: dict[str, float] = {}
-    for mode, name in ((1, "put_completion"), (2, "round_trip")):
-        p = {"size": 8, "payload": "inline", "scope": "selected", "iters": args.iters,
-             "warmup": args.iters // 10, "mode": name}  # fmt: skip
-        barrier(name)
-        if rank == 0:
-            ns = sub.single_op(qps, p, mode)
-            res[f"{name}_p50_us"] = float(np.median(ns)) / 1e3
-        elif name == "round_trip":
-            sub.respond(qps, p)
+    for row in doc["results"]:
+        res[f"{row['mode']}_p50_us"] = float(row["p50_us"])
+    msgs = args.iters * 20
     for batch in (1, 16):
-        msgs = args.iters * 20
-        p = {"size": 8, "payload": "inline", "threads": 1, "batch": batch,
-             "messages_per_thread": msgs, "warmup_per_thread": msgs // 10,
-             "window": max(1, msgs // 20)}  # fmt: skip
-        barrier(f"msg-rate batch {batch}")
-        if rank == 0:
-            _, st = sub.msg_rate(qps, p)
-            res[f"msg_rate_batch{batch}_mpps"] = st["messages"] / st["elapsed_ns"] * 1e3
-    barrier("end")
-    if rank == 0:
-        res["device"] = job.f.device
-        res["gid_index"] = job.f.gid_index
-        Path(args.ranks_out).write_text(json.dumps(res))
-    job.f.close()
-    return 0
+        doc = gicbench_run(args, "msg-rate", "--batch", str(batch), "--messages", str(msgs),
+                           "-w", str(msgs // 10))  # fmt: skip
+        (row,) = doc["results"]
+        res[f"msg_rate_batch{batch}_mpps"] = float(row["msg_rate_mps"])
+    res["device"] = doc["nic"]["device"]
+    res["gid_index"] = doc["nic"]["gid_index"]
+    return res
 
 
 def main() -> int:
@@ -135,41 +120,50 @@ def main() -> int:
     ap.add_argument("-n", "--iters", type=int, default=2000)
     ap.add_argument("--out", default=".", help="folder for perftest_compare.json")
     ap.add_argument("--bind", default="core", help="mpiexec --bind-to for the two ranks")
-    ap.add_argument("--ranks-out", help=argparse.SUPPRESS)
+    ap.add_argument("--rounds", type=int, default=1, help="perftest/gicbench rounds, alternated")
     args = ap.parse_args()
-    if args.ranks_out:
-        return gicbench_ranks(args)
+    if args.rounds < 1:
+        ap.error(f"--rounds {args.rounds}: at least 1")
     for tool in ("ib_write_lat", "ib_write_bw"):
         if shutil.which(tool) is None:
             sys.exit(f"perftest_compare: {tool} not found (apt-get install perftest)")
     t0 = time.monotonic()
-    pt = perftest(args.device, args.gid_index, args.host, args.iters)
     out = Path(args.out)
-    ranks_out = out / "perftest_compare_ranks.json"
-    mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or "mpiexec"
-    # Bound to a core each by default: two unbound spinning ranks can start on one vCPU and
-    # share it by time slices (milliseconds per hand-off).
-    cmd = [mpiexec, "-n", "2", "--bind-to", args.bind, sys.executable, str(HERE),
-           "--device", args.device, "--gid-index", str(args.gid_index), "-n", str(args.iters),
-           "--ranks-out", str(ranks_out)]  # fmt: skip
-    subprocess.run(cmd, check=True, env=os.environ)
-    gb = json.loads(ranks_out.read_text())
-    half_rtt = gb["round_trip_p50_us"] / 2
+    out.mkdir(parents=True, exist_ok=True)
+    # Rounds alternate perftest and gicbench, so a change of load on a shared machine hits both;
+    # the figures are each round's ratios and their median.
+    rounds = []
+    for _ in range(args.rounds):
+        pt = perftest(args.device, args.gid_index, args.host, args.iters)
+        gb = gicbench(args)
+        rounds.append({"perftest": pt, "gicbench": gb, "ratios": ratios(pt, gb)})
+    median = {k: statistics.median(r["ratios"][k] for r in rounds) for k in rounds[0]["ratios"]}
     result = {
-        "perftest": pt,
-        "gicbench": gb,
-        "ratios": {
-            "single_op_half_rtt_vs_ib_write_lat": half_rtt / pt["ib_write_lat_t_typical_us"],
-            "put_completion_vs_ib_write_lat": gb["put_completion_p50_us"]
-            / pt["ib_write_lat_t_typical_us"],
-            "msg_rate_batch1_vs_ib_write_bw": gb["msg_rate_batch1_mpps"] / pt["ib_write_bw_mpps"],
-            "msg_rate_batch16_vs_ib_write_bw": gb["msg_rate_batch16_mpps"] / pt["ib_write_bw_mpps"],
-        },
+        "rounds": rounds,
+        "median_ratios": median,
         "iters": args.iters,
         "bind": args.bind,
         "wall_s": time.monotonic() - t0,
     }
     (out / "perftest_compare.json").write_text(json.dumps(result, indent=2))
+    for i, r in enumerate(rounds):
+        table(r["perftest"], r["gicbench"], f"round {i + 1} of {len(rounds)}")
+    print("median ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in median.items()))
+    return 0
+
+
+def ratios(pt: dict[str, float], gb: dict) -> dict[str, float]:
+    lat = pt["ib_write_lat_t_typical_us"]
+    return {
+        "single_op_half_rtt_vs_ib_write_lat": gb["round_trip_p50_us"] / 2 / lat,
+        "put_completion_vs_ib_write_lat": gb["put_completion_p50_us"] / lat,
+        "msg_rate_batch1_vs_ib_write_bw": gb["msg_rate_batch1_mpps"] / pt["ib_write_bw_mpps"],
+        "msg_rate_batch16_vs_ib_write_bw": gb["msg_rate_batch16_mpps"] / pt["ib_write_bw_mpps"],
+    }
+
+
+def table(pt: dict[str, float], gb: dict, title: str) -> None:
+    half_rtt = gb["round_trip_p50_us"] / 2
     lat = pt["ib_write_lat_t_typical_us"]
     rows = [
         ("latency 8 B (µs)", "ib_write_lat t_typical", lat, "single-op RTT/2 p50", half_rtt),
@@ -178,13 +172,12 @@ def main() -> int:
          gb["msg_rate_batch1_mpps"]),
         ("", "", pt["ib_write_bw_mpps"], "msg-rate batch 16", gb["msg_rate_batch16_mpps"]),
     ]  # fmt: skip
-    print(f"# perftest vs gicbench verbs on {gb['device']} (GID {gb['gid_index']}), one run")
+    print(f"# perftest vs gicbench verbs on {gb['device']} (GID {gb['gid_index']}), {title}")
     print(
         f"{'metric':>18} {'perftest':>24} {'value':>9} {'gicbench':>30} {'value':>9} {'ratio':>7}"
     )
     for metric, pname, pv, gname, gv in rows:
         print(f"{metric:>18} {pname:>24} {pv:9.3f} {gname:>30} {gv:9.3f} {gv / pv:7.2f}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from launching import launch
 from gicbench.errors import ConfigError, UnsupportedError
 from gicbench.fabric.base import MemoryDomain
 from gicbench.fabric.emu import EmuFabric
+from gicbench.fabric.emu.params import EmuParams
 from gicbench.fabric.emu.provider import check_cuda_engine
 from gicbench.fabric.registry import FabricPlan
 from gicbench.platform import Probe, probe_mps
@@ -73,7 +74,7 @@ def test_bad_engine_and_placement_values() -> None:
 
 PLAN = FabricPlan(world_size=2, local_size=2, nodes=1, rc_peers=1, rc_qps_per_peer=1, dcis=0,
                   dcts=0, sq_depth=64, mr_sizes=(4096, 4096), progress="auto",
-                  autonomous_progress=True, engine="cuda")  # fmt: skip
+                  autonomous_progress=True, params=EmuParams(engine="cuda"))  # fmt: skip
 
 
 def probes(gpus: int, mps: bool) -> dict[str, Probe]:
@@ -99,9 +100,11 @@ def test_two_ranks_on_one_gpu_need_mps(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_device_queues_need_the_cuda_engine_and_a_gpu_submitter() -> None:
     with pytest.raises(UnsupportedError, match="--queues device needs --engine cuda"):
-        check_cuda_engine(replace(PLAN, engine="cpu", queues="device"), probes(2, True))
+        check_cuda_engine(replace(PLAN, params=EmuParams(engine="cpu", queues="device")),
+                          probes(2, True))  # fmt: skip
     with pytest.raises(UnsupportedError, match="CPU submitter"):
-        check_cuda_engine(replace(PLAN, queues="device", autonomous_progress=False),
+        check_cuda_engine(replace(PLAN, params=EmuParams(engine="cuda", queues="device"),
+                                  autonomous_progress=False),
                           probes(2, True))  # fmt: skip
     with pytest.raises(UnsupportedError, match="needs gpus"):
         check_cuda_engine(PLAN, probes(0, True))

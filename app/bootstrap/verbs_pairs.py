@@ -1,7 +1,7 @@
 """A direct MPI bring-up through the verbs provider's API: one RC QP per peer, each with its own
-CQ (send and receive), a source and a landing buffer, endpoints exchanged by alltoall. Used by
-the VM tests and bench/perftest_compare.py until the harness's bring-up opens verbs itself
-(app/bootstrap/bringup.py is emu-only today)."""
+CQ (send and receive, with receives posted for write-with-immediate), a source and a landing
+buffer, endpoints exchanged by alltoall. The VM tests use it to drive the provider's posting API
+directly; `gicbench run --provider verbs` brings up through app/bootstrap/bringup.py."""
 
 from __future__ import annotations
 

@@ -16,6 +16,7 @@ from ..knobs import Knob
 
 def knob_catalog() -> list[tuple[str, Knob, Any, list[str]]]:
     """(field, knob, default, owners) for every knob a run takes, shared ones first."""
+    from ..fabric import registry as providers
     from ..plan import all_knobs
     from ..submit import base as submitters
 
@@ -24,6 +25,7 @@ def knob_catalog() -> list[tuple[str, Knob, Any, list[str]]]:
     classes: list[tuple[str, type]] = [("all", RunConfig)]
     classes += [(n, registry.get(n).Params) for n in registry.names()]
     classes += [(f"--submitter {n}", submitters.get(n).Params) for n in submitters.names()]
+    classes += [(f"--provider {n}", providers.get(n).Params) for n in providers.names()]
     for owner, cls in classes:
         for f in dataclasses.fields(cls):
             if "knob" in f.metadata:

@@ -100,6 +100,11 @@ class Experiment(ABC):
         `shapes`, less what its chosen points never use."""
         return self.shapes
 
+    def needs_queues_in_memory(self) -> str | None:
+        """Why this configuration reads or writes mlx5 queues in memory (a provider that only
+        posts through post_send refuses it), or None."""
+        return None
+
     # What bring-up must provide.
     @property
     def lanes_per_peer(self) -> int:

@@ -82,6 +82,11 @@ class SingleOp(Experiment):
             return self.shapes
         return frozenset({Shape.LATENCY})
 
+    def needs_queues_in_memory(self) -> str | None:
+        if self.params.scope == "all":
+            return "--scope all reads every configured QP's CQ from memory (as NVSHMEM's quiet)"
+        return None
+
     def points(self) -> list[dict[str, Any]]:
         p = self.params
         return [

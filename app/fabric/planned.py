@@ -13,33 +13,6 @@ from .registry import FabricPlan, Provider, register
 
 
 @register
-class VerbsProvider(Provider):
-    name = "verbs"
-    summary = "any RDMA device through pyverbs (RC; post_send posting path)"
-
-    @classmethod
-    def caps(cls, probes: Mapping[str, Probe]) -> ProviderCaps:
-        # The provider itself (app/fabric/verbs) works and is tested on Soft-RoCE; `gicbench
-        # run` does not open it yet (the host submitter's post-send path is not wired).
-        from .verbs.provider import caps as device_caps
-
-        found = device_caps(dict(probes))
-        found.posting = (Posting.POST_SEND.value,)
-        if found.available:
-            found.available = False
-            found.reason = (
-                f"device ready ({found.details.get('selected')}), but `gicbench run` does not "
-                "open the verbs provider yet (its post-send path is not wired to the host "
-                "submitter); tests/vm and bench/perftest_compare.py drive it directly"
-            )
-        return found
-
-    @classmethod
-    def open(cls, plan: FabricPlan, topo: Any, job: str, settings: dict[str, Any]) -> Fabric:
-        raise UnsupportedError(f"provider {cls.name} is not implemented in this release")
-
-
-@register
 class Mlx5Provider(Provider):
     name = "mlx5"
     summary = "ConnectX through DevX: QPs/CQs on umem in GPU or host memory, DC, GPU-mapped UAR"

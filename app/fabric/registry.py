@@ -17,7 +17,11 @@ from ..errors import ConfigError, UnsupportedError
 from ..platform import Probe
 from .base import Fabric, ProviderCaps
 
-PROVIDER_MODULES = ("gicbench.fabric.emu.provider", "gicbench.fabric.planned")
+PROVIDER_MODULES = (
+    "gicbench.fabric.emu.provider",
+    "gicbench.fabric.verbs.provider",
+    "gicbench.fabric.planned",
+)
 _REGISTRY: dict[str, type[Provider]] = {}
 
 
@@ -48,11 +52,9 @@ class FabricPlan:
     progress: str  # requested: auto | thread | inline
     autonomous_progress: bool  # the submitter cannot drive a CPU progress hook (a GPU kernel)
     mr_domain: str | None = None  # memory domain of the source and landing regions (GPU: mapped)
-    engine: str = "cpu"  # emu: cpu | cuda
-    engine_ctas: int | None = None  # emu CUDA engine CTAs (None: its default)
-    queues: str = "host"  # emu queue placement: host | device
     # the submitter's queue wishes (DOCA: DBR-less QPs, collapsed CQs, a proxy-word region)
     queue_options: QueueOptions = field(default_factory=QueueOptions)
+    params: Any = None  # the provider's own knobs (its Params), built by the plan
 
     @property
     def scratch_bytes(self) -> int:
@@ -68,9 +70,15 @@ class FabricPlan:
         return self.qps + self.dcts
 
 
+@dataclass(frozen=True)
+class NoParams:
+    """A provider without knobs of its own."""
+
+
 class Provider(ABC):
     name: ClassVar[str]
     summary: ClassVar[str]
+    Params: ClassVar[type] = NoParams  # knobs of this provider (app/knobs.py), e.g. --ib-dev
 
     @classmethod
     @abstractmethod
@@ -105,14 +113,16 @@ def _load() -> None:
 
 
 def names() -> tuple[str, ...]:
+    """In PROVIDER_MODULES order, whichever module a process happened to import first."""
     _load()
-    return tuple(_REGISTRY)
+    order = {m: i for i, m in enumerate(PROVIDER_MODULES)}
+    return tuple(sorted(_REGISTRY, key=lambda n: order.get(_REGISTRY[n].__module__, len(order))))
 
 
 def get(name: str) -> type[Provider]:
     _load()
     if name not in _REGISTRY:
-        raise ConfigError("provider (--provider)", name, "one of " + ", ".join(_REGISTRY))
+        raise ConfigError("provider (--provider)", name, "one of " + ", ".join(names()))
     return _REGISTRY[name]
 
 

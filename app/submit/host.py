@@ -2,7 +2,8 @@
 
 Lanes travel to C++ as one uint64 table with the columns of `gicbench._native.host.LANE_COLUMNS`
 (the submitter's own layout). A loop that fails returns the queue state; it is raised here as
-CompletionTimeout or CompletionError with rank, QP and indices.
+CompletionTimeout or CompletionError with rank, QP and indices. On a provider without mlx5 queues
+in memory (verbs), the same typed work goes through the post-send path (verbs_path.py).
 """
 
 from __future__ import annotations
@@ -80,9 +81,16 @@ def _buf(b: Buffer) -> tuple[int, int, int]:
 @register
 class HostSubmitter(Submitter):
     name = "host"
-    summary = "CPU threads post WQEs and poll CQEs directly (native C++ loops)"
+    summary = "CPU threads post WQEs and poll CQEs directly (native C++ loops; post_send on verbs)"
     shapes = frozenset({Shape.LATENCY, Shape.RESPOND, Shape.RATE})
-    posting = (Posting.MLX5_QUEUES.value,)
+    posting = (Posting.MLX5_QUEUES.value, Posting.POST_SEND.value)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        from .verbs_path import post_send_path
+
+        # None on a provider with mlx5 queues in memory (emu, mlx5): the native WQE loops.
+        self._post_send = post_send_path(self.fabric, self.rank, self.timeout_ns)
 
     @classmethod
     def availability(cls, probes: Mapping[str, Probe]) -> str | None:
@@ -141,6 +149,8 @@ class HostSubmitter(Submitter):
         raise FabricError(f"{what} failed: {err['kind']}{detail} ({where})")
 
     def latency(self, work: LatencyWork) -> np.ndarray:
+        if self._post_send is not None:
+            return self._post_send.latency(work)
         sel = work.lanes[work.selected]
         reply = work.reply if work.reply is not None else sel.src
         ok, samples, err = _native_host().single_op(
@@ -163,6 +173,8 @@ class HostSubmitter(Submitter):
         return samples
 
     def respond(self, work: RespondWork) -> None:
+        if self._post_send is not None:
+            return self._post_send.respond(work)
         ok, err = _native_host().rtt_respond(
             lane_table([work.lane]),
             0,
@@ -179,6 +191,8 @@ class HostSubmitter(Submitter):
             self._raise("round-trip responder", err, {"size": work.size})
 
     def rate(self, work: RateWork) -> RateResult:
+        if self._post_send is not None:
+            return self._post_send.rate(work)
         ok, windows, stats, err = _native_host().msg_rate(
             lane_table(work.lanes),
             work.threads,

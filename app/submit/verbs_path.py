@@ -1,307 +1,179 @@
-"""The host submitter over the verbs posting path (providers with post_send and no mlx5 queues).
+"""The host submitter's post-send path: its loops on a provider without mlx5 queues in memory.
 
-Same methods and results as app/submit/host.py's HostSubmitter, so the harness can pick either:
-single_op(lanes, params, mode) -> int64 ns samples, respond(lanes, params), msg_rate(lanes,
-params) -> (window ns, stats). `lanes` is the lane table the harness builds (its `qpn` column
-names the QPs) or a list of QueuePair. The loops are Python over pyverbs: each operation is one
-post_send and one or more ibv_poll_cq calls through prepared, pre-linked work requests
-(fabric/verbs/posting.py), nothing allocated per operation; one submitting thread (Python).
+A generic verbs device keeps its queues behind libibverbs, so the host submitter
+(app/submit/host.py) hands its typed work (LatencyWork, RespondWork, RateWork) to this path
+instead of its WQE loops. The loops are native (proxy/src/verbs_loops.cpp, over the NIC objects
+the verbs fabric owns natively): ibv_post_send chains of pre-linked work requests, ibv_poll_cq,
+no allocation and no Python per operation. One submitting thread.
+
+Same contract as the WQE loops: the sequence number rides in the payload's last 8 bytes (the
+round trip polls it), lane l's k-th rate message goes to slot k mod (slice / size), signaled
+every depth/4 with the final drain timed. A missing completion raises CompletionTimeout naming
+rank, QP and the posted/completed counts; an error completion raises VerbsCompletionError
+(rank, QP, peer, ibv_wc_status); SIGTERM/SIGINT end a loop within 256 polls (LoopInterrupted).
 """
 
 from __future__ import annotations
 
-import ctypes
-import time
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from ..errors import CompletionTimeout, ConfigError
-from ..fabric.base import MemoryRegion, QueuePair, RemoteBuffer
-from ..fabric.verbs.posting import TIME_CHECK_EVERY, Posting
+from ..errors import CompletionTimeout, ConfigError, FabricError
+from ..fabric.base import QueuePair
+from ..fabric.verbs.fabric import native
+from ..fabric.verbs.posting import completion_error
+from .base import Buffer, LatencyWork, RateResult, RateWork, RespondWork
 
-QPN_COLUMN = 4  # lane_row()'s qpn column (LANE_COLUMNS[4] == "qpn")
-MODES = ("issue", "put_completion", "round_trip")
+MODE_CODES = {"issue": 0, "put_completion": 1, "round_trip": 2}
 
 
-class VerbsSubmitter:
-    name = "host"
-    path = "verbs"
+def post_send_path(fabric: Any, rank: int, timeout_ns: int) -> PostSendPath | None:
+    """The path for `fabric` when it has no mlx5 queues in memory, else None."""
+    if getattr(fabric, "mlx5_queues", True):
+        return None
+    return PostSendPath(fabric, rank, timeout_ns / 1e9)
 
-    def __init__(
-        self,
-        *,
-        fabric: Any,
-        rank: int,
-        src: MemoryRegion,
-        landing: MemoryRegion,
-        peer_landing: RemoteBuffer | None,
-        timeout_s: float,
-        progress: tuple[int, int] = (0, 0),  # accepted for the harness; a verbs NIC needs none
-    ) -> None:
-        self.f, self.rank, self.src, self.landing = fabric, rank, src, landing
-        self.peer_landing, self.timeout_s = peer_landing, timeout_s
-        self.posting = Posting(fabric, chain=1024)  # chains up to min(1024, SQ depth)
 
-    # ---- helpers --------------------------------------------------------------------------------
-    def qps(self, lanes: np.ndarray | Sequence[QueuePair]) -> list[QueuePair]:
-        if isinstance(lanes, np.ndarray):
-            by_qpn = self.f._qp_objs
-            return [by_qpn[int(q)] for q in lanes[:, QPN_COLUMN]]
-        return list(lanes)
+def _side(b: Buffer) -> tuple[int, int, int]:
+    return (b.addr, b.key, b.length)
 
-    def _flags(self, params: dict[str, Any], qp: QueuePair, signaled: bool) -> int:
-        p = self.posting
-        inline = params.get("payload") == "inline"
-        if inline and params["size"] > self.f.max_inline(qp):
+
+class PostSendPath:
+    def __init__(self, fabric: Any, rank: int, timeout_s: float) -> None:
+        self.f, self.rank, self.timeout_s = fabric, rank, timeout_s
+        self.timeout_ns = int(timeout_s * 1e9)
+        self._loops = native()
+
+    # ---- checks and errors ----------------------------------------------------------------------
+    def _check(self, qp: QueuePair, size: int, inline: bool, sides: dict[str, Buffer]) -> None:
+        """Refuse, before anything is posted, what the loop could not do."""
+        if size < 8:
+            raise ConfigError("size", size, ">= 8 (the sequence number is an 8-byte word)")
+        if inline and size > self.f.max_inline(qp):
             raise ConfigError(
                 "payload (--payload inline)",
-                params["size"],
+                size,
                 f"sizes <= {self.f.max_inline(qp)} B on {self.f.device} (or --payload pointer)",
             )
-        return (p.SIGNALED if signaled else 0) | (p.INLINE if inline else 0)
+        for name, b in sides.items():
+            if size > b.length:
+                raise ConfigError("size", size, f"<= {b.length} B (the lane's {name} buffer)")
 
-    def _timeout(self, what: str, qp: QueuePair, extra: str = "") -> CompletionTimeout:
-        return CompletionTimeout(
-            f"no completion within {self.timeout_s:g} s ({self.posting.where(qp)}, {what}{extra})"
+    def _raise(self, what: str, err: dict[str, Any]) -> None:
+        kind, qpn = err["kind"], err["qpn"]
+        peer = self.f._peer_of.get(qpn)
+        to = f" to rank {peer}" if peer is not None else ""
+        where = (
+            f"rank {self.rank}, QP 0x{qpn:06x}{to}, {what}: {err['posted']} posted, "
+            f"{err['completed']} completed"
         )
+        if kind == "cqe_error":
+            self.f.sw["errors"] += 1
+            raise completion_error(
+                self.f, err["status"], err["wr_id"], err["wc_qpn"] or qpn, err["vendor_err"], what
+            )
+        if kind == "timeout":
+            extra = ""
+            if err["word_expected"]:
+                extra = (
+                    f"; polled word holds {err['word_seen']}, waiting for {err['word_expected']}"
+                )
+            raise CompletionTimeout(f"no completion within {self.timeout_s:g} s ({where}{extra})")
+        if kind == "interrupted":
+            from .host import LoopInterrupted
 
-    def _wait_cqe(self, pcq: Any, qp: QueuePair, what: str) -> int:
-        """Poll until one completion; returns its wr_id (raises on error status or timeout)."""
-        poll = pcq.poll
-        deadline = 0.0
-        spins = 0
-        while True:
-            got, wcs = poll(1)
-            if got:
-                wc = wcs[0]
-                if wc.status:
-                    self.posting.raise_wc(qp, wc)
-                return int(wc.wr_id)
-            spins += 1
-            if spins % TIME_CHECK_EVERY == 0:
-                now = time.monotonic()
-                if deadline == 0.0:
-                    deadline = now + self.timeout_s
-                elif now > deadline:
-                    raise self._timeout(what, qp)
+            raise LoopInterrupted(
+                f"{what} interrupted by a signal after {err['done']} of {err['total']} "
+                f"operations ({where})",
+                err["done"],
+                err["total"],
+            )
+        detail = f": {err['message']}" if err["message"] else ""
+        raise FabricError(f"{what} failed: {kind}{detail} ({where})")
 
-    def _wait_word(self, word: Any, seq: int, pcq: Any, qp: QueuePair, what: str) -> int:
-        """Spin until `word` holds `seq`. Every TIME_CHECK_EVERY spins it also polls the CQ (a
-        failed send shows there) and returns how many successful completions it consumed, so
-        the caller does not wait for them again."""
-        deadline = 0.0
-        spins = consumed = 0
-        while word.value != seq:
-            spins += 1
-            if spins % TIME_CHECK_EVERY == 0:
-                got, wcs = pcq.poll(1)
-                if got:
-                    if wcs[0].status:
-                        self.posting.raise_wc(qp, wcs[0])
-                    consumed += 1
-                now = time.monotonic()
-                if deadline == 0.0:
-                    deadline = now + self.timeout_s
-                elif now > deadline:
-                    extra = f"; polled word holds {word.value}, waiting for {seq}"
-                    raise self._timeout(what, qp, extra)
-        return consumed
+    def _count(self, wqes: int, doorbells: int, cqes: int, nbytes: int) -> None:
+        sw = self.f.sw
+        sw["wqes"] += wqes
+        sw["doorbells"] += doorbells
+        sw["cqes"] += cqes
+        sw["bytes"] += nbytes
 
     # ---- single-op ------------------------------------------------------------------------------
-    def single_op(self, lanes: Any, params: dict[str, Any], mode: int) -> np.ndarray:
-        """`iters` timed operations of `size` bytes on the first lane, one outstanding.
-        mode 0 issue (post_send only), 1 put+completion (post and poll until its CQE; with
-        scope all, then one poll of every other lane's CQ), 2 round trip (the peer answers in
-        respond(); completes when our polled word holds the sequence number)."""
-        assert self.peer_landing is not None
-        qps = self.qps(lanes)
-        qp, size = qps[0], params["size"]
-        if size < 8 and mode == 2:
-            raise ConfigError("size", size, ">= 8 for the round trip (an 8-byte polled word)")
-        p, f = self.posting, self.f
-        c = p.chain(qp)
-        wr, sge = c.slot(1, 0)
-        p.fill(wr, sge, p.WRITE, self.src.addr, self.src.lkey, self.peer_landing.addr,
-               self.peer_landing.rkey, size, self._flags(params, qp, True), None, 0)  # fmt: skip
-        post, pcq = f.pv_qp(qp).post_send, f.pv_cq(qp.sq.cq)
-        others = [f.pv_cq(q.sq.cq) for q in qps[1:]] if params.get("scope") == "all" else []
-        seq_word = ctypes.c_uint64.from_address(self.src.addr + size - 8)
-        reply = ctypes.c_uint64.from_address(self.landing.addr + size - 8)
-        total = params["warmup"] + params["iters"]
-        out = np.empty(params["iters"], dtype=np.int64)
-        warm = params["warmup"]
-        now = time.perf_counter_ns
-        what = f"single-op {MODES[mode]}"
-        for i in range(total):
-            seq = i + 1
-            seq_word.value = seq  # the sequence number rides in the payload's last 8 bytes
-            if mode == 0:
-                t0 = now()
-                post(wr)
-                t1 = now()
-                self._wait_cqe(pcq, qp, what)
-            elif mode == 1:
-                t0 = now()
-                post(wr)
-                self._wait_cqe(pcq, qp, what)
-                for o in others:
-                    o.poll(1)
-                t1 = now()
-            else:
-                t0 = now()
-                post(wr)
-                seen = self._wait_word(reply, seq, pcq, qp, what)
-                t1 = now()
-                if not seen:  # the request's own completion, unless the wait consumed it
-                    self._wait_cqe(pcq, qp, what)
-            if i >= warm:
-                out[i - warm] = t1 - t0
-        f.sw["wqes"] += total
-        f.sw["doorbells"] += total
-        f.sw["cqes"] += total
-        f.sw["bytes"] += total * size
-        return out
+    def latency(self, work: LatencyWork) -> np.ndarray:
+        """`iters` timed operations on lanes[selected], one outstanding: issue (post_send
+        only), put_completion (post and poll until its CQE) or round_trip (completes when the
+        reply buffer's last word holds the sequence number; the peer answers in respond())."""
+        if work.scope_all:  # the plan refuses it (experiment.needs_queues_in_memory)
+            raise ConfigError("scope (--scope)", "all", "selected on the post-send path")
+        lane = work.lanes[work.selected]
+        qp, size = lane.qp, work.size
+        sides = {"source": lane.src, "destination": lane.dst}
+        rtt = work.mode == "round_trip"
+        reply = work.reply if work.reply is not None else lane.src
+        if rtt:
+            if work.reply is None:
+                raise ConfigError("reply", None, "a local buffer for the round trip's answer")
+            sides["reply"] = reply
+        self._check(qp, size, work.inline, sides)
+        ok, samples, err = self._loops.single_op(
+            self.f.nic, self.f.qpn_of(qp), self.f.cqn_of(qp.sq.cq), MODE_CODES[work.mode],
+            _side(lane.src), _side(lane.dst), _side(reply), size, work.inline, work.iters,
+            work.warmup, self.timeout_ns,
+        )  # fmt: skip
+        total = work.iters + work.warmup
+        if not ok:
+            self._count(err["posted"], err["posted"], err["completed"], err["posted"] * size)
+            self._raise(f"single-op {work.mode}", err)
+        self._count(total, total, total, total * size)
+        return samples
 
-    def respond(self, lanes: Any, params: dict[str, Any]) -> None:
-        """The round trip's other end: wait for sequence number s in our landing word, write
-        our source (stamped s) back to the peer's landing buffer; iters + warmup times."""
-        assert self.peer_landing is not None
-        qp = self.qps(lanes)[0]
-        size, p, f = params["size"], self.posting, self.f
-        c = p.chain(qp)
-        wr, sge = c.slot(1, 0)
-        p.fill(wr, sge, p.WRITE, self.src.addr, self.src.lkey, self.peer_landing.addr,
-               self.peer_landing.rkey, size, self._flags(params, qp, True), None, 0)  # fmt: skip
-        post, pcq = f.pv_qp(qp).post_send, f.pv_cq(qp.sq.cq)
-        seq_word = ctypes.c_uint64.from_address(self.src.addr + size - 8)
-        watch = ctypes.c_uint64.from_address(self.landing.addr + size - 8)
-        total = params["warmup"] + params["iters"]
-        for seq in range(1, total + 1):
-            self._wait_word(watch, seq, pcq, qp, "round-trip responder")
-            seq_word.value = seq
-            post(wr)
-            self._wait_cqe(pcq, qp, "round-trip responder")
-        f.sw["wqes"] += total
-        f.sw["doorbells"] += total
-        f.sw["cqes"] += total
-        f.sw["bytes"] += total * size
+    def respond(self, work: RespondWork) -> None:
+        """The round trip's far end: wait for sequence number s in `watch`'s word at size-8,
+        write our source (stamped s) back through the lane; `count` times."""
+        lane, size = work.lane, work.size
+        sides = {"source": lane.src, "destination": lane.dst, "watched": work.watch}
+        self._check(lane.qp, size, work.inline, sides)
+        ok, err = self._loops.respond(
+            self.f.nic, self.f.qpn_of(lane.qp), self.f.cqn_of(lane.qp.sq.cq), _side(lane.src),
+            _side(lane.dst), _side(work.watch), size, work.inline, work.count, self.timeout_ns,
+        )  # fmt: skip
+        if not ok:
+            self._count(err["posted"], err["posted"], err["completed"], err["posted"] * size)
+            self._raise("round-trip responder", err)
+        self._count(work.count, work.count, work.count, work.count * size)
 
     # ---- msg-rate -------------------------------------------------------------------------------
-    def msg_rate(self, lanes: Any, params: dict[str, Any]) -> tuple[np.ndarray, dict[str, Any]]:
-        """Writes with many outstanding: batches of `batch` WRs per post_send, round-robin over
-        the lanes, every (SQ depth / 4)-th WR signaled (its CQE retires the earlier unsignaled
-        ones), the last of each lane signaled, then a drain; windows of `window` messages."""
-        assert self.peer_landing is not None
-        if params.get("threads", 1) != 1:
+    def rate(self, work: RateWork) -> RateResult:
+        """Writes with many outstanding: batch b goes to lane b mod n as one post_send chain,
+        every (depth / 4)-th WR signaled, the last of each lane signaled, then a drain inside
+        the timed region; windows of `window` messages."""
+        if work.threads != 1:
             raise ConfigError(
-                "threads (-t)", params["threads"], "1 on the verbs posting path (one Python thread)"
+                "threads (-t)", work.threads, "1 on the post-send path (one submitting thread)"
             )
-        qps = self.qps(lanes)
-        p, f = self.posting, self.f
-        size, batch = params["size"], params["batch"]
-        chains = [p.chain(q) for q in qps]
-        depth = min(c.length for c in chains)
-        if not 1 <= batch <= depth:
-            raise ConfigError("batch (--batch)", batch, f"1..{depth} (the SQ depth here)")
-        n = len(qps)
-        posts = [c.pqp.post_send for c in chains]
-        pcqs = [f.pv_cq(q.sq.cq) for q in qps]
-        flags_sig = self._flags(params, qps[0], True)
-        flags_uns = self._flags(params, qps[0], False)
-        signal_every = max(1, depth // 4)
-        warm, msgs, window = (
-            params["warmup_per_thread"],
-            params["messages_per_thread"],
-            params["window"],
+        size = work.size
+        depth = min(lane.qp.sq.wqebb_cnt for lane in work.lanes)
+        if not 1 <= work.batch <= depth:
+            raise ConfigError("batch (--batch)", work.batch, f"1..{depth} (the SQ depth here)")
+        for lane in work.lanes:
+            self._check(lane.qp, size, work.inline, {"source": lane.src, "destination": lane.dst})
+        lanes = [
+            (self.f.qpn_of(ln.qp), self.f.cqn_of(ln.qp.sq.cq), _side(ln.src), _side(ln.dst))
+            for ln in work.lanes
+        ]
+        ok, windows, stats, err = self._loops.msg_rate(
+            self.f.nic, lanes, work.batch, size, work.inline, work.messages_per_thread,
+            work.warmup_per_thread, work.window, self.timeout_ns,
+        )  # fmt: skip
+        if not ok:
+            self._raise("msg-rate", err)
+        total = work.messages_per_thread + work.warmup_per_thread
+        self._count(total, int(stats["doorbells"]), int(stats["cqes"]), total * size)
+        return RateResult(
+            windows_ns=np.asarray(windows, dtype=np.int64),
+            elapsed_ns=int(stats["elapsed_ns"]),
+            messages=int(stats["messages"]),
+            doorbells=int(stats["doorbells"]),
+            cqes=int(stats["cqes"]),
         )
-        total = warm + msgs
-        nslots = max(1, min(self.src.length, self.peer_landing.length) // size)
-        posted_l = [0] * n  # WRs posted per lane
-        retired_l = [0] * n  # WRs known complete per lane (wr_id of the last signaled CQE)
-        since = [0] * n
-        nbatches = (total + batch - 1) // batch
-        src, lkey = self.src.addr, self.src.lkey
-        dst, rkey = self.peer_landing.addr, self.peer_landing.rkey
-        windows: list[int] = []
-        doorbells = cqes = 0
-        now = time.perf_counter_ns
-        t_start = now() if warm == 0 else 0
-        t_window = t_start
-        next_window = warm + window
-        posted = 0
-
-        def reap_until(li: int, done: Callable[[], bool], what: str) -> int:
-            """Poll lane li's CQ until `done()`; signaled completions retire WRs by wr_id.
-            Returns the CQEs consumed; raises on an error completion or the timeout."""
-            spins, deadline, got_total = 0, 0.0, 0
-            while not done():
-                got, wcs = pcqs[li].poll(4)
-                for wc in wcs[:got]:
-                    if wc.status:
-                        p.raise_wc(qps[li], wc)
-                    retired_l[li] = int(wc.wr_id)
-                got_total += got
-                if not got:
-                    spins += 1
-                    if spins % TIME_CHECK_EVERY == 0:
-                        t = time.monotonic()
-                        deadline = deadline or t + self.timeout_s
-                        if t > deadline:
-                            pending = posted_l[li] - retired_l[li]
-                            raise self._timeout(f"{what} ({pending} WRs pending)", qps[li])
-            return got_total
-
-        for b in range(nbatches):
-            li = b % n
-            count = min(batch, total - posted)
-            final_of_lane = b + n >= nbatches
-            c = chains[li]
-            # Room for `count` WRs: reap signaled completions until enough have retired.
-            if depth - (posted_l[li] - retired_l[li]) < count:
-                cqes += reap_until(
-                    li,
-                    lambda li=li, count=count: depth - (posted_l[li] - retired_l[li]) >= count,
-                    "msg-rate: SQ full",
-                )
-            base = c.length - count
-            for j in range(count):
-                m = posted + j
-                since[li] += 1
-                sig = since[li] >= signal_every or (j + 1 == count and final_of_lane)
-                if sig:
-                    since[li] = 0
-                wr, sge = c.wrs[base + j], c.sges[base + j]
-                off = (m % nslots) * size
-                sge.addr, sge.length, sge.lkey = src + off, size, lkey
-                wr.set_wr_rdma(rkey, dst + off)
-                wr.send_flags = flags_sig if sig else flags_uns
-                wr.wr_id = posted_l[li] + j + 1  # cumulative WRs of this lane up to this one
-            posts[li](c.wrs[base])
-            doorbells += 1
-            posted_l[li] += count
-            before = posted
-            posted += count
-            if before < warm <= posted:
-                t_start = t_window = now()
-            while posted >= next_window and next_window < total:
-                t = now()
-                windows.append(t - t_window)
-                t_window = t
-                next_window += window
-        for li in range(n):  # drain: every lane's last WR is signaled
-            cqes += reap_until(li, lambda li=li: retired_l[li] >= posted_l[li], "msg-rate drain")
-        t_end = now()
-        windows.append(t_end - t_window)  # the last window carries the final drain
-        f.sw["wqes"] += total
-        f.sw["doorbells"] += doorbells
-        f.sw["cqes"] += cqes
-        f.sw["bytes"] += total * size
-        stats = {
-            "elapsed_ns": t_end - t_start,
-            "messages": msgs,
-            "doorbells": doorbells,
-            "cqes": cqes,
-        }
-        return np.asarray(windows, dtype=np.int64), stats

@@ -22,4 +22,4 @@ def test_doctor_says_verbs_is_ready_and_what_it_offers(rxe_device):
     assert verbs.details["mlx5_queues"] is False and verbs.details["post_send"] is True
     assert verbs.details["pyverbs_enums"] in ("enums", "libibverbs_enums")
     assert verbs.posting == ("post-send",)
-    assert not verbs.available and "not open the verbs provider yet" in verbs.reason
+    assert verbs.available and verbs.reason == ""  # rxe is no mlx5 device: nothing to add

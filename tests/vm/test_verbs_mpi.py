@@ -12,7 +12,8 @@ from gicbench.bootstrap.verbs_pairs import bring_up
 from gicbench.errors import GicbenchError
 from gicbench.fabric.base import QpState, RemoteBuffer
 from gicbench.fabric.verbs import VerbsCompletionError
-from gicbench.submit.verbs_path import VerbsSubmitter
+from gicbench.submit.base import Buffer, Lane, LatencyWork, RateWork, RespondWork
+from gicbench.submit.verbs_path import PostSendPath
 
 TIMEOUT = 20.0
 pytestmark = pytest.mark.mpi(min_size=2)
@@ -20,6 +21,13 @@ pytestmark = pytest.mark.mpi(min_size=2)
 
 def pattern(sender: int, receiver: int, n: int) -> np.ndarray:
     return np.random.default_rng([sender, receiver]).integers(0, 256, n, dtype=np.uint8)
+
+
+def lane_to(job, peer: int, rkey_xor: int = 0) -> Lane:
+    """Our whole source buffer to the peer's whole landing buffer, on our QP towards it."""
+    far = job.peer_landing[peer]
+    return Lane(job.qps[peer], peer, Buffer.local(job.src),
+                Buffer(far.addr, far.rkey ^ rkey_xor, far.length))  # fmt: skip
 
 
 def all_ok(comm, err: str | None) -> None:
@@ -94,31 +102,31 @@ def test_bad_rkey_is_reported_with_rank_and_qp(job):
     assert comm.bcast(msg, root=0)
 
 
-@pytest.mark.parametrize("mode", [0, 1, 2])
+@pytest.mark.parametrize("mode", ["issue", "put_completion", "round_trip"])
 def test_single_op_pairs_validate(job, mode):
+    """The host submitter's post-send path, typed work as the harness hands it."""
     comm, f, rank = job.comm, job.f, job.comm.rank
     peer = rank ^ 1
     if peer >= comm.size:
         rendezvous(comm, "test step")
         return
     size, iters, warmup = 64, 50, 5
-    name = ("issue", "put_completion", "round_trip")[mode]
-    params = {"size": size, "payload": "pointer", "scope": "selected", "iters": iters,
-              "warmup": warmup, "mode": name}  # fmt: skip
     f.view(job.src)[:] = pattern(rank, peer, job.src.length)
-    sub = VerbsSubmitter(fabric=f, rank=rank, src=job.src, landing=job.landing,
-                         peer_landing=job.peer_landing[peer], timeout_s=TIMEOUT)  # fmt: skip
+    path = PostSendPath(f, rank, TIMEOUT)
+    lane = lane_to(job, peer)
     sender = rank % 2 == 0
     rendezvous(comm, "test step")
     err = None
     try:
         if sender:
-            ns = sub.single_op([job.qps[peer]], params, mode)
+            work = LatencyWork((lane,), 0, mode, size, False, False, iters, warmup,
+                               Buffer.local(job.landing))  # fmt: skip
+            ns = path.latency(work)
             assert ns.shape == (iters,) and (ns > 0).all()
-        elif mode == 2:
-            sub.respond([job.qps[peer]], params)
+        elif mode == "round_trip":
+            path.respond(RespondWork(lane, Buffer.local(job.landing), size, False, iters + warmup))
         rendezvous(comm, "test step")
-        if not sender or mode == 2:  # what landed: peer's pattern, last 8 bytes = final sequence
+        if not sender or mode == "round_trip":  # the peer's pattern, last 8 B = final sequence
             exp = pattern(peer, rank, job.src.length)[:size].copy()
             exp[-8:] = np.frombuffer(np.uint64(iters + warmup).tobytes(), np.uint8)
             assert np.array_equal(f.view(job.landing)[:size], exp)
@@ -135,18 +143,16 @@ def test_msg_rate_pairs_validate(job, batch):
         rendezvous(comm, "test step")
         return
     size, msgs = 8, 2000
-    params = {"size": size, "payload": "inline", "threads": 1, "batch": batch,
-              "messages_per_thread": msgs, "warmup_per_thread": 100, "window": 100}  # fmt: skip
     f.view(job.src)[:] = pattern(rank, peer, job.src.length)
-    sub = VerbsSubmitter(fabric=f, rank=rank, src=job.src, landing=job.landing,
-                         peer_landing=job.peer_landing[peer], timeout_s=TIMEOUT)  # fmt: skip
+    path = PostSendPath(f, rank, TIMEOUT)
     rendezvous(comm, "test step")
     err = None
     try:
         if rank % 2 == 0:
-            windows, stats = sub.msg_rate([job.qps[peer]], params)
-            assert stats["messages"] == msgs and len(windows) == msgs // 100
-            assert stats["doorbells"] == -(-(msgs + 100) // batch)
+            work = RateWork((lane_to(job, peer),), 1, batch, size, True, msgs, 100, 100)
+            res = path.rate(work)
+            assert res.messages == msgs and len(res.windows_ns) == msgs // 100
+            assert res.doorbells == -(-(msgs + 100) // batch)
         rendezvous(comm, "test step")
         if rank % 2 == 1:  # every slot written holds the sender's bytes
             n = min(job.landing.length // size, msgs + 100) * size
@@ -155,3 +161,18 @@ def test_msg_rate_pairs_validate(job, batch):
     except (AssertionError, GicbenchError) as e:
         err = f"{type(e).__name__}: {e}"
     all_ok(comm, err)
+
+
+def test_post_send_path_bad_rkey_names_rank_and_qp(job):
+    """A bad rkey in the submitter's own loop: a remote access error naming rank, QP, peer."""
+    comm, rank = job.comm, job.comm.rank
+    msg = None
+    if rank == 0:
+        lane = lane_to(job, 1, rkey_xor=0x3300)
+        work = LatencyWork((lane,), 0, "put_completion", 8, False, False, 5, 0)
+        with pytest.raises(VerbsCompletionError) as ei:
+            PostSendPath(job.f, rank, TIMEOUT).latency(work)
+        msg = str(ei.value)
+        assert ei.value.status == 10 and ei.value.peer == 1
+        assert f"rank 0, QP 0x{lane.qp.qpn:06x} to rank 1" in msg and "REM_ACCESS_ERR" in msg
+    assert comm.bcast(msg, root=0)

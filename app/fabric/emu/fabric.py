@@ -40,7 +40,6 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from ...config import ENGINES, QUEUE_PLACEMENTS  # declared once, with the knobs
 from ...errors import CompletionError, ConfigError, FabricError, UnsupportedError
 from ..base import (
     ACCESS_ALL,
@@ -60,6 +59,7 @@ from ..base import (
     host_view,
 )
 from .janitor import janitor, segment_name
+from .params import ENGINES, QUEUE_PLACEMENTS  # declared once, with the knobs
 
 ProgressMode = Literal["thread", "inline"]
 PROGRESS_MODES = ("thread", "inline")

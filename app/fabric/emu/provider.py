@@ -7,12 +7,12 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ...config import ENGINES
 from ...errors import UnsupportedError
 from ...platform import MPS_START, Probe
 from ..base import Fabric, MemoryDomain, Posting, ProviderCaps
 from ..registry import FabricPlan, Provider, register
 from .fabric import PROGRESS_MODES
+from .params import ENGINES, EmuParams
 
 
 def resolve_progress(requested: str, local_size: int, rank: int, autonomous: bool) -> str:
@@ -44,17 +44,22 @@ def resolve_progress(requested: str, local_size: int, rank: int, autonomous: boo
     return requested
 
 
+def emu_params(plan: FabricPlan) -> EmuParams:
+    return plan.params if isinstance(plan.params, EmuParams) else EmuParams()
+
+
 def check_cuda_engine(plan: FabricPlan, probes: Mapping[str, Probe]) -> None:
     """--engine cuda / --queues device pre-flight: a GPU, CuPy and nvcc here; GPU queues only
     for a GPU submitter; several ranks on one GPU only under MPS (without it their kernels
     time-slice: a round trip of milliseconds instead of microseconds)."""
-    if plan.queues == "device" and plan.engine != "cuda":
+    p = emu_params(plan)
+    if p.queues == "device" and p.engine != "cuda":
         raise UnsupportedError(
             "--queues device needs --engine cuda: the CPU engine cannot poll GPU memory at speed"
         )
-    if plan.engine != "cuda":
+    if p.engine != "cuda":
         return
-    if plan.queues == "device" and not plan.autonomous_progress:
+    if p.queues == "device" and not plan.autonomous_progress:
         raise UnsupportedError(
             "--queues device puts the rings, records and doorbells in GPU memory, which a CPU "
             "submitter cannot write at speed: use a GPU submitter or --queues host"
@@ -86,6 +91,7 @@ def check_cuda_engine(plan: FabricPlan, probes: Mapping[str, Probe]) -> None:
 @register
 class EmuProvider(Provider):
     name = "emu"
+    Params = EmuParams
     summary = "software mlx5 NIC over POSIX shared memory (one node), the embedded default"
 
     @classmethod
@@ -117,15 +123,16 @@ class EmuProvider(Provider):
                 f"({', '.join(sorted(set(topo.hosts)))}): use a real NIC provider"
             )
         check_cuda_engine(plan, probes)
-        if plan.engine == "cuda":
+        p = emu_params(plan)
+        if p.engine == "cuda":
             # No CPU thread: the engine kernel is the NIC's progress (autonomous).
             from .cuda_engine import DEFAULT_CTAS
 
-            ctas = plan.engine_ctas or DEFAULT_CTAS
+            ctas = p.engine_ctas or DEFAULT_CTAS
             return {"progress": "cuda-engine", "engine": "cuda", "engine_ctas": ctas,
-                    "queues": plan.queues}  # fmt: skip
+                    "queues": p.queues}  # fmt: skip
         mode = resolve_progress(plan.progress, plan.local_size, topo.rank, plan.autonomous_progress)
-        return {"progress": mode, "engine": "cpu", "queues": plan.queues}
+        return {"progress": mode, "engine": "cpu", "queues": p.queues}
 
     @classmethod
     def open(cls, plan: FabricPlan, topo: Any, job: str, settings: dict[str, Any]) -> Fabric:

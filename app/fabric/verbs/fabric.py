@@ -1,4 +1,9 @@
-"""VerbsFabric: one rank's NIC objects through pyverbs (any RDMA device; RC only).
+"""VerbsFabric: one rank's NIC objects through libibverbs (any RDMA device; RC only).
+
+The objects (device context, PD, MRs, CQs, QPs) are owned by the native module
+(`gicbench._native.verbs.Nic`, proxy/src/verbs_nic.cpp): the submitter's native loops need the
+raw ibv_qp/ibv_cq pointers, which pyverbs keeps private. pyverbs only probes devices, ports and
+GIDs (device.py) for selection and `gicbench doctor`.
 
 A generic verbs device (rdma_rxe, or any NIC through its provider library) keeps its queues
 behind libibverbs, so this provider has no mlx5 queues in memory (`mlx5_queues=False`): the
@@ -37,7 +42,6 @@ from ..base import (
     SendQueue,
     host_view,
 )
-from .compat import enums
 from .device import Selection, select
 from .types import VerbsMemoryRegion
 
@@ -53,17 +57,31 @@ SYSFS = Path("/sys/class/infiniband")
 
 @contextlib.contextmanager
 def checked(what: str, rank: int) -> Iterator[None]:
-    """Every pyverbs call of bring-up goes through here: its errors become FabricError."""
-    from pyverbs.pyverbs_error import PyverbsError
-
+    """Every native verbs call of bring-up goes through here: its errors become FabricError."""
     try:
         yield
-    except PyverbsError as e:
+    except (RuntimeError, ValueError) as e:
         raise FabricError(f"verbs rank {rank}: {what}: {e}") from e
 
 
+def native() -> Any:
+    """gicbench._native.verbs (built where libibverbs is installed)."""
+    from ... import _native
+
+    mod = getattr(_native, "verbs", None)
+    if mod is None:
+        raise UnsupportedError(
+            "provider verbs: the native module was built without libibverbs "
+            "(install libibverbs-dev, then `make setup`)"
+        )
+    return mod
+
+
+def const(name: str) -> int:
+    return int(native().CONSTANTS[name])
+
+
 def _access(a: Access) -> int:
-    e = enums()
     flags = 0
     for bit, name in (
         (Access.LOCAL_WRITE, "IBV_ACCESS_LOCAL_WRITE"),
@@ -72,7 +90,7 @@ def _access(a: Access) -> int:
         (Access.REMOTE_ATOMIC, "IBV_ACCESS_REMOTE_ATOMIC"),
     ):
         if a & bit:
-            flags |= int(getattr(e, name))
+            flags |= const(name)
     return flags
 
 
@@ -81,7 +99,7 @@ def _mtu_enum(nbytes: int) -> int:
 
 
 def _host_only(what: str, domain: MemoryDomain) -> None:
-    # pyverbs allocates host memory; GPU memory needs dma-buf, which this provider lacks.
+    # The native side allocates host memory; GPU memory needs dma-buf, which this provider lacks.
     if MemoryDomain(domain) is not MemoryDomain.HOST:
         raise UnsupportedError(
             f"provider verbs: {what} in memory domain {MemoryDomain(domain).value!r} is not "
@@ -112,21 +130,15 @@ class VerbsFabric(Fabric):
             raise ConfigError("rank", rank, f"an int in 0..{world_size - 1}")
         self.rank, self.world_size, self.job = rank, world_size, job
         self.sel: Selection = select(ib_dev, gid_index, env)  # refuses before anything is created
-        from pyverbs.device import Context
-        from pyverbs.pd import PD
-
-        self._closed = False
+        mod = native()
         with checked(f"open {self.sel.device}", rank):
-            self.ctx = Context(name=self.sel.device)
-            self.pd = PD(self.ctx)
-        self._cqs: dict[int, Any] = {}  # cqn (ours) -> pyverbs CQ
-        self._qps: dict[int, Any] = {}  # qpn -> pyverbs QP
+            self.nic = mod.Nic(self.sel.device)  # device context and PD
+        self._closed = False
+        self._cqs: set[int] = set()  # CQ numbers (the native side's)
         self._qp_objs: dict[int, QueuePair] = {}
-        self._mrs: list[Any] = []
         self._peer_of: dict[int, int] = {}  # qpn -> remote rank
         self._psn: dict[int, int] = {}
         self._inline: dict[int, int] = {}  # qpn -> max inline bytes the QP accepted
-        self._next_cqn = 1
         self._rng = random.Random()
         self.peers: list[dict[str, Any]] = []
         # Software counters the posting path updates (hardware ones come from sysfs).
@@ -191,17 +203,13 @@ class VerbsFabric(Fabric):
             raise ConfigError("length", length, "an int >= 1 (bytes)")
         if not isinstance(access, int) or int(access) & ~int(ACCESS_ALL):
             raise ConfigError("access", access, "a combination of gicbench.fabric.base.Access")
-        from pyverbs.mr import MR
-
         with checked(f"register {length} B", self.rank):
-            mr = MR(self.pd, length, _access(Access(int(access))))
-        self._mrs.append(mr)
-        host_view(mr.buf, length)[:] = 0
+            addr, lkey, rkey = self.nic.reg_mr(length, _access(Access(int(access))))  # zeroed
         return VerbsMemoryRegion(
-            addr=int(mr.buf),
+            addr=int(addr),
             length=length,
-            lkey=int(mr.lkey),
-            rkey=int(mr.rkey),
+            lkey=int(lkey),
+            rkey=int(rkey),
             access=Access(int(access)),
             domain=MemoryDomain.HOST,
         )
@@ -215,22 +223,18 @@ class VerbsFabric(Fabric):
         _host_only("create_cq", domain)
         if not isinstance(ncqe, int) or not 1 <= ncqe <= (1 << 22):
             raise ConfigError("ncqe", ncqe, "an int in 1..4194304")
-        from pyverbs.cq import CQ
-
         with checked(f"create_cq({ncqe})", self.rank):
-            cq = CQ(self.ctx, ncqe, None, None, 0)
-        cqn = self._next_cqn
-        self._next_cqn += 1
-        self._cqs[cqn] = cq
+            cqn, cqe = self.nic.create_cq(ncqe)
+        self._cqs.add(cqn)
         # No CQ ring in our memory: buf/dbrec are 0 (mlx5_queues=False).
-        return CompletionQueue(cqn=cqn, buf=0, ncqe=int(cq.cqe), dbrec=0)
+        return CompletionQueue(cqn=cqn, buf=0, ncqe=int(cqe), dbrec=0)
 
-    def _own_cq(self, field: str, cq: CompletionQueue | None) -> Any:
+    def _own_cq(self, field: str, cq: CompletionQueue | None) -> int:
         if not isinstance(cq, CompletionQueue) or cq.cqn not in self._cqs:
             raise ConfigError(
                 field, cq, f"a CompletionQueue created by this verbs rank {self.rank}"
             )
-        return self._cqs[cq.cqn]
+        return cq.cqn
 
     def create_qp(
         self,
@@ -255,29 +259,9 @@ class VerbsFabric(Fabric):
             raise ConfigError("sq_wqebbs", sq_wqebbs, "an int in 1..32768 (send WRs)")
         if not isinstance(rq_wqes, int) or not 0 <= rq_wqes <= 32768:
             raise ConfigError("rq_wqes", rq_wqes, "an int in 0..32768")
-        from pyverbs.pyverbs_error import PyverbsError
-        from pyverbs.qp import QP, QPCap, QPInitAttr
-
-        e = enums()
-        qp = None
-        for inline in (MAX_INLINE, 0):  # a device without inline support refuses the first
-            cap = QPCap(
-                max_send_wr=sq_wqebbs,
-                max_recv_wr=max(1, rq_wqes),
-                max_send_sge=1,
-                max_recv_sge=1,
-                max_inline_data=inline,
-            )
-            attr = QPInitAttr(qp_type=e.IBV_QPT_RC, scq=scq, rcq=rcq, cap=cap, sq_sig_all=0)
-            try:
-                qp = QP(self.pd, attr)
-                break
-            except PyverbsError as err:
-                if inline == 0:
-                    raise FabricError(f"verbs rank {self.rank}: create_qp: {err}") from err
-        assert qp is not None
-        qpn = int(qp.qp_num)
-        self._qps[qpn] = qp
+        # A device without inline support is retried without inline data (native side).
+        with checked("create_qp", self.rank):
+            qpn, inline, _ = self.nic.create_qp(scq, rcq, sq_wqebbs, max(1, rq_wqes), MAX_INLINE)
         self._psn[qpn] = self._rng.randrange(1 << 24)
         sq = SendQueue(qpn=qpn, buf=0, wqebb_cnt=sq_wqebbs, dbrec=0, doorbell=0, cq=send_cq)
         rq = ReceiveQueue(buf=0, wqe_cnt=rq_wqes, dbrec=0, cq=rcq_obj) if rq_wqes else None
@@ -291,10 +275,10 @@ class VerbsFabric(Fabric):
             "provider verbs has no DC transport (DCTs need the mlx5 provider); use --transport rc"
         )
 
-    def _own_qp(self, qp: QueuePair) -> Any:
-        if not isinstance(qp, QueuePair) or qp.qpn not in self._qps:
+    def _own_qp(self, qp: QueuePair) -> int:
+        if not isinstance(qp, QueuePair) or qp.qpn not in self._qp_objs:
             raise ConfigError("qp", qp, f"a QueuePair created by this verbs rank {self.rank}")
-        return self._qps[qp.qpn]
+        return qp.qpn
 
     def endpoint(self, qp: QueuePair) -> dict[str, Any]:
         self._own_qp(qp)
@@ -318,68 +302,31 @@ class VerbsFabric(Fabric):
             or not need <= set(remote)
         ):
             raise ConfigError("remote", remote, "a verbs endpoint() of the peer's QP")
-        from pyverbs.addr import GID, AHAttr, GlobalRoute
-        from pyverbs.qp import QPAttr
-
-        e = enums()
         port = self.sel.port
         mtu = min(port.active_mtu, int(remote["mtu"]))
         where = f"connect QP {qp.qpn:#x} to rank {remote['rank']} QP {int(remote['qpn']):#x}"
+        lid_route = port.link_layer == "InfiniBand" and self.sel.gid.index == 0
+        dgid = b"" if lid_route else bytes.fromhex(str(remote["gid"]).replace(":", ""))
         with checked(where, self.rank):
-            a = QPAttr(qp_state=e.IBV_QPS_INIT, cur_qp_state=e.IBV_QPS_RESET)
-            a.pkey_index = 0
-            a.port_num = port.port
-            a.qp_access_flags = _access(ACCESS_ALL)
-            pq.modify(
-                a,
-                e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_ACCESS_FLAGS,
-            )
-            if port.link_layer == "InfiniBand" and self.sel.gid.index == 0:
-                ah = AHAttr(dlid=int(remote["lid"]), port_num=port.port, is_global=0)
-            else:
-                gr = GlobalRoute(
-                    dgid=GID(remote["gid"]), sgid_index=self.sel.gid.index, hop_limit=64
-                )
-                ah = AHAttr(gr=gr, is_global=1, port_num=port.port, dlid=int(remote["lid"]))
-            a = QPAttr(qp_state=e.IBV_QPS_RTR, cur_qp_state=e.IBV_QPS_INIT)
-            a.path_mtu = _mtu_enum(mtu)
-            a.dest_qp_num = int(remote["qpn"])
-            a.rq_psn = int(remote["psn"])
-            a.max_dest_rd_atomic = MAX_RD_ATOMIC
-            a.min_rnr_timer = MIN_RNR_TIMER
-            a.ah_attr = ah
-            pq.modify(
-                a,
-                e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN
-                | e.IBV_QP_RQ_PSN | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER,
-            )  # fmt: skip
-            a = QPAttr(qp_state=e.IBV_QPS_RTS, cur_qp_state=e.IBV_QPS_RTR)
-            a.timeout = TIMEOUT
-            a.retry_cnt = RETRY_CNT
-            a.rnr_retry = RNR_RETRY
-            a.sq_psn = self._psn[qp.qpn]
-            a.max_rd_atomic = MAX_RD_ATOMIC
-            pq.modify(
-                a,
-                e.IBV_QP_STATE | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT | e.IBV_QP_RNR_RETRY
-                | e.IBV_QP_SQ_PSN | e.IBV_QP_MAX_QP_RD_ATOMIC,
-            )  # fmt: skip
+            self.nic.to_init(pq, port.port, _access(ACCESS_ALL))
+            self.nic.to_rtr(pq, int(remote["qpn"]), int(remote["psn"]), _mtu_enum(mtu),
+                            int(remote["lid"]), dgid, self.sel.gid.index, port.port,
+                            MIN_RNR_TIMER, MAX_RD_ATOMIC)  # fmt: skip
+            self.nic.to_rts(pq, self._psn[qp.qpn], TIMEOUT, RETRY_CNT, RNR_RETRY, MAX_RD_ATOMIC)
         self._peer_of[qp.qpn] = int(remote["rank"])
 
     def qp_state(self, qp: QueuePair) -> QpState:
         pq = self._own_qp(qp)
-        e = enums()
         with checked(f"query QP {qp.qpn:#x}", self.rank):
-            attr, _ = pq.query(e.IBV_QP_STATE)
-        s = int(attr.qp_state)
+            s = int(self.nic.qp_state(pq))
         return QpState(s) if s in QpState._value2member_map_ else QpState.ERR
 
     # ---- what the posting path needs ------------------------------------------------------------
-    def pv_qp(self, qp: QueuePair) -> Any:
-        """The pyverbs QP behind `qp` (posting path only)."""
+    def qpn_of(self, qp: QueuePair) -> int:
+        """`qp`'s number on the native NIC, checked to be ours (posting path)."""
         return self._own_qp(qp)
 
-    def pv_cq(self, cq: CompletionQueue) -> Any:
+    def cqn_of(self, cq: CompletionQueue) -> int:
         return self._own_cq("cq", cq)
 
     def peer_of(self, qp: QueuePair) -> int | None:
@@ -419,17 +366,9 @@ class VerbsFabric(Fabric):
         if getattr(self, "_closed", True):
             return
         self._closed = True
-        # Children first: QPs, CQs, MRs, then PD and context.
-        for objs in (self._qps.values(), self._cqs.values(), self._mrs):
-            for o in objs:
-                with contextlib.suppress(Exception):
-                    o.close()
-        for o in (self.pd, self.ctx):
-            with contextlib.suppress(Exception):
-                o.close()
-        self._qps.clear()
+        self.nic.close()  # children first: QPs, CQs, MRs, then PD and context
         self._cqs.clear()
-        self._mrs.clear()
+        self._qp_objs.clear()
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):

@@ -1,0 +1,39 @@
+"""emu's own knobs: which engine serves the queues and where the queues live. The provider
+declares them (`EmuProvider.Params`), so they are refused with any other provider."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...knobs import KIND_STR, knob
+
+ENGINES = ("cpu", "cuda")  # a CPU thread (or inline) or the CUDA engine (a persistent kernel)
+QUEUE_PLACEMENTS = ("host", "device")  # where the rings, records, doorbells and CQs live
+MAX_ENGINE_CTAS = 4096
+
+
+@dataclass(frozen=True)
+class EmuParams:
+    engine: str = knob(
+        "cpu",
+        flag="--engine",
+        kind=KIND_STR,
+        choices=ENGINES,
+        help="emu engine: cpu (a thread or inline, see --progress) or cuda (a persistent kernel "
+        "per rank; one rank per GPU)",
+    )
+    engine_ctas: int | None = knob(
+        None,
+        flag="--engine-ctas",
+        lo=1,
+        hi=MAX_ENGINE_CTAS,
+        help="CTAs of 256 threads the CUDA engine keeps resident per rank (default 16)",
+    )
+    queues: str = knob(
+        "host",
+        flag="--queues",
+        kind=KIND_STR,
+        choices=QUEUE_PLACEMENTS,
+        help="emu queue placement: host (the rank's shared memory, mapped into the GPU) or "
+        "device (GPU memory; needs --engine cuda and a GPU submitter)",
+    )
