@@ -123,15 +123,18 @@ def all_knobs() -> dict[str, Any]:
     return out
 
 
-def make_plan(cfg: RunConfig, probes: LazyProbes | None = None) -> RunPlan:
+def make_plan(cfg: RunConfig, probes: LazyProbes | None = None, *, here: bool = True) -> RunPlan:
+    """The checked plan of a run. here=False checks a run that will start elsewhere (a sweep
+    file read on a login node): everything but whether this machine can run the submitter and
+    the provider."""
     probes = probes if probes is not None else LazyProbes()
     sub = submitters.get(cfg.submitter)
-    why = sub.availability(probes)
+    why = sub.availability(probes) if here else None
     if why is not None:
         raise UnsupportedError(f"submitter {sub.name} is not available here: {why}")
     provider = providers.get(cfg.provider)
     caps = provider.caps(probes)
-    if not caps.available:
+    if here and not caps.available:
         raise UnsupportedError(f"provider {provider.name} is not available here: {caps.reason}")
     if not set(sub.posting) & set(caps.posting):
         raise UnsupportedError(

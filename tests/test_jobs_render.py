@@ -201,7 +201,9 @@ def test_shipped_sweep_files_parse() -> None:
 
 def test_sweep_template_renders_a_checked_sweep(tmp_path: Path) -> None:
     sweep = tmp_path / "s.toml"
-    sweep.write_text('experiment = "msg-rate"\n[axes]\nranks = [2, 4]\nthreads = [1, 2]\n')
+    sweep.write_text(
+        'experiment = "msg-rate"\n[run]\nqps = 2\n[axes]\nranks = [2, 4]\nthreads = [1, 2]\n'
+    )
     t = render(
         "sweep",
         RenderOptions(

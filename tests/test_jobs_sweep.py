@@ -36,7 +36,7 @@ threads = [1, 2]
 def test_points_are_the_product_in_order() -> None:
     spec = parse_spec_text(
         'experiment = "msg-rate"\n[run]\nmin-size = "8"\n'
-        "[axes]\nranks = [2, 4]\nthreads = [1, 2]\nqps = [1, 4]\n"
+        "[axes]\nranks = [2, 4]\nthreads = [1, 2]\nqps = [2, 4]\n"
     )
     assert len(spec.points) == 8
     p = spec.points[5]  # ranks 4, threads 1, qps 4 (last axis fastest)
@@ -62,6 +62,27 @@ def test_points_are_the_product_in_order() -> None:
 )
 def test_bad_sweep_files_refused(text: str, field: str) -> None:
     with pytest.raises(ConfigError, match=f"invalid {field}="):
+        parse_spec_text(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        # a knob that does nothing for the experiment: refused at the point, not at run time
+        ('experiment = "single-op"\n[axes]\nmessages = [100, 200]',
+         r"messages \(--messages\) at point 0 \(messages=100\)"),
+        # the submitter's own refusal at the second point of the axis
+        ('experiment = "msg-rate"\n[run]\nsubmitter = "proxy"\n[axes]\nbatch = [8, 20]',
+         r"batch \(--batch\) at point 1 \(batch=20\)"),
+        # an experiment axis where one value cannot take a fixed knob
+        ('[run]\nmessages = 1000\n[axes]\nexperiment = ["msg-rate", "single-op"]',
+         r"at point 1 \(experiment=single-op\)"),
+    ],
+)  # fmt: skip
+def test_every_point_is_planned_before_any_runs(text: str, match: str) -> None:
+    """Each point's run is planned as `gicbench run` would plan it (make_plan, not the machine's
+    abilities): a point that would be refused is refused when the file is read."""
+    with pytest.raises(ConfigError, match=match):
         parse_spec_text(text)
 
 
@@ -183,7 +204,7 @@ def test_sweep_runs_resumes_and_redoes_half_written(tmp_path: Path) -> None:
     assert sorted({row["threads"] for row in rows}) == [1, 2]
 
     # A changed sweep file is refused for this directory.
-    sweep.write_text(SMALL.replace("[1, 2]", "[1, 2, 4]"))
+    sweep.write_text(SMALL.replace("qps = 2", "qps = 4").replace("[1, 2]", "[1, 2, 4]"))
     rc, log = _finish(_sweep(sweep, out))
     assert rc == 2 and "invalid sweep file=" in log
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, UnsupportedError
 from ..knobs import Knob
 
 SCHEMA = "gicbench-sweep/1"
@@ -86,8 +86,13 @@ def _run_options() -> dict[str, tuple[str, Knob | None]]:
 
 
 def _flag_args(
-    key: str, value: Any, options: dict[str, tuple[str, Knob | None]], where: str
+    key: str,
+    value: Any,
+    options: dict[str, tuple[str, Knob | None]],
+    where: str,
+    values: dict[str, Any] | None = None,
 ) -> list[str]:
+    """The `gicbench run` arguments of one key; its parsed value goes into `values` (by field)."""
     name = key.replace("_", "-")
     if name in _RESERVED:
         raise ConfigError(
@@ -105,6 +110,8 @@ def _flag_args(
     if knob is None:  # a switch
         if not isinstance(value, bool):
             raise ConfigError(f"{where}.{key}", value, "true or false")
+        if values is not None:
+            values[field] = value
         return [f"--{name}"] if value else []
     if isinstance(value, list) and knob.many:
         value = ",".join(map(str, value))
@@ -112,9 +119,12 @@ def _flag_args(
         raise ConfigError(f"{where}.{key}", value, "a number or a string")
     # The value as the command line would parse and check it, refused here before any run.
     try:
-        knob.check(field, knob.parse(field, value) if isinstance(value, str) else value)
+        parsed = knob.parse(field, value) if isinstance(value, str) else value
+        knob.check(field, parsed)
     except ConfigError as e:
         raise ConfigError(f"{where}.{key}", value, e.allowed) from None
+    if values is not None:
+        values[field] = parsed
     return [f"--{name}", str(value)]
 
 
@@ -136,6 +146,26 @@ def _ranks(value: Any, where: str) -> int:
 
 def _slug(value: Scalar) -> str:
     return re.sub(r"[^A-Za-z0-9_.]+", "_", str(value).lower())[:24]
+
+
+def _check_point(
+    index: int, params: dict[str, Any], exps: tuple[str, ...], values: dict[str, Any], probes: Any
+) -> None:
+    """The point's run planned as `gicbench run` would (knobs that do nothing for its
+    experiments and submitter, cross-field rules, the submitter's own refusals), before any
+    point runs: a bad point 57 is refused now, not after 56 points. Whether this machine can
+    run the submitter is not checked here: the points run on the allocation's nodes."""
+    from ..config import RunConfig
+    from ..plan import make_plan
+
+    try:
+        make_plan(RunConfig.build(experiments=list(exps), **values), probes, here=False)
+    except ConfigError as e:
+        where = ", ".join(f"{k}={v}" for k, v in params.items()) or "every point"
+        raise ConfigError(f"{e.field} at point {index} ({where})", e.value, e.allowed) from None
+    except UnsupportedError as e:
+        where = ", ".join(f"{k}={v}" for k, v in params.items()) or "every point"
+        raise ConfigError(f"point {index} ({where})", " ".join(exps), str(e)) from None
 
 
 def parse_spec(data: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
@@ -161,10 +191,11 @@ def parse_spec(data: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
     if "experiment" not in data and "experiment" not in axes:
         raise ConfigError("experiment", None, "an experiment name (see `gicbench list`)")
     fixed: list[str] = []
+    fixed_values: dict[str, Any] = {}
     for k, v in run.items():
         if k in ("experiment", "ranks"):
             raise ConfigError(f"run.{k}", v, f"{k} at the top level or in [axes]")
-        fixed += _flag_args(k, v, options, "run")
+        fixed += _flag_args(k, v, options, "run", fixed_values)
     names: list[str] = []
     values: list[list[Scalar]] = []
     for k, vs in axes.items():
@@ -190,6 +221,9 @@ def parse_spec(data: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
         _experiments(data["experiment"], "experiment", known) if "experiment" in data else ()
     )
     base_ranks = _ranks(data.get("ranks", 2), "ranks")
+    from ..platform import LazyProbes
+
+    probes = LazyProbes()  # shared by every point's check: each probe runs once
     points = []
     for index, combo in enumerate(itertools.product(*values)):
         params = dict(zip(names, combo, strict=True))
@@ -200,9 +234,11 @@ def parse_spec(data: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
         )
         ranks = params.get("ranks", base_ranks)
         args = list(exps) + fixed
+        values = dict(fixed_values)
         for k, v in params.items():
             if k not in ("experiment", "ranks"):
-                args += _flag_args(k, v, options, "axes")
+                args += _flag_args(k, v, options, "axes", values)
+        _check_point(index, params, exps, values, probes)
         label = "-".join(
             [*exps]
             + [f"{k.replace('_', '-')}{_slug(v)}" for k, v in params.items() if k != "experiment"]
