@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bindings.hpp"
+#include "numpy_out.hpp"
 #include "lane_table.hpp"
 #include "host_loops.hpp"
 
@@ -40,13 +41,6 @@ nb::dict error_dict(const host::LoopError& e) {
   d["done"] = e.done;
   d["total"] = e.total;
   return d;
-}
-
-template <class T>
-nb::ndarray<nb::numpy, T, nb::ndim<1>> to_numpy(std::vector<T>&& v) {
-  auto* heap = new std::vector<T>(std::move(v));
-  nb::capsule owner(heap, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
-  return nb::ndarray<nb::numpy, T, nb::ndim<1>>(heap->data(), {heap->size()}, owner);
 }
 
 Progress progress_from(uint64_t fn, uint64_t ctx) {

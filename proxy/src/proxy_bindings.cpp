@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bindings.hpp"
+#include "numpy_out.hpp"
 #include "lane_table.hpp"
 #include "proxy_engine.hpp"
 #include "proxy_host.hpp"
@@ -46,13 +47,6 @@ nb::dict error_dict(const proxy::EngineError& e) {
   d["done"] = e.done;
   d["total"] = e.total;
   return d;
-}
-
-template <class T>
-nb::ndarray<nb::numpy, T, nb::ndim<1>> to_numpy(std::vector<T>&& v) {
-  auto* heap = new std::vector<T>(std::move(v));
-  nb::capsule owner(heap, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
-  return nb::ndarray<nb::numpy, T, nb::ndim<1>>(heap->data(), {heap->size()}, owner);
 }
 
 // The Python-facing engine: owns the native one, and the lanes it was built from.

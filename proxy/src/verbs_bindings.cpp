@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include "bindings.hpp"
+#include "numpy_out.hpp"
 #include "verbs_nic.hpp"
 
 namespace nb = nanobind;
@@ -44,13 +45,6 @@ nb::dict error_dict(const verbs::LoopError& e) {
   d["done"] = e.done;
   d["total"] = e.total;
   return d;
-}
-
-template <class T>
-nb::ndarray<nb::numpy, T, nb::ndim<1>> to_numpy(std::vector<T>&& v) {
-  auto* heap = new std::vector<T>(std::move(v));
-  nb::capsule owner(heap, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
-  return nb::ndarray<nb::numpy, T, nb::ndim<1>>(heap->data(), {heap->size()}, owner);
 }
 
 // (wr_id, status, opcode, byte_len, imm (host order), qp_num, wc_flags, vendor_err)
