@@ -83,7 +83,9 @@ def print_outcome(o: FitOutcome, console: Console) -> None:
     if o.error:
         console.print(f"{title}: not fitted: {o.error}", markup=False)
         return
-    t = Table(title=title, caption=f"{o.y} against {o.x}, {o.n} points")
+    # The title on its own line: as a Table title rich wraps it to the narrow table's width.
+    console.print(title, markup=False)
+    t = Table()
     t.add_column("parameter")
     t.add_column("value", justify="right")
     for name, p in o.params.items():
@@ -91,6 +93,7 @@ def print_outcome(o: FitOutcome, console: Console) -> None:
     if o.r2 is not None:
         t.add_row("R²", "undefined" if o.r2 != o.r2 else f"{o.r2:.4f}")
     console.print(t)
+    console.print(f"{o.y} against {o.x}, {o.n} points", markup=False)
     if o.rows is not None:
         rows = Table(title="per row (µs)")
         keys = list(o.rows[0]) if o.rows else []
