@@ -162,31 +162,7 @@ class MsgRate(Experiment):
         source_bytes: np.ndarray,
         layout: Layout,
     ) -> list[tuple[int, np.ndarray]]:
-        # The source's lanes towards us are lanes j*qps .. j*qps+qps-1 of its lane list (j: our
-        # place among its destinations); lane l's k-th message went to slot k mod slots of its
-        # slice, from the same offset of the source's slice l.
-        if source not in ctx.traffic.receives_from:
-            return []
-        from ..patterns import traffic
-
-        theirs = traffic(ctx.traffic.pattern, source, ctx.topo.size)
-        qps, size = point["qps"], point["size"]
-        args = (
-            qps * len(theirs.sends_to),
-            point["threads"],
-            point["batch"],
-            point["messages_per_thread"] + point["warmup_per_thread"],
-        )
-        counts = ctx.submitter.rate_lane_messages(*args) or lane_messages(*args)
-        j = theirs.sends_to.index(ctx.topo.rank)
-        slots = max(1, layout.lane_bytes // size)
-        pieces = []
-        for lane in range(qps):
-            written = min(slots, counts[j * qps + lane]) * size
-            start = lane * layout.lane_bytes
-            if written:
-                pieces.append((start, source_bytes[start : start + written]))
-        return pieces
+        return rate_landing(ctx, point, source, source_bytes, layout)
 
     def columns(self) -> list[Column]:
         return [
@@ -200,3 +176,40 @@ class MsgRate(Experiment):
             Column("window p50(µs)", "p50_us"),
             Column("window p99(µs)", "p99_us"),
         ]
+
+
+def rate_landing(
+    ctx: RankContext,
+    point: dict[str, Any],
+    source: int,
+    source_bytes: np.ndarray,
+    layout: Layout,
+) -> list[tuple[int, np.ndarray]]:
+    """What a rate loop leaves in this rank's landing region for `source` (msg-rate, payload):
+    each lane's k-th message in slot k mod slots of its slice, as far as the submitter's
+    `rate_lane_messages` (else the thread-per-lane rule) says each lane was written."""
+    # The source's lanes towards us are lanes j*qps .. j*qps+qps-1 of its lane list (j: our
+    # place among its destinations); lane l's k-th message went to slot k mod slots of its
+    # slice, from the same offset of the source's slice l.
+    if source not in ctx.traffic.receives_from:
+        return []
+    from ..patterns import traffic
+
+    theirs = traffic(ctx.traffic.pattern, source, ctx.topo.size)
+    qps, size = point["qps"], point["size"]
+    args = (
+        qps * len(theirs.sends_to),
+        point["threads"],
+        point["batch"],
+        point["messages_per_thread"] + point["warmup_per_thread"],
+    )
+    counts = ctx.submitter.rate_lane_messages(*args) or lane_messages(*args)
+    j = theirs.sends_to.index(ctx.topo.rank)
+    slots = max(1, layout.lane_bytes // size)
+    pieces = []
+    for lane in range(qps):
+        written = min(slots, counts[j * qps + lane]) * size
+        start = lane * layout.lane_bytes
+        if written:
+            pieces.append((start, source_bytes[start : start + written]))
+    return pieces

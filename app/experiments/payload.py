@@ -127,10 +127,8 @@ class Payload(MsgRate):
         source_bytes: np.ndarray,
         layout: Layout,
     ) -> list[tuple[int, np.ndarray]]:
-        point = with_counts(point)
-        if ctx.cfg.submitter == "proxy":
-            return _proxy_landing(ctx, point, source, source_bytes, layout)
-        return super().expected_landing(ctx, point, source, source_bytes, layout)
+        # the submitter says how its rate loop spread the messages (rate_lane_messages)
+        return super().expected_landing(ctx, with_counts(point), source, source_bytes, layout)
 
     def columns(self) -> list[Column]:
         return [
@@ -153,45 +151,3 @@ def with_counts(point: dict[str, Any]) -> dict[str, Any]:
         "warmup_per_thread": min(point["warmup"], per),
         "window": max(1, per // WINDOWS),
     }
-
-
-def _proxy_landing(
-    ctx: RankContext,
-    point: dict[str, Any],
-    source: int,
-    source_bytes: np.ndarray,
-    layout: Layout,
-) -> list[tuple[int, np.ndarray]]:
-    """The proxy's rate loop lays its writes out by ring (see proxy_rate.ring_counts)."""
-    from ..patterns import traffic
-    from ..submit.proxy.work import proxy_geometry, ring_counts
-
-    if source not in ctx.traffic.receives_from:
-        return []
-    theirs = traffic(ctx.traffic.pattern, source, ctx.topo.size)
-    qps, size = point["qps"], point["size"]
-    nlanes = qps * len(theirs.sends_to)
-    workers, rings, producers = proxy_geometry(ctx.cfg.knobs, nlanes, point["threads"])
-    counts = ring_counts(
-        rings, producers, point["messages_per_thread"] + point["warmup_per_thread"]
-    )
-    per_lane = [0] * nlanes
-    for r, c in enumerate(counts):
-        lane = ring_lane(r, workers, nlanes)
-        per_lane[lane] = max(per_lane[lane], c)
-    j = theirs.sends_to.index(ctx.topo.rank)
-    slots = max(1, layout.lane_bytes // size)
-    pieces = []
-    for lane in range(qps):
-        written = min(slots, per_lane[j * qps + lane]) * size
-        start = lane * layout.lane_bytes
-        if written:
-            pieces.append((start, source_bytes[start : start + written]))
-    return pieces
-
-
-def ring_lane(r: int, workers: int, lanes: int) -> int:
-    """The lane ring r writes through (proxy_engine.cpp, Engine::init)."""
-    w = r % workers
-    n = (lanes - w + workers - 1) // workers
-    return w + ((r // workers) % n) * workers

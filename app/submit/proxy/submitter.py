@@ -27,7 +27,7 @@ from ..base import (
 from ..host import LoopInterrupted, lane_table
 from .cores import default_cores
 from .params import HANDOFFS, MAX_CHAIN, ProxyParams
-from .work import LoadedResult, LoadedWork, ProxyRateWork, proxy_geometry
+from .work import LoadedResult, LoadedWork, ProxyRateWork, lane_counts, proxy_geometry
 
 MODE_CODES = {"issue": 0, "put_completion": 1, "round_trip": 2}
 MAX_INLINE = 512
@@ -316,6 +316,16 @@ class ProxySubmitter(Submitter):
             )
         )
         return res
+
+    def rate_lane_messages(
+        self, nlanes: int, threads: int, batch: int, per_thread: int
+    ) -> list[int] | None:
+        knobs = {
+            "workers": self.params.workers,
+            "rings": self.params.rings,
+            "producers": self.params.producers,
+        }
+        return lane_counts(knobs, nlanes, threads, per_thread)
 
     # ---- proxy-only work ----------------------------------------------------------------
     def proxy_rate(self, work: ProxyRateWork) -> RateResult:

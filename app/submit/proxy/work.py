@@ -84,3 +84,22 @@ def ring_counts(rings: int, producers: int, per_producer: int) -> list[int]:
         for j, r in enumerate(mine):
             counts[r] += per_producer // len(mine) + (1 if j < per_producer % len(mine) else 0)
     return counts
+
+
+def ring_lane(r: int, workers: int, lanes: int) -> int:
+    """The lane ring r writes through (proxy_engine.cpp, Engine::init)."""
+    w = r % workers
+    n = (lanes - w + workers - 1) // workers
+    return w + ((r // workers) % n) * workers
+
+
+def lane_counts(knobs: dict, lanes: int, threads: int, per_thread: int) -> list[int]:
+    """How far into its slots each lane's region is written by the generic rate loop: every
+    ring writes its k-th message to slot k mod slots of its lane's region, so a lane shared by
+    rings is covered as far as its busiest ring."""
+    workers, rings, producers = proxy_geometry(knobs, lanes, threads)
+    per_lane = [0] * lanes
+    for r, c in enumerate(ring_counts(rings, producers, per_thread)):
+        lane = ring_lane(r, workers, lanes)
+        per_lane[lane] = max(per_lane[lane], c)
+    return per_lane
