@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bindings.hpp"
+#include "error_fields.hpp"
 #include "numpy_out.hpp"
 #include "lane_table.hpp"
 #include "host_loops.hpp"
@@ -25,21 +26,7 @@ host::Buffer buf(const std::tuple<uint64_t, uint32_t, uint64_t>& b) {
 
 nb::dict error_dict(const host::LoopError& e) {
   nb::dict d;
-  d["kind"] = e.kind;
-  d["qpn"] = e.qpn;
-  d["pi"] = e.pi;
-  d["retired"] = e.retired;
-  d["cq_ci"] = e.cq_ci;
-  d["syndrome"] = e.syndrome;
-  d["vendor_syndrome"] = e.vendor_syndrome;
-  d["wqe_counter"] = e.wqe_counter;
-  d["word_seen"] = e.word_seen;
-  d["word_expected"] = e.word_expected;
-  d["field"] = e.field;
-  d["allowed"] = e.allowed;
-  d["message"] = e.message;
-  d["done"] = e.done;
-  d["total"] = e.total;
+  put_loop_fields(d, e);
   return d;
 }
 

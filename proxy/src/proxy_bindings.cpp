@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bindings.hpp"
+#include "error_fields.hpp"
 #include "numpy_out.hpp"
 #include "lane_table.hpp"
 #include "proxy_engine.hpp"
@@ -25,27 +26,13 @@ namespace {
 
 nb::dict error_dict(const proxy::EngineError& e) {
   nb::dict d;
+  put_loop_fields(d, e);
   d["failed"] = e.failed;
-  d["kind"] = e.kind;
   d["who"] = e.who;
-  d["field"] = e.field;
-  d["allowed"] = e.allowed;
-  d["message"] = e.message;
   d["ring"] = e.ring;
   d["index"] = e.index;
   d["head"] = e.head;
   d["completed"] = e.completed;
-  d["qpn"] = e.qpn;
-  d["pi"] = e.pi;
-  d["retired"] = e.retired;
-  d["cq_ci"] = e.cq_ci;
-  d["syndrome"] = e.syndrome;
-  d["vendor_syndrome"] = e.vendor_syndrome;
-  d["wqe_counter"] = e.wqe_counter;
-  d["word_seen"] = e.word_seen;
-  d["word_expected"] = e.word_expected;
-  d["done"] = e.done;
-  d["total"] = e.total;
   return d;
 }
 
