@@ -177,6 +177,9 @@ def make_plan(cfg: RunConfig, probes: LazyProbes | None = None, *, here: bool = 
                 )
     points = [(e, e.points()) for e in exps]
     sub.check_points(sub_params, [(e.name, pt) for e, pts in points for pt in pts])
+    sub.check_provider(
+        sub_params, [(e.name, pt) for e, pts in points for pt in pts], provider.name, caps
+    )
     plan = RunPlan(cfg, exps, points, sub, sub_params, provider, probes, provider_params)
     plan.layout(2)  # the smallest world: refuses a landing budget too small for any run
     return plan

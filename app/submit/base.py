@@ -177,6 +177,18 @@ class Submitter(ABC):
         run with `params` ((experiment name, point) pairs, as the experiments list them)."""
         return None
 
+    @classmethod
+    def check_provider(
+        cls,
+        params: Any,
+        points: Sequence[tuple[str, Mapping[str, Any]]],
+        provider: str,
+        caps: ProviderCaps,
+    ) -> None:
+        """Refuse, in pre-flight, what this submitter cannot run on `provider` (whose caps say
+        how it posts); the default: nothing beyond the posting match the plan checks."""
+        return None
+
     def __init__(
         self,
         *,

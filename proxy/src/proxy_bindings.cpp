@@ -18,6 +18,9 @@
 #include "lane_table.hpp"
 #include "proxy_engine.hpp"
 #include "proxy_host.hpp"
+#ifdef GICBENCH_HAVE_VERBS
+#include "verbs_nic.hpp"
+#endif
 
 namespace nb = nanobind;
 
@@ -33,6 +36,9 @@ nb::dict error_dict(const proxy::EngineError& e) {
   d["index"] = e.index;
   d["head"] = e.head;
   d["completed"] = e.completed;
+  d["wc_status"] = e.wc_status;
+  d["vendor_err"] = e.vendor_err;
+  d["wr_id"] = e.wr_id;
   return d;
 }
 
@@ -46,6 +52,24 @@ struct PyEngine {
     return *e;
   }
 };
+
+proxy::EngineConfig engine_config(uint32_t workers, uint32_t rings, uint32_t batch,
+                                  uint32_t depth, uint32_t max_size, bool inline_payload,
+                                  std::vector<int> cores, int precondition,
+                                  int64_t precondition_ns, int64_t timeout_ns) {
+  proxy::EngineConfig c;
+  c.workers = workers;
+  c.rings = rings;
+  c.batch = batch;
+  c.depth = depth;
+  c.max_size = max_size;
+  c.inline_payload = inline_payload;
+  c.cores = std::move(cores);
+  c.precondition = precondition == 1 ? proxy::Precondition::kWarm : proxy::Precondition::kCold;
+  c.precondition_ns = precondition_ns;
+  c.timeout_ns = timeout_ns;
+  return c;
+}
 
 proxy::Handoff handoff_of(int h) {
   if (h != 0 && h != 1) throw std::invalid_argument("handoff must be 0 (baseline) or 1 (tuned)");
@@ -78,18 +102,9 @@ void bind_proxy(nb::module_ m) {
              uint32_t batch, uint32_t depth, uint32_t max_size, bool inline_payload,
              std::vector<int> cores, int precondition, int64_t precondition_ns,
              int64_t timeout_ns, uint64_t progress_fn, uint64_t progress_ctx) {
-            proxy::EngineConfig c;
-            c.workers = workers;
-            c.rings = rings;
-            c.batch = batch;
-            c.depth = depth;
-            c.max_size = max_size;
-            c.inline_payload = inline_payload;
-            c.cores = std::move(cores);
-            c.precondition = precondition == 1 ? proxy::Precondition::kWarm
-                                               : proxy::Precondition::kCold;
-            c.precondition_ns = precondition_ns;
-            c.timeout_ns = timeout_ns;
+            proxy::EngineConfig c =
+                engine_config(workers, rings, batch, depth, max_size, inline_payload,
+                              std::move(cores), precondition, precondition_ns, timeout_ns);
             c.progress = Progress{reinterpret_cast<void (*)(void*)>(progress_fn),
                                   lane_ptr<void>(progress_ctx)};
             new (self) PyEngine{std::make_unique<proxy::Engine>(lanes_from(table), c), false};
@@ -98,6 +113,40 @@ void bind_proxy(nb::module_ m) {
           nb::arg("depth"), nb::arg("max_size"), nb::arg("inline_payload"), nb::arg("cores"),
           nb::arg("precondition"), nb::arg("precondition_ns"), nb::arg("timeout_ns"),
           nb::arg("progress_fn") = 0, nb::arg("progress_ctx") = 0)
+#ifdef GICBENCH_HAVE_VERBS
+      // On the verbs provider: lanes are (qpn, cq, sq_depth, cq_entries, max_inline,
+      // (src addr, lkey, length), (dst addr, rkey, length)) of `nic`'s QPs and CQs.
+      .def_static(
+          "over_verbs",
+          [](verbs::Nic& nic,
+             const std::vector<std::tuple<uint32_t, uint32_t, uint32_t, uint32_t, uint32_t,
+                                          std::tuple<uint64_t, uint32_t, uint64_t>,
+                                          std::tuple<uint64_t, uint32_t, uint64_t>>>& lanes,
+             uint32_t workers, uint32_t rings, uint32_t batch, uint32_t depth,
+             uint32_t max_size, bool inline_payload, std::vector<int> cores, int precondition,
+             int64_t precondition_ns, int64_t timeout_ns) {
+            std::vector<host::Lane> ls(lanes.size());
+            std::vector<proxy::VerbsQueues> vq(lanes.size());
+            for (size_t i = 0; i < lanes.size(); ++i) {
+              const auto& [qpn, cq, sq_depth, ncqe, max_inline, src, dst] = lanes[i];
+              ls[i].sq.qpn = qpn;
+              ls[i].sq.wqebb_cnt = sq_depth;
+              ls[i].cq.ncqe = ncqe;
+              ls[i].src = host::Buffer{std::get<0>(src), std::get<1>(src), std::get<2>(src)};
+              ls[i].dst = host::Buffer{std::get<0>(dst), std::get<1>(dst), std::get<2>(dst)};
+              vq[i] = proxy::VerbsQueues{nic.qp(qpn), nic.cq(cq), max_inline};
+            }
+            auto c = engine_config(workers, rings, batch, depth, max_size, inline_payload,
+                                   std::move(cores), precondition, precondition_ns, timeout_ns);
+            return new PyEngine{
+                std::make_unique<proxy::Engine>(std::move(ls), std::move(vq), c), false};
+          },
+          nb::arg("nic"), nb::arg("lanes"), nb::arg("workers"), nb::arg("rings"),
+          nb::arg("batch"), nb::arg("depth"), nb::arg("max_size"), nb::arg("inline_payload"),
+          nb::arg("cores"), nb::arg("precondition"), nb::arg("precondition_ns"),
+          nb::arg("timeout_ns"), nb::keep_alive<0, 1>(),
+          "An engine whose workers post through ibv_post_send on the verbs provider's QPs.")
+#endif
       .def("init",
            [](PyEngine& s) {
              proxy::EngineError err;
@@ -173,6 +222,7 @@ void bind_proxy(nb::module_ m) {
                d["descriptors"] = w.descriptors;
                d["doorbells"] = w.doorbells;
                d["cqes"] = w.cqes;
+               d["bytes"] = w.bytes;
                out.append(d);
              }
              return out;

@@ -1,5 +1,6 @@
 // mini-proxy's CPU workers (see proxy_engine.hpp).
 #include "proxy_engine.hpp"
+#include "proxy_worker.hpp"
 
 #include <pthread.h>
 #include <sched.h>
@@ -51,17 +52,84 @@ void busy_for(int64_t ns) {
 
 int live_rings() { return g_live_rings.load(); }
 
-struct Engine::WLane {
+namespace {
+
+// A lane with mlx5 queues in memory: WQEs built in the SQ ring, one doorbell per chain, CQEs
+// read from the CQ ring; a chain's tag is the full SQ index of its signaled last WQE.
+struct Mlx5Poster {
   host::Lane* lane;
-  uint32_t index;  // in lanes_
   SqProducer sq;
   CqConsumer cq;
-  std::deque<Chain> chains;  // every chain is signaled on its last WQE: one CQE each, in order
-  int64_t last_progress = 0; // when a CQE last arrived (or work was first outstanding)
+  std::deque<Chain> chains;
+  int64_t last_progress = 0;
+
+  Mlx5Poster(host::Lane* l, uint16_t retired) : lane(l), sq(l->sq, retired), cq(l->cq) {}
+
+  bool room(const Piece* d, uint32_t n, bool inl) const {
+    uint32_t need = 0;
+    for (uint32_t k = 0; k < n; ++k)
+      need += SqProducer::write_wqebbs(inl, d[k].length, lane->dc, lane->compact_av);
+    return sq.free_wqebbs() >= need;
+  }
+  bool post(const Piece* d, uint32_t n, bool inl, uint32_t ring, EngineError&) {
+    const host::Lane& ln = *lane;
+    uint32_t last = 0;
+    for (uint32_t k = 0; k < n; ++k) {
+      WriteOp op;
+      op.raddr = ln.dst.addr + d[k].offset;
+      op.rkey = ln.dst.key;
+      op.length = d[k].length;
+      if (inl) {
+        op.inline_data = reinterpret_cast<const void*>(ln.src.addr + d[k].offset);
+      } else {
+        op.laddr = ln.src.addr + d[k].offset;
+        op.lkey = ln.src.key;
+      }
+      op.signaled = k + 1 == n;
+      if (ln.dc) {
+        op.av = &ln.av;
+        op.compact_av = ln.compact_av;
+      }
+      last = sq.post_write(op);  // room() was checked
+    }
+    sq.ring();
+    chains.push_back(Chain{last, ring, n});
+    return true;
+  }
+  int poll(Chain& done, EngineError& e) {
+    mlx5::CqeView c;
+    if (!cq.poll(c)) return 0;
+    if (cqe_is_error(c) || chains.empty() ||
+        static_cast<uint16_t>(chains.front().tag) != c.wqe_counter) {
+      e.kind = cqe_is_error(c) ? "cqe_error" : "queue_state";
+      e.syndrome = c.syndrome;
+      e.vendor_syndrome = c.vendor_syndrome;
+      e.wqe_counter = c.wqe_counter;
+      if (e.kind == "queue_state")
+        e.message = "a CQE for WQE " + std::to_string(c.wqe_counter) +
+                    " that ends no chain this worker posted";
+      return -1;
+    }
+    done = chains.front();
+    chains.pop_front();
+    sq.retire(c.wqe_counter);
+    return 1;
+  }
+  void state(EngineError& e) const {
+    e.qpn = lane->sq.qpn;
+    e.pi = sq.pi();
+    e.retired = sq.retired();
+    e.cq_ci = cq.ci();
+  }
 };
+
+}  // namespace
 
 Engine::Engine(std::vector<host::Lane> lanes, EngineConfig cfg)
     : lanes_(std::move(lanes)), cfg_(std::move(cfg)) {}
+
+Engine::Engine(std::vector<host::Lane> lanes, std::vector<VerbsQueues> verbs, EngineConfig cfg)
+    : lanes_(std::move(lanes)), verbs_(std::move(verbs)), cfg_(std::move(cfg)) {}
 
 Engine::~Engine() {
   EngineError ignored;
@@ -125,7 +193,13 @@ bool Engine::init(EngineError& err) {
   if (c.max_size == 0 || c.max_size > kMaxLength)
     return refuse("size", "1.." + std::to_string(kMaxLength),
                   "size=" + std::to_string(c.max_size));
-  for (size_t i = 0; i < lanes_.size(); ++i) {
+  if (on_verbs() && verbs_.size() != lanes_.size())
+    return refuse("lanes", "a verbs QP and CQ per lane", std::to_string(verbs_.size()) +
+                                                              " verbs queues for " +
+                                                              std::to_string(lanes_.size()) +
+                                                              " lanes");
+  if (on_verbs() && !init_verbs(err)) return false;
+  for (size_t i = 0; i < lanes_.size() && !on_verbs(); ++i) {
     const auto& l = lanes_[i];
     const uint32_t bbs = SqProducer::write_wqebbs(c.inline_payload, c.max_size, l.dc, l.compact_av);
     if (bbs == 0)
@@ -218,6 +292,7 @@ void Engine::worker_main(uint32_t w) {
   auto fail_here = [&](EngineError e) {
     e.who = who;
     fail(e);
+    ready_.fetch_add(1);
   };
   if (!cfg_.cores.empty()) {
     const int core = cfg_.cores[w % cfg_.cores.size()];
@@ -231,7 +306,6 @@ void Engine::worker_main(uint32_t w) {
       e.allowed = "cores in this rank's CPU set";
       e.message = who + " could not be pinned to core " + std::to_string(core);
       fail_here(e);
-      ready_.fetch_add(1);
       return;
     }
   }
@@ -241,9 +315,13 @@ void Engine::worker_main(uint32_t w) {
     std::this_thread::sleep_for(std::chrono::nanoseconds(cfg_.precondition_ns));
   st.core = sched_getcpu();
   st.khz = core_khz(st.core);
+  if (on_verbs()) {
+    verbs_worker(w);
+    return;
+  }
 
-  // My lanes and rings; each lane's SQ resumes where its memory says.
-  std::vector<WLane> mine;
+  // My lanes; each lane's SQ resumes where its memory says.
+  std::vector<Mlx5Poster> mine;
   std::vector<int> lane_slot(lanes_.size(), -1);
   for (uint32_t i = w; i < lanes_.size(); i += cfg_.workers) {
     uint16_t retired = 0;
@@ -253,173 +331,12 @@ void Engine::worker_main(uint32_t w) {
       e.qpn = lanes_[i].sq.qpn;
       e.message = "QP " + hex_qpn(e.qpn) + ": cannot tell what is outstanding: " + why;
       fail_here(e);
-      ready_.fetch_add(1);
       return;
     }
     lane_slot[i] = static_cast<int>(mine.size());
-    mine.push_back(WLane{&lanes_[i], i, SqProducer(lanes_[i].sq, retired), CqConsumer(lanes_[i].cq),
-                         {}, 0});
+    mine.emplace_back(&lanes_[i], retired);
   }
-  std::vector<uint32_t> my_rings;
-  for (uint32_t r = w; r < cfg_.rings; r += cfg_.workers) my_rings.push_back(r);
-  std::vector<uint64_t> head(cfg_.rings, 0);
-  ready_.fetch_add(1, std::memory_order_acq_rel);
-
-  struct Desc {
-    uint32_t offset, length;
-  };
-  std::vector<Desc> chain(cfg_.batch);
-  auto lane_state = [&](EngineError& e, const WLane& L) {
-    e.qpn = L.lane->sq.qpn;
-    e.pi = L.sq.pi();
-    e.retired = L.sq.retired();
-    e.cq_ci = L.cq.ci();
-  };
-  // Take CQEs of one lane; each retires one chain and credits its ring's completion counter.
-  auto reap = [&](WLane& L) -> bool {
-    mlx5::CqeView c;
-    while (L.cq.poll(c)) {
-      ++st.cqes;
-      L.last_progress = now_ns();
-      if (cqe_is_error(c) || L.chains.empty() ||
-          static_cast<uint16_t>(L.chains.front().last_wqe) != c.wqe_counter) {
-        EngineError e;
-        e.kind = cqe_is_error(c) ? "cqe_error" : "queue_state";
-        lane_state(e, L);
-        e.syndrome = c.syndrome;
-        e.vendor_syndrome = c.vendor_syndrome;
-        e.wqe_counter = c.wqe_counter;
-        if (!L.chains.empty()) {
-          fill_ring(e, L.chains.front().ring);
-          e.index = __atomic_load_n(rings_[L.chains.front().ring].word(kCompletedOff),
-                                    __ATOMIC_RELAXED);
-        }
-        if (e.kind == "queue_state")
-          e.message = "a CQE for WQE " + std::to_string(c.wqe_counter) +
-                      " that ends no chain this worker posted";
-        fail_here(e);
-        return false;
-      }
-      const Chain ch = L.chains.front();
-      L.chains.pop_front();
-      L.sq.retire(c.wqe_counter);
-      uint64_t* done = rings_[ch.ring].word(kCompletedOff);
-      __atomic_store_n(done, __atomic_load_n(done, __ATOMIC_RELAXED) + ch.count, __ATOMIC_RELEASE);
-    }
-    return true;
-  };
-
-  for (uint32_t spins = 0;; ++spins) {
-    const bool stopping = stop_.load(std::memory_order_acquire);
-    if (failed()) return;
-    if (host::interrupted()) {
-      EngineError e;
-      e.kind = "interrupted";
-      fail_here(e);
-      return;
-    }
-    bool any = false;
-    for (uint32_t r : my_rings) {
-      const Ring& R = rings_[r];
-      uint32_t n = 0, lane = 0;
-      for (; n < cfg_.batch; ++n) {
-        const uint64_t i = head[r] + n;
-        uint64_t* s = R.slot(i);
-        const uint64_t w0 = __atomic_load_n(&s[0], __ATOMIC_ACQUIRE);
-        const uint64_t w1 = __atomic_load_n(&s[1], __ATOMIC_ACQUIRE);
-        if (!desc_valid(i, w0, w1)) break;
-        const uint32_t l = desc_lane(w0);
-        const uint32_t off = desc_offset(w1), len = desc_length(w1);
-        if (l >= lanes_.size() || lane_slot[l] < 0 || len == 0 || len > cfg_.max_size ||
-            uint64_t{off} + len > std::min(lanes_[l].src.length, lanes_[l].dst.length)) {
-          EngineError e;
-          e.kind = "bad_descriptor";
-          fill_ring(e, r);
-          e.index = i;
-          e.message = "descriptor " + std::to_string(i) + " of ring " + std::to_string(r) +
-                      " asks for lane " + std::to_string(l) + ", offset " + std::to_string(off) +
-                      ", " + std::to_string(len) + " bytes; this worker owns lanes ≡ " +
-                      std::to_string(w) + " mod " + std::to_string(cfg_.workers) +
-                      " and payloads of 1.." + std::to_string(cfg_.max_size) + " bytes";
-          fail_here(e);
-          return;
-        }
-        if (n == 0) lane = l;
-        else if (l != lane) break;  // a chain goes to one QP
-        chain[n] = Desc{off, len};
-      }
-      if (n == 0) continue;
-      WLane& L = mine[lane_slot[lane]];
-      const host::Lane& ln = *L.lane;
-      uint32_t need = 0;
-      for (uint32_t k = 0; k < n; ++k)
-        need += SqProducer::write_wqebbs(cfg_.inline_payload, chain[k].length, ln.dc, ln.compact_av);
-      if (L.sq.free_wqebbs() < need) {
-        if (!reap(L)) return;
-        if (L.sq.free_wqebbs() < need) continue;  // its CQEs will come; the timeout watches
-      }
-      uint32_t last = 0;
-      for (uint32_t k = 0; k < n; ++k) {
-        WriteOp op;
-        op.raddr = ln.dst.addr + chain[k].offset;
-        op.rkey = ln.dst.key;
-        op.length = chain[k].length;
-        if (cfg_.inline_payload) {
-          op.inline_data = reinterpret_cast<const void*>(ln.src.addr + chain[k].offset);
-        } else {
-          op.laddr = ln.src.addr + chain[k].offset;
-          op.lkey = ln.src.key;
-        }
-        op.signaled = k + 1 == n;
-        if (ln.dc) {
-          op.av = &ln.av;
-          op.compact_av = ln.compact_av;
-        }
-        last = L.sq.post_write(op);
-      }
-      L.sq.ring();
-      if (L.chains.empty()) L.last_progress = now_ns();
-      L.chains.push_back(Chain{last, r, n});
-      head[r] += n;
-      // The slots are free again once their WQEs are built: producers may reuse them.
-      __atomic_store_n(R.word(kHeadOff), head[r], __ATOMIC_RELEASE);
-      st.descriptors += n;
-      ++st.doorbells;
-      any = true;
-    }
-    bool outstanding = false;
-    for (auto& L : mine) {
-      if (!reap(L)) return;
-      outstanding |= !L.chains.empty();
-    }
-    if (cfg_.progress.fn && !progress_busy_.test_and_set(std::memory_order_acquire)) {
-      cfg_.progress();
-      progress_busy_.clear(std::memory_order_release);
-    }
-    if (!any) {
-      // Finish what the rings held when stop was asked, then leave.
-      if (stopping && !outstanding) return;
-      if ((spins & 255) == 255 && outstanding) {
-        const int64_t t = now_ns();
-        for (auto& L : mine)
-          if (!L.chains.empty() && t - L.last_progress > cfg_.timeout_ns) {
-            EngineError e;
-            e.kind = "timeout";
-            lane_state(e, L);
-            fill_ring(e, L.chains.front().ring);
-            e.index = e.completed;
-            e.message = "no CQE for " + std::to_string(L.chains.size()) + " chain(s) on QP " +
-                        hex_qpn(L.lane->sq.qpn) + " (oldest ends at WQE " +
-                        std::to_string(L.chains.front().last_wqe & 0xffff) + ")";
-            fail_here(e);
-            return;
-          }
-      }
-      // An idle worker lets a producer sharing its core run (see backoff in proxy_host.cpp).
-      if ((spins & 1023) == 1023) sched_yield();
-      else cpu_relax();
-    }
-  }
+  drive(w, mine, lane_slot);
 }
 
 }  // namespace proxy

@@ -18,11 +18,23 @@
 #include "proxy_ring.hpp"
 #include "queues.hpp"
 
+struct ibv_qp;
+struct ibv_cq;
+
 namespace gicbench {
 namespace proxy {
 
 enum class Handoff : int { kBaseline = 0, kTuned = 1 };
 enum class Precondition : int { kCold = 0, kWarm = 1 };
+
+// A lane on the verbs provider (no mlx5 queues in memory): the worker posts its chains with one
+// ibv_post_send and polls with ibv_poll_cq (proxy_verbs.cpp). Its host::Lane twin carries the
+// regions, the QP number, the SQ depth in work requests (sq.wqebb_cnt) and the CQ's entries.
+struct VerbsQueues {
+  ibv_qp* qp = nullptr;
+  ibv_cq* cq = nullptr;
+  uint32_t max_inline = 0;  // inline bytes the QP accepts
+};
 
 struct EngineConfig {
   uint32_t workers = 1;  // T
@@ -43,7 +55,7 @@ struct EngineConfig {
 struct EngineError {
   bool failed = false;
   std::string kind;  // timeout | cqe_error | interrupted | bad_descriptor | bad_arguments |
-                     // queue_state | pin | stopped
+                     // queue_state | pin | stopped | post_failed | poll_failed (verbs)
   std::string who;   // "worker 2" | "producer 1" | "probe" | "engine"
   std::string field, allowed, message;
   int64_t ring = -1;
@@ -54,12 +66,16 @@ struct EngineError {
   uint32_t syndrome = 0, vendor_syndrome = 0, wqe_counter = 0;
   uint64_t word_seen = 0, word_expected = 0;
   uint64_t done = 0, total = 0;
+  // verbs lanes: the error completion's ibv_wc_status / vendor_err / wr_id (-1: none)
+  int wc_status = -1;
+  uint32_t vendor_err = 0;
+  uint64_t wr_id = 0;
 };
 
 struct WorkerStats {
   int core = -1;        // where it ran (sched_getcpu after pinning)
   int64_t khz = -1;     // that core's clock after preconditioning (cpufreq), -1 if unreadable
-  uint64_t descriptors = 0, doorbells = 0, cqes = 0;
+  uint64_t descriptors = 0, doorbells = 0, cqes = 0, bytes = 0;
 };
 
 // Rings alive in this process (mapped and not yet unmapped): the tests' leak check.
@@ -68,6 +84,8 @@ int live_rings();
 class Engine {
  public:
   Engine(std::vector<host::Lane> lanes, EngineConfig cfg);
+  // On the verbs provider: verbs[i] are lanes[i]'s QP and CQ (lanes[i] holds no queue memory).
+  Engine(std::vector<host::Lane> lanes, std::vector<VerbsQueues> verbs, EngineConfig cfg);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -87,6 +105,7 @@ class Engine {
   const std::vector<host::Lane>& lanes() const { return lanes_; }
   Ring ring(uint32_t r) const { return rings_[r]; }
   uint32_t ring_lane(uint32_t r) const { return ring_lane_[r]; }
+  bool on_verbs() const { return !verbs_.empty(); }
   const std::vector<WorkerStats>& stats() const { return stats_; }
 
   // Shared failure state: producers and workers stop when it is set.
@@ -97,15 +116,16 @@ class Engine {
   void fill_ring(EngineError& e, uint32_t r) const;
 
  private:
-  struct Chain {
-    uint32_t last_wqe;  // full SQ index of the signaled WQE that ends the chain
-    uint32_t ring;
-    uint32_t count;
-  };
-  struct WLane;
   void worker_main(uint32_t w);
+  // The worker's loop over its rings and lanes, for either kind of lane poster (proxy_worker.hpp
+  // defines it; proxy_engine.cpp runs it with mlx5 lanes, proxy_verbs.cpp with verbs lanes).
+  template <class P>
+  void drive(uint32_t w, std::vector<P>& mine, const std::vector<int>& lane_slot);
+  void verbs_worker(uint32_t w);  // proxy_verbs.cpp
+  bool init_verbs(EngineError& err);  // proxy_verbs.cpp: the verbs lanes' checks
 
   std::vector<host::Lane> lanes_;
+  std::vector<VerbsQueues> verbs_;  // empty: mlx5 queues in memory
   EngineConfig cfg_;
   std::vector<Ring> rings_;
   std::vector<uint32_t> ring_lane_;

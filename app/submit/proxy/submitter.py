@@ -27,7 +27,9 @@ from ..base import (
 from ..host import LoopInterrupted, lane_table
 from .cores import default_cores
 from .params import HANDOFFS, MAX_CHAIN, ProxyParams
+from .verbs import on_verbs, refusal, verbs_lanes
 from .work import LoadedResult, LoadedWork, ProxyRateWork, lane_counts, proxy_geometry
+from .workers import worker_fields
 
 MODE_CODES = {"issue": 0, "put_completion": 1, "round_trip": 2}
 MAX_INLINE = 512
@@ -65,8 +67,7 @@ class Engine:
         p = sub.params
         cores = list(p.cores) or default_cores(workers, local_rank(sub.rank), sub.device_bus_id)
         self.cores = cores
-        self.native = _native_proxy().Engine(
-            lane_table(lanes),
+        common = (
             workers,
             rings,
             batch,
@@ -77,8 +78,12 @@ class Engine:
             1 if p.precondition == "warm" else 0,
             int(p.precondition_s * 1e9),
             sub.timeout_ns,
-            *sub.progress.cpu_hook,
         )
+        if on_verbs(sub.fabric):  # workers post through ibv_post_send (proxy_verbs.cpp)
+            rows = verbs_lanes(sub.fabric, lanes, inline, max_size)
+            self.native = _native_proxy().Engine.over_verbs(sub.fabric.nic, rows, *common)
+        else:
+            self.native = _native_proxy().Engine(lane_table(lanes), *common, *sub.progress.cpu_hook)
         self.stats: list[dict[str, Any]] = []
 
     def __enter__(self) -> Engine:
@@ -111,6 +116,11 @@ class Engine:
             ok, err = self.native.stop()
             self.stats = list(self.native.stats())
             self.sub.last_workers = self.stats
+            if on_verbs(self.sub.fabric):  # the verbs fabric counts what its posters post
+                sw = self.sub.fabric.sw
+                for key, stat in (("wqes", "descriptors"), ("doorbells", "doorbells"),
+                                  ("cqes", "cqes"), ("bytes", "bytes")):  # fmt: skip
+                    sw[key] += sum(int(w[stat]) for w in self.stats)
             if not ok and et is None:
                 self.sub.raise_error("proxy workers", err, {})
         finally:
@@ -122,7 +132,7 @@ class ProxySubmitter(Submitter):
     name = "proxy"
     summary = "mini-proxy: producers fill host rings, pinned CPU workers post chains of WQEs"
     shapes = frozenset({Shape.LATENCY, Shape.RESPOND, Shape.RATE})
-    posting = (Posting.MLX5_QUEUES.value,)
+    posting = (Posting.MLX5_QUEUES.value, Posting.POST_SEND.value)
     Params = ProxyParams
 
     @classmethod
@@ -169,6 +179,18 @@ class ProxySubmitter(Submitter):
                     producers,
                     f"<= {rings} rings with --handoff tuned (one producer per ring)",
                 )
+
+    @classmethod
+    def check_provider(
+        cls,
+        params: Any,
+        points: Sequence[tuple[str, Mapping[str, Any]]],
+        provider: str,
+        caps: Any,
+    ) -> None:
+        why = refusal(points, provider, tuple(caps.posting))
+        if why is not None:
+            raise why
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
@@ -218,6 +240,15 @@ class ProxySubmitter(Submitter):
             raise CompletionTimeout(
                 f"no progress within {self.timeout_ns / 1e9:g} s{msg} ({where}{extra})"
             )
+        if kind == "cqe_error" and err["wc_status"] >= 0:  # a verbs lane's ibv_wc
+            from ...fabric.verbs.posting import completion_error
+
+            self.fabric.sw["errors"] += 1
+            exc = completion_error(
+                self.fabric, err["wc_status"], err["wr_id"], err["qpn"], err["vendor_err"], what
+            )
+            exc.add_note(where)
+            raise exc
         if kind == "cqe_error":
             synd = err["syndrome"]
             try:
@@ -393,6 +424,13 @@ class ProxySubmitter(Submitter):
             ring_messages=list(stats["ring_messages"]),
             workers=eng.stats,
         )
+
+    def point_details(self) -> dict[str, Any]:  # type: ignore[override]
+        """Where the last engine's workers ran and their clock (workers.py): single-op and
+        payload record it this way; proxy-rate and loaded-rtt add the same fields themselves.
+        Taken once: a point that started no engine records none."""
+        stats, self.last_workers = self.last_workers, []
+        return worker_fields(stats, self.params.precondition) if stats else {}
 
     def close(self) -> None:
         if self.gpu is not None:

@@ -1,0 +1,181 @@
+// A mini-proxy worker's loop (see proxy_engine.hpp), written once for both kinds of lanes: a
+// "poster" P is one lane the worker owns, either mlx5 queues in memory (proxy_engine.cpp) or a
+// verbs QP and CQ (proxy_verbs.cpp). A poster has:
+//   const host::Lane* lane;            regions and QP number
+//   std::deque<Chain> chains;          posted chains, oldest first (one completion each)
+//   int64_t last_progress;             when a completion last came (or work was outstanding)
+//   bool room(const Piece*, n, inl);   can a chain of these n writes be posted now
+//   bool post(const Piece*, n, inline, ring, EngineError&);  post them as one chain, push it
+//   int poll(Chain& done, EngineError&);  1: the oldest chain completed (popped into done),
+//                                          0: nothing yet, -1: failure (error filled)
+//   void state(EngineError&) const;     the queue state for a report
+// Included by the two .cpp files only.
+#pragma once
+
+#include <sched.h>
+#include <stdio.h>
+
+#include <algorithm>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "proxy_engine.hpp"
+
+namespace gicbench {
+namespace proxy {
+
+// One chain in flight: what its completion carries (`tag`), the ring it credits, how many.
+struct Chain {
+  uint64_t tag;
+  uint32_t ring;
+  uint32_t count;
+};
+
+// One descriptor's write, as the worker took it from a ring.
+struct Piece {
+  uint32_t offset, length;
+};
+
+inline std::string qpn_hex(uint32_t qpn) {
+  char b[16];
+  snprintf(b, sizeof b, "0x%06x", qpn);
+  return b;
+}
+
+template <class P>
+void Engine::drive(uint32_t w, std::vector<P>& mine, const std::vector<int>& lane_slot) {
+  WorkerStats& st = stats_[w];
+  const std::string who = "worker " + std::to_string(w);
+  auto fail_here = [&](EngineError e) {
+    e.who = who;
+    fail(e);
+  };
+  std::vector<uint32_t> my_rings;
+  for (uint32_t r = w; r < cfg_.rings; r += cfg_.workers) my_rings.push_back(r);
+  std::vector<uint64_t> head(cfg_.rings, 0);
+  ready_.fetch_add(1, std::memory_order_acq_rel);
+
+  std::vector<Piece> chain(cfg_.batch);
+  // Take completions of one lane; each retires one chain and credits its ring's counter.
+  auto reap = [&](P& L) -> bool {
+    for (;;) {
+      Chain ch{};
+      EngineError e;
+      const int got = L.poll(ch, e);
+      if (got == 0) return true;
+      ++st.cqes;
+      L.last_progress = now_ns();
+      if (got < 0) {
+        L.state(e);
+        if (!L.chains.empty()) {
+          fill_ring(e, L.chains.front().ring);
+          e.index = e.completed;
+        }
+        fail_here(e);
+        return false;
+      }
+      uint64_t* done = rings_[ch.ring].word(kCompletedOff);
+      __atomic_store_n(done, __atomic_load_n(done, __ATOMIC_RELAXED) + ch.count, __ATOMIC_RELEASE);
+    }
+  };
+
+  for (uint32_t spins = 0;; ++spins) {
+    const bool stopping = stop_.load(std::memory_order_acquire);
+    if (failed()) return;
+    if (host::interrupted()) {
+      EngineError e;
+      e.kind = "interrupted";
+      fail_here(e);
+      return;
+    }
+    bool any = false;
+    for (uint32_t r : my_rings) {
+      const Ring& R = rings_[r];
+      uint32_t n = 0, lane = 0;
+      for (; n < cfg_.batch; ++n) {
+        const uint64_t i = head[r] + n;
+        uint64_t* s = R.slot(i);
+        const uint64_t w0 = __atomic_load_n(&s[0], __ATOMIC_ACQUIRE);
+        const uint64_t w1 = __atomic_load_n(&s[1], __ATOMIC_ACQUIRE);
+        if (!desc_valid(i, w0, w1)) break;
+        const uint32_t l = desc_lane(w0);
+        const uint32_t off = desc_offset(w1), len = desc_length(w1);
+        if (l >= lanes_.size() || lane_slot[l] < 0 || len == 0 || len > cfg_.max_size ||
+            uint64_t{off} + len > std::min(lanes_[l].src.length, lanes_[l].dst.length)) {
+          EngineError e;
+          e.kind = "bad_descriptor";
+          fill_ring(e, r);
+          e.index = i;
+          e.message = "descriptor " + std::to_string(i) + " of ring " + std::to_string(r) +
+                      " asks for lane " + std::to_string(l) + ", offset " + std::to_string(off) +
+                      ", " + std::to_string(len) + " bytes; this worker owns lanes ≡ " +
+                      std::to_string(w) + " mod " + std::to_string(cfg_.workers) +
+                      " and payloads of 1.." + std::to_string(cfg_.max_size) + " bytes";
+          fail_here(e);
+          return;
+        }
+        if (n == 0) lane = l;
+        else if (l != lane) break;  // a chain goes to one QP
+        chain[n] = Piece{off, len};
+      }
+      if (n == 0) continue;
+      P& L = mine[lane_slot[lane]];
+      if (!L.room(chain.data(), n, cfg_.inline_payload)) {
+        if (!reap(L)) return;
+        if (!L.room(chain.data(), n, cfg_.inline_payload)) continue;  // its completions will come; the timeout watches
+      }
+      if (L.chains.empty()) L.last_progress = now_ns();
+      EngineError pe;
+      if (!L.post(chain.data(), n, cfg_.inline_payload, r, pe)) {
+        L.state(pe);
+        fill_ring(pe, r);
+        pe.index = head[r];
+        fail_here(pe);
+        return;
+      }
+      head[r] += n;
+      // The slots are free again once their work requests are built: producers may reuse them.
+      __atomic_store_n(R.word(kHeadOff), head[r], __ATOMIC_RELEASE);
+      st.descriptors += n;
+      for (uint32_t k = 0; k < n; ++k) st.bytes += chain[k].length;
+      ++st.doorbells;
+      any = true;
+    }
+    bool outstanding = false;
+    for (auto& L : mine) {
+      if (!reap(L)) return;
+      outstanding |= !L.chains.empty();
+    }
+    if (cfg_.progress.fn && !progress_busy_.test_and_set(std::memory_order_acquire)) {
+      cfg_.progress();
+      progress_busy_.clear(std::memory_order_release);
+    }
+    if (!any) {
+      // Finish what the rings held when stop was asked, then leave.
+      if (stopping && !outstanding) return;
+      if ((spins & 255) == 255 && outstanding) {
+        const int64_t t = now_ns();
+        for (auto& L : mine)
+          if (!L.chains.empty() && t - L.last_progress > cfg_.timeout_ns) {
+            EngineError e;
+            e.kind = "timeout";
+            L.state(e);
+            fill_ring(e, L.chains.front().ring);
+            e.index = e.completed;
+            e.message = "no completion for " + std::to_string(L.chains.size()) +
+                        " chain(s) on QP " + qpn_hex(L.lane->sq.qpn) + " (the oldest ends at work request " +
+                        std::to_string(L.chains.front().tag) + ")";
+            fail_here(e);
+            return;
+          }
+      }
+      // An idle worker lets a producer sharing its core run (see backoff in proxy_host.cpp).
+      if ((spins & 1023) == 1023) sched_yield();
+      else cpu_relax();
+    }
+  }
+}
+
+}  // namespace proxy
+}  // namespace gicbench
