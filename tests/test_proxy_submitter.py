@@ -48,6 +48,12 @@ def world():
         assert tasks() <= before  # no worker or producer thread left behind
 
 
+def sub_core(details: dict) -> int:
+    core = int(details["worker_cores"])
+    assert core in os.sched_getaffinity(0)
+    return core
+
+
 def latency(sub, w, mode: str, size: int = 64, iters: int = 100, lanes=None) -> np.ndarray:
     lanes = lanes if lanes is not None else w.lanes(1)
     return sub.latency(
@@ -70,6 +76,10 @@ def test_single_op_writes_land(world, handoff, mode) -> None:
     assert np.array_equal(land[:56], w.src(0)[:56])
     assert land[56:64].view(np.uint64)[0] == 105  # the last sequence number
     assert [s["descriptors"] for s in sub.last_workers] == [105]
+    # the harness records where the workers ran with the point, once (workers.py)
+    details = sub.point_details()
+    assert details["worker_cores"] == str(sub_core(details)) and details["precondition"] == "cold"
+    assert sub.point_details() == {}
 
 
 @pytest.mark.parametrize("handoff", ["baseline", "tuned"])

@@ -20,7 +20,6 @@ from ..errors import ConfigError
 from ..knobs import KIND_FLOAT, KIND_STR, Knob
 from ..submit.base import Shape
 from .common import BATCH, ITERS, WARMUP, SizeSweep, field
-from .proxy_rate import worker_results
 from .registry import Column, Experiment, PointResult, register
 
 if TYPE_CHECKING:
@@ -123,6 +122,7 @@ class LoadedRtt(Experiment):
 
     def run_point(self, ctx: RankContext, point: dict[str, Any]) -> PointResult:
         from ..submit.proxy.work import LoadedWork
+        from ..submit.proxy.workers import worker_results
 
         t = ctx.traffic
         requester = t.sends

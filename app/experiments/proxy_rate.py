@@ -18,6 +18,7 @@ from ..errors import ConfigError
 from ..knobs import KIND_STR, Knob
 from ..submit.base import Shape
 from ..submit.proxy.work import ring_counts
+from ..submit.proxy.workers import worker_results
 from .common import PAYLOAD, WARMUP, SizeSweep, field, rate_results
 from .msg_rate import MESSAGES, WINDOWS
 from .registry import Column, Experiment, PointResult, register
@@ -207,15 +208,3 @@ class ProxyRate(Experiment):
             Column("window p50(µs)", "p50_us"),
             Column("worker MHz", "worker_mhz_min", "{:.0f}"),
         ]
-
-
-def worker_results(sub: Any) -> dict[str, Any]:
-    """Where the workers ran and their clock after preconditioning (App. C.1)."""
-    stats = list(getattr(sub, "last_workers", []))
-    khz = [int(w["khz"]) for w in stats if int(w["khz"]) > 0]
-    return {
-        "worker_cores": ",".join(str(w["core"]) for w in stats),
-        "worker_mhz_min": min(khz) / 1e3 if khz else float("nan"),
-        "worker_mhz_max": max(khz) / 1e3 if khz else float("nan"),
-        "precondition": str(getattr(sub.params, "precondition", "")),
-    }

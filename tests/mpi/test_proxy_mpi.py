@@ -65,6 +65,8 @@ def test_single_op(shared_dir, handoff) -> None:
                 (metric,) = pt.metrics
                 s = r.samples(pt.index, metric)
                 assert s.size == 40 and (s > 0).all()
+                # the workers' cores and clock state, as proxy-rate records them (workers.py)
+                assert pt.results["worker_cores"] and pt.results["precondition"] == "cold"
 
 
 def test_proxy_rate(shared_dir) -> None:
