@@ -322,3 +322,20 @@ def test_what_the_engine_would_refuse_is_refused_in_pre_flight(values, field: st
     with pytest.raises(ConfigError) as e:
         make_plan(RunConfig.build(submitter="proxy", **values))
     assert e.value.field == field
+
+
+def test_background_geometry_the_gpu_loaded_loop_checks() -> None:
+    """px_background gives block b rings first+b, first+b+P, ... (or one shared ring when P
+    exceeds them): with tuned two blocks on one ring would publish the same indices and the
+    drain would wait for descriptors that never complete; refused before any launch."""
+    from gicbench.submit.proxy.work import check_background, rings_of
+
+    check_background(True, 31, 32, True)  # the bench's tuned reserved run: a ring per block
+    assert sorted(r for b in range(31) for r in rings_of(b, 31, 32, 1)) == list(range(1, 32))
+    with pytest.raises(ConfigError) as e:
+        check_background(True, 32, 32, True)
+    assert e.value.field == "background (--background)"
+    assert rings_of(0, 32, 32, 1) == rings_of(31, 32, 32, 1)  # what it would have shared
+    with pytest.raises(ConfigError):
+        check_background(True, 4, 32, False)
+    check_background(False, 64, 32, False)  # baseline: atomic reservation, rings may be shared

@@ -40,6 +40,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from ...cuda_host import device_pointer
 from ...errors import CompletionError, ConfigError, FabricError, UnsupportedError
 from ..base import (
     ACCESS_ALL,
@@ -154,24 +155,6 @@ def _check_pd(pd: object) -> None:
 # cudaHostRegister flags (cuda_runtime_api.h); CuPy's runtime module does not name them.
 _CUDA_HOST_REGISTER_PORTABLE = 0x01
 _CUDA_HOST_REGISTER_MAPPED = 0x02
-_CUDA_DEV_ATTR_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM = 91
-
-
-def _device_pointer(runtime: Any, host: int) -> int:
-    """The GPU's address of registered host memory: cudaHostGetDevicePointer where CuPy has
-    it, else the host address itself where the device says it may use it (unified
-    addressing, every 64-bit Linux GPU of interest), else refused."""
-    get = getattr(runtime, "hostGetDevicePointer", None)
-    if get is not None:
-        return int(get(host, 0))
-    dev = runtime.getDevice()
-    attr = _CUDA_DEV_ATTR_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
-    if runtime.deviceGetAttribute(attr, dev):
-        return host
-    raise UnsupportedError(
-        f"GPU {dev} cannot use host pointers for registered memory and CuPy has no "
-        "cudaHostGetDevicePointer: the queue arena cannot be mapped"
-    )
 
 
 class EmuFabric(Fabric):
@@ -588,7 +571,7 @@ class EmuFabric(Fabric):
         runtime.hostRegister(host, n, flags)
         self._cuda_registered = host
         self._cuda_ranges = [host]
-        dev = _device_pointer(runtime, host)
+        dev = device_pointer(runtime, host)
 
         def d(a: int) -> int:
             return dev + (a - host)
@@ -609,7 +592,7 @@ class EmuFabric(Fabric):
                 if lo not in self._cuda_ranges:
                     runtime.hostRegister(lo, hi - lo, flags)
                     self._cuda_ranges.append(lo)
-                out["mrs"][addr] = _device_pointer(runtime, lo) + (addr - lo)
+                out["mrs"][addr] = device_pointer(runtime, lo) + (addr - lo)
         return out
 
     def _cuda_addresses(self) -> dict[str, Any]:

@@ -12,12 +12,12 @@ from typing import Any
 
 import numpy as np
 
+from ...cuda_host import device_pointer
 from ...errors import CompletionTimeout, ConfigError, FabricError
-from ...fabric.emu.fabric import _device_pointer
 from ..base import LatencyWork
 from .gpu_kernels import source
 from .params import ProxyParams
-from .work import LoadedWork, ProxyRateWork, ring_counts, rings_of
+from .work import LoadedWork, ProxyRateWork, check_background, ring_counts, rings_of
 
 _REGISTER_PORTABLE_MAPPED = 0x1 | 0x2  # cudaHostRegisterPortable | cudaHostRegisterMapped
 _ALREADY_REGISTERED = 712  # cudaErrorHostMemoryAlreadyRegistered
@@ -66,7 +66,7 @@ class GpuProducers:
                 raise FabricError(f"cudaHostRegister of {hi - lo} bytes at 0x{lo:x}: {e}") from e
             ours = False
         try:
-            yield _device_pointer(self.rt, lo) + (addr - lo)
+            yield device_pointer(self.rt, lo) + (addr - lo)
         finally:
             if ours:
                 self.rt.hostUnregister(lo)
@@ -260,6 +260,7 @@ class GpuProducers:
     # ---- loaded round trip ------------------------------------------------------------------
     def loaded(self, eng: Any, work: LoadedWork, handoff: int) -> tuple[np.ndarray, dict]:
         cp = self.cp
+        check_background(handoff == 1, work.background, eng.native.rings(), work.reserved)
         lane0 = work.lanes[eng.native.ring_lane(0)]
         with ExitStack() as stack:
             rings = self._rings(eng, stack)
@@ -337,8 +338,7 @@ class GpuProducers:
                 probe_ns = time.perf_counter_ns() - t0
                 bg1 = self._completed(eng, range(first, nr))
             finally:
-                ctl[0] |= STOP
-                bg_stream.synchronize()
+                self._stop_background(eng, bg_stream, ctl)
             self._status(eng, "loaded round trip (probe)", pstatus, where)
             self._status(eng, "loaded round trip (background)", bstatus)
             per_block = sent.get().reshape(P, 32)
@@ -360,6 +360,29 @@ class GpuProducers:
                 else np.array([], dtype=np.int64)
             )
         return rtt, {"background": background, "probe_ns": probe_ns, "ring_messages": counts}
+
+    def _stop_background(self, eng: Any, stream: Any, ctl: np.ndarray) -> None:
+        """Set the stop bit and wait for the background kernel, bounded: blocks that do not
+        end within the timeout (one that never saw the bit, or waits on a ring the workers no
+        longer drain) are aborted and named, instead of a host wait that cannot end."""
+        import sys
+
+        ctl[0] |= STOP
+        ev = self.cp.cuda.Event()
+        ev.record(stream)
+        deadline = time.monotonic() + eng.sub.timeout_ns / 1e9
+        while not ev.done and time.monotonic() < deadline:
+            time.sleep(0.0002)
+        if ev.done:
+            return
+        ctl[0] |= ABORT
+        ev.synchronize()
+        if sys.exc_info()[0] is None:  # do not mask the failure that brought us here
+            raise CompletionTimeout(
+                f"rank {eng.sub.rank}: loaded round trip: GPU background producers did not stop "
+                f"within {eng.sub.timeout_ns / 1e9:g} s of the stop bit (aborted; rings: "
+                f"{self._ring_state(eng)})"
+            )
 
     def _completed(self, eng: Any, rings: range) -> int:
         import ctypes

@@ -228,6 +228,10 @@ __global__ void px_probe(unsigned char* ring, u64* reserve, int handoff, unsigne
     }
     if (ok) {
       asm volatile("st.volatile.global.u64 [%%0], %%1;" :: "l"(src_word), "l"(seq) : "memory");
+      // The worker copies the payload when it takes the descriptor: the payload's store must be
+      // visible to the CPU first. baseline's system-scope release orders it; tuned's plain
+      // 16-byte store does not, so tuned fences here (before t0: not part of the enqueue).
+      if (handoff != 0) __threadfence_system();
       t0 = clock64();
       ok = enqueue(ring, reserve, handoff, p, depth, lane, 0, 1, len, w, idx);
     }

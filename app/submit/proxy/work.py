@@ -103,3 +103,23 @@ def lane_counts(knobs: dict, lanes: int, threads: int, per_thread: int) -> list[
         lane = ring_lane(r, workers, lanes)
         per_lane[lane] = max(per_lane[lane], c)
     return per_lane
+
+
+def check_background(tuned: bool, producers: int, rings: int, reserved: bool) -> None:
+    """Background producers the loaded loop can give rings to (host loop: proxy_host.cpp's
+    loaded; GPU: px_background): tuned allows one producer per ring, so at most the rings the
+    background gets (R - 1 with a reserved probe ring); a shared probe ring needs baseline."""
+    from ...errors import ConfigError
+
+    avail = rings - (1 if reserved else 0)
+    if producers < 1 or avail < 1:
+        raise ConfigError("background (--background)", producers, f"1..64 with {rings} rings")
+    if tuned and not reserved:
+        raise ConfigError("queue (--queue)", "shared", "reserved with --handoff tuned")
+    if tuned and producers > avail:
+        raise ConfigError(
+            "background (--background)",
+            producers,
+            f"<= {avail} with --handoff tuned (one producer per ring; two tuned producers "
+            "on one ring would publish the same indices)",
+        )
