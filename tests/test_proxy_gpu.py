@@ -74,3 +74,108 @@ def test_gpu_producers_enqueue_and_load(handoff) -> None:
             sub.close()
         assert _native.proxy.live_rings() == 0
         assert np.asarray(w.landing(1)).size
+
+
+class _Event:
+    """A stand-in CUDA event over the control word: done once the kernel would have seen the
+    bit it obeys (`obeys`: STOP, ABORT, or 0 for never)."""
+
+    def __init__(self, ctl: np.ndarray, obeys: int) -> None:
+        self.ctl, self.obeys = ctl, obeys
+
+    def record(self, stream) -> None:
+        pass
+
+    @property
+    def done(self) -> bool:
+        return bool(self.obeys and int(self.ctl[0]) & self.obeys)
+
+    def synchronize(self) -> None:
+        assert self.done, "a wait that cannot end"
+
+
+def _producers(ctl: np.ndarray, obeys: int):
+    from types import SimpleNamespace
+
+    from gicbench.submit.proxy import gpu
+
+    p = object.__new__(gpu.GpuProducers)
+    p.cp = SimpleNamespace(cuda=SimpleNamespace(Event=lambda: _Event(ctl, obeys)))
+    p.consts = _native.proxy
+    eng = SimpleNamespace(
+        sub=SimpleNamespace(rank=1, timeout_ns=50_000_000),
+        native=SimpleNamespace(rings=lambda: 0),
+    )
+    return p, eng
+
+
+def test_background_stop_is_bounded() -> None:
+    """The loaded loop used to wait for the background kernel with an unbounded
+    stream.synchronize() after setting the stop bit: blocks that never obeyed it kept the host
+    waiting forever. Now: stop, wait up to the timeout, then abort and name it."""
+    from gicbench.errors import CompletionTimeout
+    from gicbench.submit.proxy.gpu import ABORT, STOP
+
+    ctl = np.zeros(1, dtype=np.uint64)
+    p, eng = _producers(ctl, STOP)
+    p._stop_background(eng, None, ctl)  # obeys the stop bit: returns
+    assert int(ctl[0]) == STOP
+    ctl[0] = 0
+    p, eng = _producers(ctl, ABORT)  # ignores stop: aborted at the deadline, and named
+    with pytest.raises(CompletionTimeout, match="background producers did not stop"):
+        p._stop_background(eng, None, ctl)
+    assert int(ctl[0]) == STOP | ABORT
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _gpu(), reason="needs an NVIDIA GPU and CuPy")
+@pytest.mark.parametrize("handoff", ["baseline", "tuned"])
+def test_gpu_loaded_reserved_two_ranks(handoff) -> None:
+    """bench/proxy_gpu.py's tuned reserved loaded run that did not finish (two in-process ranks,
+    a GPU background CTA on each non-probe ring, the probe's round trip on ring 0), small: it
+    ends, the probe's answers carry its sequence numbers, nothing is left mapped."""
+    import threading
+
+    from gicbench.submit.proxy import ProxySubmitter
+    from gicbench.submit.proxy.params import ProxyParams
+    from gicbench.submit.proxy.work import LoadedWork
+
+    with emu_world(nqps=4, depth=64, timeout_s=5.0) as w:
+        kw = {"producer": "gpu", "handoff": handoff, "workers": 2, "rings": 4}
+        subs = []
+        for rank in (0, 1):
+            f = w.fabrics[rank]
+            subs.append(
+                ProxySubmitter(
+                    rank=rank,
+                    fabric=f,
+                    progress=f.progress_policy(),
+                    timeout_s=5.0,
+                    params=ProxyParams(precondition_s=0.0, **kw),
+                )
+            )
+        out: dict = {}
+
+        def run(side: int) -> None:
+            reply = Buffer.local(w.bufs[side][1])
+            work = LoadedWork(w.lanes(2, side=side), side == 0, True, 2, 4, 16, 3, 0.0, 8,
+                              reply, 100, 10)  # fmt: skip
+            try:
+                out[side] = subs[side].loaded(work)
+            except BaseException as e:
+                out[side] = e
+
+        t = threading.Thread(target=run, args=(1,))
+        t.start()
+        run(0)
+        t.join(timeout=60)
+        assert not t.is_alive()
+        for s in subs:
+            s.close()
+        for side in (0, 1):
+            assert not isinstance(out[side], BaseException), out[side]
+        assert out[0].rtt_ns.size == 100 and (out[0].rtt_ns > 0).all()
+        assert out[0].ring_messages[0] == 0 and out[0].background > 0
+        assert w.landing(0)[0:8].view(np.uint64)[0] == 110  # the last answer's sequence
+        assert w.landing(1)[0:8].view(np.uint64)[0] == 110
+    assert _native.proxy.live_rings() == 0

@@ -142,10 +142,19 @@ def test_msg_rate_shape_runs_through_the_proxy(world) -> None:
     assert r.messages == 4000 and r.doorbells > 0
 
 
-@pytest.mark.parametrize("reserved", [False, True])
-def test_loaded_round_trip_shared_and_reserved(world, reserved) -> None:
+@pytest.mark.parametrize(
+    ("reserved", "handoff", "background"),
+    [
+        (False, "baseline", 2),
+        (True, "baseline", 2),
+        # the GPU bench's run that did not finish, on host producers: tuned, a reserved probe
+        # ring, one background producer on each of the other rings (R - 1)
+        (True, "tuned", 3),
+    ],
+)
+def test_loaded_round_trip_shared_and_reserved(world, reserved, handoff, background) -> None:
     w = world
-    kw = {"handoff": "baseline", "workers": 2, "rings": 4}
+    kw = {"handoff": handoff, "workers": 2, "rings": 4}
     req, resp = proxy(w, 0, **kw), proxy(w, 1, **kw)
     out: dict[str, object] = {}
 
@@ -159,7 +168,7 @@ def test_loaded_round_trip_shared_and_reserved(world, reserved) -> None:
                     2,
                     4,
                     16,
-                    2,
+                    background,
                     0.0,
                     64,
                     Buffer.local(w.bufs[side][1]),
@@ -339,3 +348,32 @@ def test_background_geometry_the_gpu_loaded_loop_checks() -> None:
     with pytest.raises(ConfigError):
         check_background(True, 4, 32, False)
     check_background(False, 64, 32, False)  # baseline: atomic reservation, rings may be shared
+
+
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [
+        ({"experiments": ["single-op"]}, "modes (--modes)"),  # round_trip is a default mode
+        (
+            {"experiments": ["single-op"], "modes": ["put_completion"], "scope": "all"},
+            "scope (--scope)",
+        ),
+    ],
+)
+def test_what_gpu_producers_do_not_time_is_refused_in_pre_flight(
+    monkeypatch, values, field: str
+) -> None:
+    """These passed pre-flight and were refused by gpu.py at the first point, after bring-up
+    (a GPU machine: the CuPy probe is stood in for here)."""
+    from types import SimpleNamespace
+
+    import gicbench.platform as platform
+    from gicbench.config import RunConfig
+    from gicbench.plan import make_plan
+
+    monkeypatch.setattr(platform, "probe_cupy", lambda: SimpleNamespace(ok=True, detail=""))
+    with pytest.raises(ConfigError) as e:
+        make_plan(RunConfig.build(submitter="proxy", producer="gpu", **values), here=False)
+    assert e.value.field == field
+    ok = {"experiments": ["single-op"], "modes": ["issue", "put_completion"]}
+    make_plan(RunConfig.build(submitter="proxy", producer="gpu", **ok), here=False)

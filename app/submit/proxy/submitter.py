@@ -148,7 +148,7 @@ class ProxySubmitter(Submitter):
         """What the engine would refuse at run time, refused in pre-flight (nothing created):
         chains longer than B, inline payloads the workers cannot copy, an all-QP quiet over
         more rings than there are, fewer rings than one QP's lanes, tuned producers beyond
-        one per ring."""
+        one per ring, what GPU producers do not time (round trip, all-QP scope)."""
         for exp, pt in points:
             batch, size = int(pt.get("batch", 1)), int(pt.get("size", 8))
             if batch > MAX_CHAIN:
@@ -171,6 +171,14 @@ class ProxySubmitter(Submitter):
                     params.rings,
                     f">= {pt['qps']} for {exp} (one ring per lane of its rate loop)",
                 )
+            gpu = getattr(params, "producer", "host") == "gpu"
+            if gpu and exp == "single-op" and pt.get("mode") == "round_trip":
+                # GPU producers time the enqueue and put+completion (gpu.py's latency)
+                raise ConfigError(
+                    "modes (--modes)", "round_trip", "issue,put_completion with --producer gpu"
+                )
+            if gpu and pt.get("scope") == "all":
+                raise ConfigError("scope (--scope)", "all", "selected with --producer gpu")
             producers, rings = pt.get("producers"), pt.get("rings")
             tuned = params.handoff == "tuned" and producers is not None and rings is not None
             if tuned and int(producers) > int(rings):
