@@ -67,6 +67,15 @@ step rtt_gda_mps 40 $G single-op --modes round_trip -n 2000 -w 200 --progress th
   --submitter gpu -o "$O/tr/rtt_gda_mps"
 step engine_latency 70 python3 bench/cuda_engine.py --skip bare,rate --pings 2000 \
   --json "$O/engine_latency.json"
+# mini-proxy with GPU producers (docs/proxy.md): the four proxy experiments under mpiexec -n 2
+# (two ranks on the GPU under MPS, the CPU engine), payloads validated by the harness; the
+# tuned-handoff loaded-rtt run (a background CTA per non-probe ring) that did not finish before.
+PX="$G --submitter proxy --producer gpu --progress thread --precondition-s 0 --rings 32 --workers 4"
+step proxy_gpu_suite 120 $PX single-op proxy-rate loaded-rtt payload -e 512 -f 8 \
+  --modes issue,put_completion -n 500 -w 50 --messages 5000 --sweep-workers 1,4 \
+  --sweep-batch 1,16 --handoff baseline --background 64 -o "$O/tr/proxy_gpu_suite"
+step proxy_gpu_loaded_tuned 60 $PX loaded-rtt --handoff tuned --queue reserved --background 31 \
+  -n 500 -w 50 -o "$O/tr/proxy_gpu_loaded_tuned"
 for d in "$O"/tr/*; do python3 -m gicbench analyze "$d" > "$d.analyze.txt" 2>&1; done; pack
 cd "$ROOT" && for f in test_doca_submitter_gpu test_emu_cuda test_gpu_device test_proxy_gpu; do
   step "pytest_$f" 120 python3 -m pytest -p no:cacheprovider -q -rs -x -m gpu \
