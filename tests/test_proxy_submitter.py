@@ -319,6 +319,11 @@ def test_chain_limit_refused(world) -> None:
         ({"experiments": ["msg-rate"], "batch": 20}, "batch (--batch)"),
         ({"experiments": ["msg-rate"], "qps": 4}, "rings (--rings)"),
         ({"experiments": ["single-op"], "scope": "all", "qps": 40}, "qps (-q)"),
+        # refused by the engine after bring-up (exit 1, an incomplete trace) until now
+        (
+            {"experiments": ["payload"], "min_size": 1 << 22, "max_size": 1 << 22},
+            "size (-b/-e)",
+        ),
     ],
 )
 def test_what_the_engine_would_refuse_is_refused_in_pre_flight(values, field: str) -> None:
@@ -377,3 +382,18 @@ def test_what_gpu_producers_do_not_time_is_refused_in_pre_flight(
     assert e.value.field == field
     ok = {"experiments": ["single-op"], "modes": ["issue", "put_completion"]}
     make_plan(RunConfig.build(submitter="proxy", producer="gpu", **ok), here=False)
+
+
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [
+        ({"workers": 9}, "workers"),  # used to name --rings (">= --workers 9")
+        ({"workers": 9, "rings": 4}, "workers"),
+        ({"rings": 40, "workers": 2}, "rings"),
+        ({"producers": 65, "handoff": "baseline"}, "producers"),
+    ],
+)
+def test_out_of_range_knobs_are_named_before_cross_checks(values, field: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        ProxyParams(**values)
+    assert e.value.field.split()[0] == field

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 
 from ...errors import ConfigError
-from ...knobs import KIND_FLOAT, KIND_STR, knob
+from ...knobs import KIND_FLOAT, KIND_STR, check_knobs, knob
 
 MAX_WORKERS = 8
 MAX_RINGS = 32
@@ -96,6 +96,8 @@ class ProxyParams:
     )
 
     def __post_init__(self) -> None:
+        # Each knob's own range first: `--workers 9` names workers, not the rings it would need.
+        check_knobs(self)
         if self.ring_depth & (self.ring_depth - 1):
             raise ConfigError("ring_depth (--ring-depth)", self.ring_depth, "a power of two")
         if self.rings < self.workers:

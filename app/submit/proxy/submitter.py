@@ -149,8 +149,16 @@ class ProxySubmitter(Submitter):
         chains longer than B, inline payloads the workers cannot copy, an all-QP quiet over
         more rings than there are, fewer rings than one QP's lanes, tuned producers beyond
         one per ring, what GPU producers do not time (round trip, all-QP scope)."""
+        max_length = int(_native_proxy().MAX_LENGTH)  # a descriptor's length field
         for exp, pt in points:
             batch, size = int(pt.get("batch", 1)), int(pt.get("size", 8))
+            if size > max_length:
+                raise ConfigError(
+                    "size (-b/-e)",
+                    size,
+                    f"<= {max_length} B with --submitter proxy (a descriptor's 21-bit length; "
+                    f"{exp})",
+                )
             if batch > MAX_CHAIN:
                 raise ConfigError(
                     "batch (--batch)", batch, f"1..{MAX_CHAIN} with --submitter proxy ({exp})"
