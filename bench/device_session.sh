@@ -29,6 +29,7 @@ step() {  # step NAME SECONDS CMD...: stdout to runs/NAME.json, stderr to runs/N
   pack
 }
 { nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv; nproc; } > "$O/machine.txt" 2>&1
+rm -rf /tmp/gs  # pip --target leaves an earlier install (another checkout's, on a warm machine) in place
 step build 150 python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/gs .
 export PYTHONPATH=/tmp/gs
 VER=$(cd "$ROOT/.cache/gpunetio" 2>/dev/null && dirname */VERSION | head -1)
@@ -89,14 +90,16 @@ step load_rtt_gpu 40 $L $LR --submitter gpu -o "$O/tr/load_rtt_gpu"
 step load_rtt_proxy 40 $L $LR --submitter proxy --producer gpu --handoff baseline --workers 4 \
   --rings 32 -o "$O/tr/load_rtt_proxy"
 step load_payload_gpu 40 $L $PL --submitter gpu -o "$O/tr/load_payload_gpu"
+step load_payload_gpu_warp 40 $L $PL --submitter gpu -t 32 --publish warp \
+  -o "$O/tr/load_payload_gpu_warp"
 step load_payload_proxy 40 $L $PL --submitter proxy -o "$O/tr/load_payload_proxy"
-for r in load_rtt_gpu load_rtt_proxy load_payload_gpu load_payload_proxy; do
+for r in load_rtt_gpu load_rtt_proxy load_payload_gpu load_payload_gpu_warp load_payload_proxy; do
   step "load_analyze_$r" 20 python3 -m gicbench analyze "$O/tr/$r"
 done
 step load_side_rtt 20 python3 -m gicbench analyze "$O/tr/load_rtt_proxy" "$O/tr/load_rtt_gpu" \
   --on size,queue
 step load_side_payload 20 python3 -m gicbench analyze "$O/tr/load_payload_proxy" \
-  "$O/tr/load_payload_gpu" --on size
+  "$O/tr/load_payload_gpu" "$O/tr/load_payload_gpu_warp" --on size
 cd "$ROOT" && step load_pytest 60 python3 -m pytest -p no:cacheprovider -q -rs -x -m gpu \
   tests/test_gpu_loaded_device.py
 echo "== done at $SECONDS s" >> "$O/summary.txt"; pack
