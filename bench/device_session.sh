@@ -29,6 +29,7 @@ step() {  # step NAME SECONDS CMD...: stdout to runs/NAME.json, stderr to runs/N
   pack
 }
 { nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv; nproc; } > "$O/machine.txt" 2>&1
+rm -rf /tmp/gs  # pip --target leaves an earlier install (another checkout's, on a warm machine) in place
 step build 150 python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/gs .
 export PYTHONPATH=/tmp/gs
 VER=$(cd "$ROOT/.cache/gpunetio" 2>/dev/null && dirname */VERSION | head -1)
@@ -81,6 +82,35 @@ cd "$ROOT" && for f in test_doca_submitter_gpu test_emu_cuda test_gpu_device tes
   step "pytest_$f" 120 python3 -m pytest -p no:cacheprovider -q -rs -x -m gpu \
     -k "not end_to_end" "tests/$f.py"
 done
+# loaded-rtt and payload through mini-proxy and mini-gda on the same experiment (issue 13): 64
+# background CTAs per endpoint (proxy: GPU producers, T4/R32/B16, baseline handoff so its probe
+# can share a ring; gpu: one QP per CTA, batches of 16), then goodput 8 B..1 MiB; the side by
+# side is `gicbench analyze PROXY GPU --on ...` (ratio columns gpu/proxy). Steps load_*.
+L="mpiexec --bind-to none -n 2 python3 -m gicbench run --timeout 5 --json --quiet --progress thread"
+LR="loaded-rtt -b 8 -n 1000 -w 100 --background 64 --batch 16"
+PL="payload --point-bytes 64M --messages 20000"
+step load_compile 60 python3 -c "
+import concurrent.futures as cf
+from gicbench.submit.gpu.build import module
+from gicbench.submit.gpu.loaded import module as loaded
+with cf.ThreadPoolExecutor(2) as ex:
+    print([str(f.result())[:60] for f in (ex.submit(module, 'gpu-fence'), ex.submit(loaded, 'gpu-fence'))])"
+step load_rtt_gpu 40 $L $LR --submitter gpu -o "$O/tr/load_rtt_gpu"
+step load_rtt_proxy 40 $L $LR --submitter proxy --producer gpu --handoff baseline --workers 4 \
+  --rings 32 -o "$O/tr/load_rtt_proxy"
+step load_payload_gpu 40 $L $PL --submitter gpu -o "$O/tr/load_payload_gpu"
+step load_payload_gpu_warp 40 $L $PL --submitter gpu -t 32 --publish warp \
+  -o "$O/tr/load_payload_gpu_warp"
+step load_payload_proxy 40 $L $PL --submitter proxy -o "$O/tr/load_payload_proxy"
+for r in load_rtt_gpu load_rtt_proxy load_payload_gpu load_payload_gpu_warp load_payload_proxy; do
+  step "load_analyze_$r" 20 python3 -m gicbench analyze "$O/tr/$r"
+done
+step load_side_rtt 20 python3 -m gicbench analyze "$O/tr/load_rtt_proxy" "$O/tr/load_rtt_gpu" \
+  --on size,queue
+step load_side_payload 20 python3 -m gicbench analyze "$O/tr/load_payload_proxy" \
+  "$O/tr/load_payload_gpu" "$O/tr/load_payload_gpu_warp" --on size
+cd "$ROOT" && step load_pytest 60 python3 -m pytest -p no:cacheprovider -q -rs -x -m gpu \
+  tests/test_gpu_loaded_device.py
 echo "== done at $SECONDS s" >> "$O/summary.txt"; pack
 echo quit | nvidia-cuda-mps-control 2>/dev/null
 cat "$O/summary.txt"; cat "$O/doca_vs_gda.txt" 2>/dev/null | head -40

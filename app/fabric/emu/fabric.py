@@ -157,6 +157,19 @@ _CUDA_HOST_REGISTER_PORTABLE = 0x01
 _CUDA_HOST_REGISTER_MAPPED = 0x02
 
 
+def page_spans(ranges: list[tuple[int, int]], page: int = 4096) -> list[tuple[int, int]]:
+    """The pages covering (address, length) ranges as disjoint [lo, hi) spans, sorted: ranges
+    sharing or touching a page are merged."""
+    spans: list[tuple[int, int]] = []
+    for addr, n in sorted(ranges):
+        lo, hi = addr & ~(page - 1), (addr + n + page - 1) & ~(page - 1)
+        if spans and lo <= spans[-1][1]:
+            spans[-1] = (spans[-1][0], max(spans[-1][1], hi))
+        else:
+            spans.append((lo, hi))
+    return spans
+
+
 class EmuFabric(Fabric):
     """The software NIC of `rank` (of `world_size`, all on this node) for job `job`."""
 
@@ -583,16 +596,20 @@ class EmuFabric(Fabric):
             }  # fmt: skip
         for cq in self._cqs.values():
             out["cqs"][cq.cqn] = {"buf": d(cq.buf), "dbrec": d(cq.dbrec)}
-        page = 4096
-        for (kind, addr), dom in self._domains.items():
-            if kind == "mr" and dom == "host-mapped":
-                lo = addr & ~(page - 1)
-                mr_len = self._mr_len[addr]
-                hi = (addr + mr_len + page - 1) & ~(page - 1)
-                if lo not in self._cuda_ranges:
-                    runtime.hostRegister(lo, hi - lo, flags)
-                    self._cuda_ranges.append(lo)
-                out["mrs"][addr] = device_pointer(runtime, lo) + (addr - lo)
+        mapped = [
+            (addr, self._mr_len[addr])
+            for (kind, addr), dom in self._domains.items()
+            if kind == "mr" and dom == "host-mapped"
+        ]
+        # MRs are 64-byte aligned, so neighbours can share a page: each page is registered once
+        # (CUDA refuses a range that overlaps a registered one).
+        for lo, hi in page_spans(mapped):
+            runtime.hostRegister(lo, hi - lo, flags)
+            self._cuda_ranges.append(lo)
+            dev_lo = device_pointer(runtime, lo)
+            for addr, _ in mapped:
+                if lo <= addr < hi:
+                    out["mrs"][addr] = dev_lo + (addr - lo)
         return out
 
     def _cuda_addresses(self) -> dict[str, Any]:

@@ -273,6 +273,12 @@ class GpuSubmitter(Submitter):
             cqes=int(out[:, 3].sum()),
         )
 
+    def loaded(self, work: Any) -> Any:
+        """loaded-rtt's probe under background load (app/submit/gpu/loaded.py)."""
+        from .loaded import run
+
+        return run(self, work)
+
     def point_details(self) -> dict[str, float]:
         """What the last call measured besides its samples (the harness adds it to the point's
         results): the effective SM clock, stale WQEs seen with the unsafe ordering."""
