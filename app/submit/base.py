@@ -172,6 +172,13 @@ class Submitter(ABC):
         return QueueOptions()
 
     @classmethod
+    def check_provider(cls, params: Any, provider: str, provider_params: Any) -> None:
+        """Refuse (ConfigError/UnsupportedError), in pre-flight, a provider configuration these
+        knobs cannot run on (`provider_params`: the provider's own knobs, e.g. emu's queue
+        placement). Default: anything goes."""
+        return None
+
+    @classmethod
     def check_points(cls, params: Any, points: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
         """Refuse (ConfigError/UnsupportedError), in pre-flight, points this submitter cannot
         run with `params` ((experiment name, point) pairs, as the experiments list them)."""

@@ -21,6 +21,8 @@ import numpy as np
 from ...errors import UnsupportedError
 from .build import compile_cubin
 from .layout import (
+    CQE_OP_OWN,
+    DOCA_CQE_INIT,
     JOB_DTYPE,
     LANE_DTYPE,
     QP_BYTES,
@@ -62,6 +64,19 @@ class DocaDevice:
         init(((n + 127) // 128,), (128,), (src, np.int32(n), out))
         cp.cuda.get_current_stream().synchronize()  # not the device: an engine kernel may run
         return out
+
+    def init_cq(self, cq: Any) -> None:
+        """layout.init_cq for a ring in GPU memory (the CUDA engine's --queues device): every
+        CQE's op_own = 0xF1, written by a CuPy kernel on a stream of its own, waited on alone
+        (the engine kernel runs until its fabric closes: never synchronise the device)."""
+        cp = _cupy()
+        addr, n = int(cq.device_buf or cq.buf), int(cq.ncqe)
+        mem = cp.cuda.UnownedMemory(addr, n * 64, owner=cq)
+        ring = cp.ndarray((n, 64), cp.uint8, cp.cuda.MemoryPointer(mem, 0))
+        stream = cp.cuda.Stream(non_blocking=True)
+        with stream:
+            ring[:, CQE_OP_OWN] = DOCA_CQE_INIT
+        stream.synchronize()
 
     def latency(
         self,
