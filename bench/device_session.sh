@@ -47,6 +47,38 @@ with cf.ThreadPoolExecutor(4) as ex:
     fs += [ex.submit(module, o) for o in ('gpu-fence', 'sys-fence')]
     print([str(f.result())[:80] for f in fs])"
 G="mpiexec --bind-to none -n 2 python3 -m gicbench run --timeout 5 --json --quiet --sq-depth 256 -b 8"
+# ---- doca_ steps (issue 16; docs/doca.md): round trips with a DOCA responder per handler, the
+# 32-thread shared-QP rate per sharing mode and scope, mini-gda beside them, the CUDA engine.
+# Ranks take GPU (rank mod GPUs): on nvidia-h200-x2 one rank per GPU. ONLY='build|compile|doca_.*'
+D="$G --pattern pairs"
+DRT="single-op msg-rate --modes issue,put_completion,round_trip -n 1000 -w 100 -t 32 -q 1 \
+--batch 1 --messages 5000"
+DK="cuda_engine_every_handler_lands and (device-gpu-sm-db or device-gpu-sm-bf or host-cpu-proxy or device-cpu-proxy) and not device-cpu-proxy-free or round_trip_with_a_doca_responder and gpu-sm-db or round_trip_on_the_cuda_engine and device-gpu-sm-db"
+step doca_pytest 45 python3 -m pytest -p no:cacheprovider -q -rs -m gpu tests/test_doca_submitter_gpu.py   -k "$DK"
+for h in gpu-sm-db gpu-sm-no-dbr gpu-sm-bf cpu-proxy cpu-proxy-free-flow; do
+  step "doca_rt_$h" 30 $D $DRT --progress thread --submitter doca --doca-handler "$h" \
+    --doca-sharing gpu -o "$O/tr/doca_rt_$h"
+done
+step doca_rt_gda 30 $D $DRT --progress thread --submitter gpu --ordering gpu-fence --publish thread \
+  -o "$O/tr/doca_rt_gda"
+DSH="msg-rate -t 32 --batch 1 --messages 5000 --payload pointer --progress thread"
+step doca_share_exclusive_thread 25 $D $DSH -q 32 --submitter doca --doca-sharing exclusive \
+  -o "$O/tr/doca_share_exclusive_thread"
+for sc in thread warp; do
+  for sh in cta gpu $([ $sc = warp ] && echo exclusive); do
+    step "doca_share_${sh}_$sc" 25 $D $DSH -q 1 --submitter doca --doca-sharing "$sh" \
+      --doca-scope "$sc" -o "$O/tr/doca_share_${sh}_$sc"
+  done
+  step "doca_share_gda_$sc" 25 $D $DSH -q 1 --submitter gpu --ordering gpu-fence --publish "$sc" \
+    -o "$O/tr/doca_share_gda_$sc"
+done
+# The CUDA engine, queues in GPU memory, one rank per GPU (needs 2 GPUs; two ranks on one GPU
+# are refused in pre-flight). The host-thread handlers need host-visible records: --queues host.
+step doca_cudaeng_gpu-sm-db 25 $D $DRT --engine cuda --queues device --submitter doca \
+  --doca-sharing gpu -o "$O/tr/doca_cudaeng_gpu-sm-db"
+step doca_cudaeng_cpu-proxy 20 $D $DRT --engine cuda --queues host --submitter doca \
+  --doca-handler cpu-proxy --doca-sharing gpu -o "$O/tr/doca_cudaeng_cpu-proxy"
+python3 bench/doca_vs_gda.py --session "$O/runs" "$O/doca_session" > "$O/doca_session.txt" 2>&1; pack
 MAIN="single-op msg-rate completion-scope --pattern fan-out --modes issue,put_completion -n 2000 \
 -w 200 -q 4 -t 4 --batch 1 --messages 50000"
 for h in gpu-sm-db gpu-sm-no-dbr gpu-sm-bf cpu-proxy cpu-proxy-free-flow; do
