@@ -55,6 +55,10 @@ DRT="single-op msg-rate --modes issue,put_completion,round_trip -n 1000 -w 100 -
 --batch 1 --messages 5000"
 DK="cuda_engine_every_handler_lands and (device-gpu-sm-db or device-gpu-sm-bf or host-cpu-proxy or device-cpu-proxy) and not device-cpu-proxy-free or round_trip_with_a_doca_responder and gpu-sm-db or round_trip_on_the_cuda_engine and device-gpu-sm-db"
 step doca_pytest 45 python3 -m pytest -p no:cacheprovider -q -rs -m gpu tests/test_doca_submitter_gpu.py   -k "$DK"
+# put, p, put_signal, p_signal, signal (ATOMIC_FA) timed one at a time per handler, validated
+# at the target (in-process; figures in doca-ops.jsonl)
+DOCA_DEVICE_REPORT=$O/doca-ops.jsonl step doca_ops 30 python3 -m pytest -p no:cacheprovider -q -rs \
+  -m gpu tests/test_doca_device.py -k every_op_timed
 for h in gpu-sm-db gpu-sm-no-dbr gpu-sm-bf cpu-proxy cpu-proxy-free-flow; do
   step "doca_rt_$h" 30 $D $DRT --progress thread --submitter doca --doca-handler "$h" \
     --doca-sharing gpu -o "$O/tr/doca_rt_$h"
