@@ -195,7 +195,7 @@ def _clean(fab, handler: str) -> None:
 
 
 @pytest.mark.parametrize("handler", HANDLERS)
-def test_cuda_engine_every_handler_lands(cuda_world, handler: str) -> None:
+def test_doca_cuda_engine_every_handler_lands(cuda_world, handler: str) -> None:
     """DOCA's structures filled from the CUDA engine's objects (GPU-memory CQs initialised on
     the GPU, never a device-wide synchronise while the engine kernel runs): latency and a
     32-thread shared-QP rate land every payload; the host-thread handlers need host-visible
@@ -310,5 +310,5 @@ def test_round_trip_with_a_doca_responder(world, handler: str) -> None:
 
 
 @pytest.mark.parametrize("handler", ["gpu-sm-db", "gpu-sm-no-dbr", "gpu-sm-bf"])
-def test_round_trip_on_the_cuda_engine(cuda_world, handler: str) -> None:
+def test_doca_cuda_engine_round_trip(cuda_world, handler: str) -> None:
     _round_trips(cuda_world, handler)
