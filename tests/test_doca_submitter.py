@@ -515,3 +515,28 @@ def test_host_thread_handlers_refuse_gpu_resident_queues(monkeypatch) -> None:
     for h in ("gpu-sm-db", "gpu-sm-no-dbr", "gpu-sm-bf"):  # the GPU rings: either placement
         plan(experiments=["single-op"], submitter="doca", doca_handler=h, engine="cuda",
              queues="device", modes=("issue", "put_completion"))  # fmt: skip
+
+
+def test_preload_names_every_kernel_of_the_module() -> None:
+    """DocaDevice.preload() loads these before emu's CUDA engine starts: every kernel the loops
+    can launch (kernel_name over handlers x sharing x scopes x shapes) and the builder."""
+    from gicbench.submit.doca.device import DocaDevice
+    from gicbench.submit.doca.layout import SHAPES, kernel_name
+
+    names = object.__new__(DocaDevice).kernel_names()
+    want = {kernel_name(h, s, e, sh) for h in NicHandler for s in Sharing for e in Scope
+            for sh in SHAPES}  # fmt: skip
+    assert set(names) == want | {"gicbench_doca_init"} and len(names) == 61
+
+
+def test_harness_preloads_before_the_nic_opens() -> None:
+    """The harness calls Submitter.preload before provider.open (an engine kernel may start
+    there); the base class does nothing."""
+    import inspect
+
+    from gicbench import harness
+    from gicbench.submit.base import Submitter
+
+    src = inspect.getsource(harness)
+    assert src.index("submitter.preload(") < src.index("provider.open(")
+    assert Submitter.preload(None, 0) is None

@@ -170,6 +170,11 @@ def cuda_world(request):
     GPU memory) or --queues host (the segment, mapped). Both engines stop before either fabric
     closes (one process, two ranks)."""
     _gpu()
+    from gicbench.submit.doca.submitter import DocaSubmitter
+
+    # Every kernel loaded before the engines start (lazy loading under a running engine kernel
+    # may wait for a context synchronisation that never comes), as the harness does.
+    DocaSubmitter.preload(DocaParams(), 0)
     job = "dc-" + uuid.uuid4().hex[:8]
     fs = [
         EmuFabric(r, 2, job, progress="inline", segment_bytes=64 << 20, engine="cuda",
