@@ -176,6 +176,7 @@ def make_plan(cfg: RunConfig, probes: LazyProbes | None = None, *, here: bool = 
                     "only with --transport dc (no experiment here uses DC)",
                 )
     points = [(e, e.points()) for e in exps]
+    sub.check_provider(sub_params, provider.name, provider_params)
     sub.check_points(sub_params, [(e.name, pt) for e, pts in points for pt in pts])
     sub.check_provider(
         sub_params, [(e.name, pt) for e, pts in points for pt in pts], provider.name, caps

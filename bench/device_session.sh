@@ -48,6 +48,39 @@ with cf.ThreadPoolExecutor(4) as ex:
     fs += [ex.submit(module, o) for o in ('gpu-fence', 'sys-fence')]
     print([str(f.result())[:80] for f in fs])"
 G="mpiexec --bind-to none -n 2 python3 -m gicbench run --timeout 5 --json --quiet --sq-depth 256 -b 8"
+# ---- doca_ steps (issue 16; docs/doca.md): round trips with a DOCA responder per handler, the
+# 32-thread shared-QP rate per sharing mode and scope, mini-gda beside them, the CUDA engine.
+# Ranks take GPU (rank mod GPUs): on nvidia-h200-x2 one rank per GPU. ONLY='build|compile|doca_.*'
+D="$G --pattern pairs"
+DRT="single-op msg-rate --modes issue,put_completion,round_trip -n 1000 -w 100 -t 32 -q 1 \
+--batch 1 --messages 5000"
+# In-process round trips with a DOCA responder (CPU engine threads). faulthandler: a hung test
+# prints every thread's stack before the step's timeout kills it.
+PT="python3 -m pytest -p no:cacheprovider -q -rs -m gpu -o faulthandler_timeout=25"
+step doca_pytest_rtt 40 $PT tests/test_doca_submitter_gpu.py \
+  -k "round_trip_with_a_doca_responder and (gpu-sm-db or free-flow)"
+# put, p, put_signal, p_signal, signal (ATOMIC_FA) timed one at a time per handler, validated
+# at the target (in-process; figures in doca-ops.jsonl)
+DOCA_DEVICE_REPORT=$O/doca-ops.jsonl step doca_ops 30 python3 -m pytest -p no:cacheprovider -q -rs \
+  -m gpu tests/test_doca_device.py -k every_op_timed
+for h in gpu-sm-db gpu-sm-no-dbr gpu-sm-bf cpu-proxy cpu-proxy-free-flow; do
+  step "doca_rt_$h" 30 $D $DRT --progress thread --submitter doca --doca-handler "$h" \
+    --doca-sharing gpu -o "$O/tr/doca_rt_$h"
+done
+step doca_rt_gda 30 $D $DRT --progress thread --submitter gpu --ordering gpu-fence --publish thread \
+  -o "$O/tr/doca_rt_gda"
+DSH="msg-rate -t 32 --batch 1 --messages 5000 --payload pointer --progress thread"
+step doca_share_exclusive_thread 25 $D $DSH -q 32 --submitter doca --doca-sharing exclusive \
+  -o "$O/tr/doca_share_exclusive_thread"
+for sc in thread warp; do
+  for sh in cta gpu $([ $sc = warp ] && echo exclusive); do
+    step "doca_share_${sh}_$sc" 25 $D $DSH -q 1 --submitter doca --doca-sharing "$sh" \
+      --doca-scope "$sc" -o "$O/tr/doca_share_${sh}_$sc"
+  done
+  step "doca_share_gda_$sc" 25 $D $DSH -q 1 --submitter gpu --ordering gpu-fence --publish "$sc" \
+    -o "$O/tr/doca_share_gda_$sc"
+done
+python3 bench/doca_vs_gda.py --session "$O/runs" "$O/doca_session" > "$O/doca_session.txt" 2>&1; pack
 MAIN="single-op msg-rate completion-scope --pattern fan-out --modes issue,put_completion -n 2000 \
 -w 200 -q 4 -t 4 --batch 1 --messages 50000"
 for h in gpu-sm-db gpu-sm-no-dbr gpu-sm-bf cpu-proxy cpu-proxy-free-flow; do
@@ -80,7 +113,7 @@ step proxy_gpu_loaded_tuned 60 $PX loaded-rtt --handoff tuned --queue reserved -
 for d in "$O"/tr/*; do python3 -m gicbench analyze "$d" > "$d.analyze.txt" 2>&1; done; pack
 cd "$ROOT" && for f in test_doca_submitter_gpu test_emu_cuda test_gpu_device test_proxy_gpu; do
   step "pytest_$f" 120 python3 -m pytest -p no:cacheprovider -q -rs -x -m gpu \
-    -k "not end_to_end" "tests/$f.py"
+    -k "not end_to_end and not doca_cuda_engine" "tests/$f.py"  # see doca_pytest_cuda
 done
 # loaded-rtt and payload through mini-proxy and mini-gda on the same experiment (issue 13): 64
 # background CTAs per endpoint (proxy: GPU producers, T4/R32/B16, baseline handoff so its probe
@@ -111,6 +144,19 @@ step load_side_payload 20 python3 -m gicbench analyze "$O/tr/load_payload_proxy"
   "$O/tr/load_payload_gpu" "$O/tr/load_payload_gpu_warp" --on size
 cd "$ROOT" && step load_pytest 60 python3 -m pytest -p no:cacheprovider -q -rs -x -m gpu \
   tests/test_gpu_loaded_device.py
+# ---- doca_ steps on the CUDA engine, last: a hung engine kernel killed by a step's timeout left
+# the GPUs "busy or unavailable" for the next steps (2026-11-30, x2 machine under MPS). On two or
+# more GPUs one rank per GPU needs no MPS: it is stopped first. In-process (two fabrics, one GPU):
+# every GPU_SM_* handler on GPU-resident queues, the host-thread handlers on --queues host (and
+# refused on --queues device), a round trip; then `mpiexec -n 2` one rank per GPU.
+if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then echo quit | nvidia-cuda-mps-control 2>/dev/null; fi
+step doca_pytest_cuda 60 python3 -m pytest -p no:cacheprovider -q -rs -m gpu -o faulthandler_timeout=25 \
+  tests/test_doca_submitter_gpu.py -k doca_cuda_engine
+step doca_cudaeng_gpu-sm-db 30 $D $DRT --engine cuda --queues device --submitter doca \
+  --doca-sharing gpu -o "$O/tr/doca_cudaeng_gpu-sm-db"
+step doca_cudaeng_cpu-proxy 30 $D $DRT --engine cuda --queues host --submitter doca \
+  --doca-handler cpu-proxy --doca-sharing gpu -o "$O/tr/doca_cudaeng_cpu-proxy"
+python3 bench/doca_vs_gda.py --session "$O/runs" "$O/doca_session" > "$O/doca_session.txt" 2>&1; pack
 echo "== done at $SECONDS s" >> "$O/summary.txt"; pack
 echo quit | nvidia-cuda-mps-control 2>/dev/null
 cat "$O/summary.txt"; cat "$O/doca_vs_gda.txt" 2>/dev/null | head -40

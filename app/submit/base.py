@@ -172,6 +172,22 @@ class Submitter(ABC):
         return QueueOptions()
 
     @classmethod
+    def preload(cls, params: Any, local_rank: int) -> None:
+        """Called by the harness before the NIC opens, on every rank: compile and load what
+        this submitter's loops will launch on the rank's GPU (node-local rank i takes GPU i mod
+        count). A provider may start a persistent kernel at open (emu's CUDA engine); under
+        CUDA's lazy loading a kernel first loaded while it runs may wait for a context
+        synchronisation that never comes. Default: nothing."""
+        return None
+
+    @classmethod
+    def check_provider(cls, params: Any, provider: str, provider_params: Any) -> None:
+        """Refuse (ConfigError/UnsupportedError), in pre-flight, a provider configuration these
+        knobs cannot run on (`provider_params`: the provider's own knobs, e.g. emu's queue
+        placement). Default: anything goes."""
+        return None
+
+    @classmethod
     def check_points(cls, params: Any, points: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
         """Refuse (ConfigError/UnsupportedError), in pre-flight, points this submitter cannot
         run with `params` ((experiment name, point) pairs, as the experiments list them)."""
