@@ -128,6 +128,21 @@ def _blocks_per_sm(cp: Any, kernel: Any, threads: int) -> int:
     return max(0, min(by_regs, by_threads, attrs.get("MaxBlocksPerMultiprocessor", 32)))
 
 
+def module_loading() -> str:
+    """CUDA's module loading mode in this process ("eager", "lazy", or "unknown" where the driver
+    cannot say): cuModuleGetLoadingMode."""
+    import ctypes
+
+    try:
+        fn = ctypes.CDLL("libcuda.so.1").cuModuleGetLoadingMode
+    except (OSError, AttributeError):
+        return "unknown"
+    mode = ctypes.c_int(0)
+    if fn(ctypes.byref(mode)) != 0:
+        return "unknown"
+    return {1: "eager", 2: "lazy"}.get(mode.value, "unknown")  # CU_MODULE_{EAGER,LAZY}_LOADING
+
+
 class CudaEngine:
     """The persistent engine kernel serving rank `nic`'s QPs (see the module docstring)."""
 
@@ -142,6 +157,13 @@ class CudaEngine:
         if not isinstance(ctas, int) or not 1 <= ctas <= MAX_CTAS:
             raise ConfigError("engine_ctas (--engine-ctas)", ctas, f"an int in 1..{MAX_CTAS}")
         cp = _cupy()
+        if module_loading() == "lazy":
+            raise UnsupportedError(
+                "the CUDA engine needs CUDA_MODULE_LOADING=EAGER in the environment before CUDA "
+                "initialises (importing gicbench.fabric.emu sets it; here CUDA was initialised "
+                "first): with lazy loading, a kernel loaded after the engine started may wait "
+                "for the engine's persistent kernel forever"
+            )
         self.cp, rt = cp, cp.cuda.runtime
         self.rank, self.world, self.ctas = rank, world, ctas
         self.max_qps, self.max_mrs = max_qps, max_mrs

@@ -61,6 +61,13 @@ from ..base import (
 from .janitor import janitor, segment_name
 from .params import ENGINES, QUEUE_PLACEMENTS  # declared once, with the knobs
 
+# The CUDA engine is a persistent kernel: with CUDA's lazy module loading (the default since
+# CUDA 12.2) a kernel loaded after it started (a GPU submitter's, CuPy's own) may need a
+# context synchronisation, which waits for the engine forever (the `gicbench run --engine cuda`
+# hang of 2026-11-30). Eager loading has to be chosen before CUDA initialises, so here, on the
+# import every EmuFabric user and the emu provider make; cuda_engine.py refuses lazy mode.
+os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
+
 ProgressMode = Literal["thread", "inline"]
 PROGRESS_MODES = ("thread", "inline")
 DEFAULT_SEGMENT_BYTES = 256 << 20  # sparse: only touched pages cost memory
