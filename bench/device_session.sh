@@ -157,6 +157,28 @@ step doca_cudaeng_gpu-sm-db 30 $D $DRT --engine cuda --queues device --submitter
 step doca_cudaeng_cpu-proxy 30 $D $DRT --engine cuda --queues host --submitter doca \
   --doca-handler cpu-proxy --doca-sharing gpu -o "$O/tr/doca_cudaeng_cpu-proxy"
 python3 bench/doca_vs_gda.py --session "$O/runs" "$O/doca_session" > "$O/doca_session.txt" 2>&1; pack
+# ipc_*: the CUDA engine through MPI with peers in other processes (CUDA IPC of device MRs and
+# CQs). IPC_GPUS=2 (default, nvidia-h200-x2): one rank per GPU, NVLink peer access, MPS stopped
+# first (not needed); IPC_GPUS=1: both ranks on GPU 0 under MPS. ipc_mps_diag: which CUDA call
+# of bring-up blocks while another MPS client's engine kernel runs (bench/mps_bringup.py).
+MPS_ON="mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY; nvidia-cuda-mps-control -d; sleep 1"
+IG=${IPC_GPUS:-2}
+if [ "$IG" = 1 ]; then IPC_ENV="env CUDA_VISIBLE_DEVICES=0"; IPC_MPS=$MPS_ON
+else IPC_ENV="env"; IPC_MPS="echo quit | nvidia-cuda-mps-control; sleep 2"; fi
+step ipc_mps 15 bash -c "$IPC_MPS; nvidia-smi topo -m; echo get_default_active_thread_percentage \
+  | nvidia-cuda-mps-control"
+step ipc_test_${IG}g 90 $IPC_ENV mpiexec --bind-to none -n 2 python3 -m pytest -p no:cacheprovider -q -rs \
+  -x tests/mpi/test_emu_cuda_ipc_mpi.py
+IE="--engine cuda --queues device"
+step ipc_gda_rtt_${IG}g 45 $IPC_ENV $G single-op --modes issue,put_completion,round_trip -n 2000 -w 200 \
+  --submitter gpu $IE -o "$O/tr/ipc${IG}g_gda_rtt"
+step ipc_gda_${IG}g 60 $IPC_ENV $G $MAIN --submitter gpu $IE -o "$O/tr/ipc${IG}g_gda"
+step ipc_doca_${IG}g 60 $IPC_ENV $G $MAIN --submitter doca --doca-handler gpu-sm-db $IE -o "$O/tr/ipc${IG}g_doca"
+step ipc_host_${IG}g 45 $IPC_ENV $G single-op msg-rate --modes issue,put_completion,round_trip -n 2000 \
+  -w 200 --messages 50000 --submitter host --engine cuda --queues host -o "$O/tr/ipc${IG}g_host"
+for d in "$O"/tr/ipc${IG}g_*; do [ -d "$d" ] && python3 -m gicbench analyze "$d" > "$d.analyze.txt" 2>&1; done
+step ipc_mps_diag 75 bash -c "$MPS_ON; CUDA_VISIBLE_DEVICES=0 timeout -k 3 65 mpiexec --bind-to none \
+  -n 2 python3 bench/mps_bringup.py --out /tmp/mpsdiag --block-s 3 --dump-s 45"
 echo "== done at $SECONDS s" >> "$O/summary.txt"; pack
 echo quit | nvidia-cuda-mps-control 2>/dev/null
 cat "$O/summary.txt"; cat "$O/doca_vs_gda.txt" 2>/dev/null | head -40

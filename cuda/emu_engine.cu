@@ -69,9 +69,36 @@ struct DevCq {
 };
 static_assert(sizeof(DevCq) == 48, "DevCq layout");
 // A peer's segment address with bit 0 set: the peer is another process. Its GPU-memory objects
-// (MRs, CQs) are then out of reach (their addresses are the other process's; no CUDA IPC yet):
-// a write there fails as a remote access error, a receive as RNR, instead of a wild store.
+// (MRs, CQs: addresses in the other process) are reached through the peer map (CUDA IPC, below);
+// one missing from it is out of reach: a write there fails as a remote access error, a receive
+// as RNR, never a wild store.
 constexpr uint64_t kForeign = 1;
+// ---- peers: GPU memory of other processes' ranks, opened with cudaIpcOpenMemHandle -------------
+// One range per exported allocation (a device MR; a device CQ's ring + record + DevCq), written
+// by the host (cuda_engine.py ipc_import) before `n` counts it; append-only until close.
+struct PeerRange {
+  uint64_t lo, len;  // the allocation as its owner (rank) addresses it
+  uint64_t local;    // where it is mapped in this process
+  uint32_t rank, pad;
+};
+static_assert(sizeof(PeerRange) == 32, "PeerRange layout");
+struct PeerMap {
+  uint32_t n;
+  uint32_t shared;  // 1: ranks of other processes are peers (they may map our GPU memory)
+  PeerRange r[1];  // n entries (the host allocates kMaxPeerRanges)
+};
+// Owner `rank`'s address `a` (`len` bytes from it) as mapped here; nullptr when not exported.
+__device__ __forceinline__ uint8_t* peer_translate(const PeerMap* pm, int32_t rank, uint64_t a,
+                                                  uint64_t len) {
+  const uint32_t n = *reinterpret_cast<const volatile uint32_t*>(&pm->n);
+  for (uint32_t k = 0; k < n; ++k) {
+    const volatile PeerRange& r = pm->r[k];
+    if (r.rank != static_cast<uint32_t>(rank)) continue;
+    const uint64_t lo = r.lo, rl = r.len;
+    if (a >= lo && len <= rl && a - lo <= rl - len) return reinterpret_cast<uint8_t*>(r.local + (a - lo));
+  }
+  return nullptr;
+}
 struct Config {  // device memory, written by the host before launch (seg[] also on add_peers)
   uint64_t seg[el::kMaxRanks];  // each rank's segment as mapped in this process (0 = absent)
   int32_t rank, world;
@@ -85,8 +112,9 @@ struct Config {  // device memory, written by the host before launch (seg[] also
   uint32_t* n_qps;          // QP slots in use (as of the last refresh)
   const uint64_t* cq_dev;   // per own CQ slot: its DevCq (0: the CQ is in the segment)
   Control* ctl_dev;         // GPU-memory mirror of *ctl, kept by warp 0
+  const PeerMap* peer_map;  // other processes' GPU memory (CUDA IPC)
 };
-static_assert(sizeof(Config) == 8 * el::kMaxRanks + 16 + 9 * 8, "Config layout");
+static_assert(sizeof(Config) == 8 * el::kMaxRanks + 16 + 10 * 8, "Config layout");
 
 // One QP as its warp serves it (device memory; only the owning warp touches it).
 struct EngineQp {
@@ -147,10 +175,12 @@ __device__ __forceinline__ void copy_bytes(uint8_t* dst, const uint8_t* src, uin
 struct Seg {
   uint8_t* base;
   uint64_t mr_off, qp_off, cq_off, dct_off, err_off;
-  __device__ static Seg of(uint64_t v) {
+  int32_t peer;  // another process's rank (its GPU memory goes through the peer map), else -1
+  __device__ static Seg of(uint64_t v, int32_t rank = -1) {
     uint8_t* b = reinterpret_cast<uint8_t*>(v & ~kForeign);
     const el::Header* h = reinterpret_cast<const el::Header*>(b);
-    return Seg{b, h->mr_off, h->qp_off, h->cq_off, h->dct_off, h->err_off};
+    return Seg{b, h->mr_off, h->qp_off, h->cq_off, h->dct_off, h->err_off,
+               (v & kForeign) ? rank : -1};
   }
   __device__ el::Header* hdr() const { return reinterpret_cast<el::Header*>(base); }
   __device__ el::MrEntry* mrs() const { return reinterpret_cast<el::MrEntry*>(base + mr_off); }
@@ -230,6 +260,8 @@ struct Env {
     bool own;      // the responder is this rank: MR lookups use the GPU mirror
     bool foreign;  // the responder is another process: its GPU memory is out of reach
   };
+  bool remote_sys = false;  // a responder is another process's: CQEs after its data fence at
+                            // system scope (its GPU is another observer)
   bool have_rc = false;  // the RC responder, resolved once per serve
   bool rc_ok = false;
   Resp rc;
@@ -267,7 +299,7 @@ struct Env {
       r = Resp{self, &self.qps()[ri].rq, eq.remote_qpn, p.q.pd, true, false};
       return true;
     }
-    const Seg ts = Seg::of(cfg.seg[rr]);
+    const Seg ts = Seg::of(cfg.seg[rr], rr);
     if (ri >= ld_vol(&ts.hdr()->n_qps)) return false;
     el::QpEntry& p = ts.qps()[ri];
     const uint32_t rs = ld_acq_sys(&p.state);
@@ -281,7 +313,7 @@ struct Env {
       const m5::AvView v = m5::get_av(av);
       const int trank = static_cast<int>(m5::get_be16(av + 14)) - 1;  // LID = rank + 1
       if (trank < 0 || trank >= cfg.world || !cfg.seg[trank]) return false;
-      const Seg ts = Seg::of(cfg.seg[trank]);
+      const Seg ts = Seg::of(cfg.seg[trank], trank);
       const uint32_t dn = v.dqp_dct & 0xffffff;
       const uint32_t di = el::num_index(dn) & ~el::kDctBit;
       if (el::num_rank(dn) != (static_cast<uint32_t>(trank) & 0xff) ||
@@ -296,6 +328,7 @@ struct Env {
       }
       r = Resp{ts, &d.rq, ld_vol(&d.dctn), ld_vol(&d.pd), trank == cfg.rank,
                (cfg.seg[trank] & kForeign) != 0};
+      remote_sys |= r.foreign;
       return true;
     }
     if (!have_rc) {
@@ -303,6 +336,7 @@ struct Env {
       rc_ok = resolve_rc(rc);
     }
     if (rc_ok) r = rc;
+    remote_sys |= rc_ok && rc.foreign;
     return rc_ok;
   }
   __device__ uint8_t* local(uint32_t key, uint64_t addr, uint64_t len, uint32_t need,
@@ -313,16 +347,21 @@ struct Env {
                              uint32_t need) const {
     if (r.own) return local(key, addr, len, need, r.pd);
     const uint32_t i = el::key_index(key);
-    if (r.foreign && i < ld_vol(&r.ts.hdr()->n_mrs) && ld_vol(&r.ts.mrs()[i].reserved))
-      return nullptr;
-    return mr_translate(r.ts.mrs(), ld_vol(&r.ts.hdr()->n_mrs), r.ts.base, key, addr, len, need,
-                        r.pd);
+    uint8_t* p = mr_translate(r.ts.mrs(), ld_vol(&r.ts.hdr()->n_mrs), r.ts.base, key, addr, len,
+                              need, r.pd);
+    // Another process's GPU-memory MR: checked above against its table; `addr` is its GPU
+    // address there, mapped here through CUDA IPC (or out of reach: nullptr).
+    if (p && r.ts.peer >= 0 && ld_vol(&r.ts.mrs()[i].reserved))
+      return peer_translate(cfg.peer_map, r.ts.peer, addr, len);
+    return p;
   }
 
   // A CQ as the engine writes it: in the segment (CqEntry's words) or in GPU memory (DevCq).
   struct Cq {
     el::CqEntry* e;
     DevCq* d;
+    int32_t peer;  // d is another process's (mapped through the peer map), else -1
+    bool lost;     // d is another process's and not in the peer map: out of reach
     __device__ uint32_t* lock() const { return d ? &d->lock : &e->lock; }
     __device__ uint32_t cqn() const { return d ? d->cqn : e->cqn; }
   };
@@ -334,7 +373,16 @@ struct Env {
       d = cfg.cq_dev[el::num_index(cqn)];
     else
       d = ld_vol(&e->reserved[0]);
-    return Cq{e, reinterpret_cast<DevCq*>(d)};
+    if (d && s.peer >= 0) {  // another process's DevCq: its address there, mapped here
+      uint8_t* m = peer_translate(cfg.peer_map, s.peer, d, sizeof(DevCq));
+      return Cq{e, reinterpret_cast<DevCq*>(m), s.peer, m == nullptr};
+    }
+    return Cq{e, reinterpret_cast<DevCq*>(d), -1, false};
+  }
+  // A peer DevCq's ring or record pointer (its owner's address) as mapped here.
+  __device__ uint8_t* cq_ptr(const Cq& cq, uint64_t a, uint64_t len) const {
+    return cq.peer >= 0 ? peer_translate(cfg.peer_map, cq.peer, a, len)
+                        : reinterpret_cast<uint8_t*>(a);
   }
   // CQ lock (pid owner, like the CPU engine's): a holder that never lets go is taken over.
   __device__ void lock_cq(const Seg& s, const Cq& cq) {
@@ -351,10 +399,15 @@ struct Env {
         spins = 0;
       }
     }
-    if (!cq.d) __threadfence_system();
+    if (sys_lock(cq)) __threadfence_system();
+  }
+  // A CQ in host memory, or one that engines on another GPU lock too (a peer's, or ours once
+  // peers have mapped our GPU memory): lock hand-offs at system scope.
+  __device__ bool sys_lock(const Cq& cq) const {
+    return !cq.d || cq.peer >= 0 || ld_vol(&cfg.peer_map->shared) != 0;
   }
   __device__ void unlock_cq(const Cq& cq) {
-    if (cq.d) {
+    if (!sys_lock(cq)) {
       cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(*cq.lock()).store(
           0u, cuda::memory_order_release);
     } else {
@@ -390,8 +443,10 @@ struct Env {
     ec::CqRef ref;
     if (cq.d) {
       DevCq& d = *cq.d;
-      ref = ec::CqRef{reinterpret_cast<uint8_t*>(d.buf), reinterpret_cast<const uint32_t*>(d.ci_rec),
+      ref = ec::CqRef{cq_ptr(cq, d.buf, uint64_t{d.ncqe} * 64),
+                      reinterpret_cast<const uint32_t*>(cq_ptr(cq, d.ci_rec, 4)),
                       &d.status, &d.pi, &d.dropped, d.ncqe, d.flags};
+      if (!ref.buf || !ref.ci_rec) return false;  // ring outside the exported range: never
     } else {
       el::CqEntry& e = *cq.e;
       ref = ec::CqRef{s.at(e.buf_off),
@@ -399,7 +454,7 @@ struct Env {
                       &e.status, &e.pi, &e.dropped, e.ncqe, e.flags};
     }
     const uint32_t pi = *ref.pi;
-    GpuMem mem{cq.d == nullptr};
+    GpuMem mem{cq.d == nullptr || cq.peer >= 0 || remote_sys};
     switch (ec::write_cqe(mem, ref, fill)) {
       case ec::kCqeWritten: count_at(s, el::kCntCqes); return true;
       case ec::kCqeDropped: count_at(s, el::kCntCqeDropped); return false;
@@ -417,6 +472,7 @@ struct Env {
   template <class Fill>
   __device__ bool post_cqe(const Seg& s, uint32_t cqn, uint32_t qpn, Fill fill) {
     const Cq cq = cq_of(s, cqn);
+    if (cq.lost) return false;
     lock_cq(s, cq);
     const bool ok = post_cqe_locked(s, cq, qpn, fill);
     unlock_cq(cq);
@@ -426,7 +482,7 @@ struct Env {
   __device__ bool recv_begin(const Resp& r, ec::RecvSlot& slot) {
     if (ld_vol(&r.rq->wqe_cnt) == 0) return false;
     const Cq rcq = cq_of(r.ts, ld_vol(&r.rq->cqn));
-    if (r.foreign && rcq.d) return false;
+    if (rcq.lost) return false;  // another process's GPU CQ not in the peer map: RNR
     lock_cq(r.ts, rcq);
     const uint32_t rpi =
         m5::bswap32(ld_acq_sys(reinterpret_cast<const uint32_t*>(r.ts.at(r.rq->dbrec_off)))) &
@@ -443,7 +499,7 @@ struct Env {
   }
   __device__ void recv_end(const Resp& r, const ec::RecvSlot& slot, uint8_t cqe_op, uint8_t synd,
                            uint32_t len, uint32_t imm) {
-    const Cq rcq = cq_of(r.ts, ld_vol(&r.rq->cqn));
+    const Cq rcq = cq_of(r.ts, ld_vol(&r.rq->cqn));  // reachable: recv_begin checked
     post_cqe_locked(r.ts, rcq, r.num, [&](uint8_t* b, uint8_t owner) {
       if (synd)
         return m5::fill_err_cqe(b, cqe_op, synd, ec::vendor_syndrome(synd), r.num, 0, slot.index,
@@ -636,7 +692,8 @@ __device__ uint32_t run_batch(Env& env, EngineQp& eq, uint32_t lane, bool* more)
     msgs += __shfl_xor_sync(0xffffffffu, msgs, o);
   }
   if (sig) __threadfence();  // every lane's payload before lane 0's CQEs (its fence: system
-                             // scope for a CQ in host memory, cumulative over these)
+                             // scope for a CQ in host memory or a responder in another process
+                             // (env.remote_sys), cumulative over these)
   __syncwarp();
   uint32_t ns[kBatch];  // lane 0: byte counts of the signaled WQEs
   for (uint32_t m = sig; m; m &= m - 1) {
