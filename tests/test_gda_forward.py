@@ -193,10 +193,10 @@ def test_a_signal_during_a_call_stops_the_thread() -> None:
 def test_a_call_raises_the_stall_diagnostic() -> None:
     q = Qp()
     fwd = _forwarder(q, 0.05)
-    with pytest.raises(CompletionTimeout, match=r"rank 2, host-forwarded doorbell: QP 0x001234"):
-        with fwd.call([(QPN, 2)]):
-            q.mark(1)  # slot 0 never marked
-            time.sleep(0.3)
+    stall = r"rank 2, host-forwarded doorbell: QP 0x001234"
+    with pytest.raises(CompletionTimeout, match=stall), fwd.call([(QPN, 2)]):
+        q.mark(1)  # slot 0 never marked
+        time.sleep(0.3)
     assert not fwd.native.running
     # a clean call afterwards: armed anew, the error cleared
     with fwd.call([(QPN, 2)]):

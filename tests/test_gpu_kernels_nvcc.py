@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from gicbench.submit.gpu import ORDERINGS
-from gicbench.submit.gpu.params import CQ_POLLS
 from gicbench.submit.gpu.build import KERNELS
+from gicbench.submit.gpu.params import CQ_POLLS
 
 REPO = Path(__file__).resolve().parents[1]
 CUDA = REPO / "cuda"

@@ -265,7 +265,7 @@ def test_host_doorbell_with_gpu_resident_queues_is_refused_in_preflight(monkeypa
              queues="device")  # fmt: skip
     with pytest.raises(ConfigError, match="doorbell"):
         plan(experiments=["single-op"], submitter="gpu", doorbell="sometimes")
-    with pytest.raises(ConfigError, match="cq_poll|cq-poll"):
+    with pytest.raises(ConfigError, match=r"cq_poll|cq-poll"):
         plan(experiments=["single-op"], submitter="gpu", cq_poll="never")
 
 
