@@ -316,47 +316,53 @@ extern "C" __global__ void gda_single_op(const uint64_t* lanes, int nlanes, QpSt
   for (uint64_t i = 0; i < total; ++i) {
     const uint64_t seq = i + 1;
     uint64_t t0 = 0, c0 = 0, t1 = 0, c1 = 0, reaped = 0;
+    uint32_t end = 0;
     bool ok = true;
     if (t == 0) {
-      const Payload p{src, size, inl != 0, seq};
       // Untimed: room for the WQE (the previous one is retired: one outstanding at most).
       ok = own_room(c, sel, l, s, s->pub + bbs, reaped);
       if (ok) {
         if (!inl) store_seq(src + size - 8, seq);  // the NIC reads the payload from memory
         t0 = globaltimer();
         c0 = clock64_now();
-        const uint32_t end = post_one(l, s, bbs, inl != 0, p, l[kDstAddr], l[kSrcAddr]);
+        end = post_one(l, s, bbs, inl != 0, Payload{src, size, inl != 0, seq}, l[kDstAddr],
+                       l[kSrcAddr]);
         if (mode == 0) {
           t1 = globaltimer();
           c1 = clock64_now();
-          ok = own_retired(c, sel, l, s, end, reaped);
-        } else if (mode == 1) {
-          ok = own_retired(c, sel, l, s, end, reaped);
-          if (ok && quiet && helpers == 0) {
-            for (int k = 0; k < nlanes && ok; ++k) {
-              if (k == sel) continue;
-              const Lane o = lane_at(lanes, k);
-              ok = quiet_from_memory(c, k, o, state_of(states, o));
-            }
-          }
-        } else {
-          Wait w(c);
-          const uint8_t* word = reply + size - 8;
-          uint64_t seen;
-          while ((seen = load_seq(word)) != seq) {
-            if ((!kExpectedPoll && !try_reap(c, sel, l, s, reaped)) ||
-                !w.tick(sel, &l, s, seen, seq)) {
-              ok = false;
-              break;
-            }
-          }
-          t1 = globaltimer();
-          c1 = clock64_now();
-          ok = ok && own_retired(c, sel, l, s, end, reaped);
         }
       }
-    } else if (quiet) {
-      // the other QPs, from the moment thread 0 has posted (their state is theirs alone)
+    }
+    ok = __shfl_sync(all, ok, 0);  // posted: the helpers' quiet starts now, inside the interval
+    if (ok && t == 0) {
+      if (mode == 0) {
+        ok = own_retired(c, sel, l, s, end, reaped);
+      } else if (mode == 1) {
+        ok = own_retired(c, sel, l, s, end, reaped);
+        if (ok && quiet && helpers == 0) {
+          for (int k = 0; k < nlanes && ok; ++k) {
+            if (k == sel) continue;
+            const Lane o = lane_at(lanes, k);
+            ok = quiet_from_memory(c, k, o, state_of(states, o));
+          }
+        }
+      } else {
+        Wait w(c);
+        const uint8_t* word = reply + size - 8;
+        uint64_t seen;
+        while ((seen = load_seq(word)) != seq) {
+          if ((!kExpectedPoll && !try_reap(c, sel, l, s, reaped)) ||
+              !w.tick(sel, &l, s, seen, seq)) {
+            ok = false;
+            break;
+          }
+        }
+        t1 = globaltimer();
+        c1 = clock64_now();
+        ok = ok && own_retired(c, sel, l, s, end, reaped);
+      }
+    } else if (ok && quiet) {
+      // the other QPs, one helper each (their state is theirs alone in this kernel)
       for (int k = 0, j = 0; k < nlanes && ok; ++k) {
         if (k == sel) continue;
         if (j++ % helpers != t - 1) continue;
