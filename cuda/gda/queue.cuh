@@ -54,7 +54,9 @@ struct QpState {
   uint32_t bbs;      // WQEBBs per WQE of the current call
   uint32_t cq_pub;   // CQ consumer index last stored in the CQ's doorbell record
   uint32_t cq_slack; // consumed CQEs the record may lag by (publish_cq_ci)
+  uint32_t pad[6];   // one 64-byte row (gicbench.submit.gpu.submitter.STATE_WORDS)
 };
+static_assert(sizeof(QpState) == 64, "QpState is one 64-byte row of the submitter's states");
 
 // Status of a call, written once by the first thread that fails (gicbench.submit.gpu.status).
 enum StatusWord : int {

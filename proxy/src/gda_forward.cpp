@@ -3,10 +3,13 @@
 //
 // Lifetime: the submitter arms the thread with what each QP must reach in a call, starts it,
 // launches the kernel and stops it when the kernel has ended (also on failure or signal:
-// stop() sets the flag the loop reads every pass and joins). A QP that stays short of its target
-// with no progress on any QP for `timeout_s` ends the loop with a diagnostic (rank, QP, ready
-// prefix, the producer index the call reaches, the word found at the prefix); the submitter
-// raises it. The destructor stops the thread: it is never left running.
+// stop() sets the flag the loop reads every pass and joins). A hole that holds the prefix for
+// `timeout_s` (no progress on any QP, a WQE marked ready beyond the prefix of a QP short of its
+// target: a GPU thread reserved a slot and never marked it) ends the loop with a diagnostic
+// (rank, QP, ready prefix, the producer index marked beyond it, the target, the word found at
+// the prefix); the submitter raises it. A QP with nothing marked beyond its prefix is the GPU
+// not producing (its kernel has its own deadline), not a stall of this thread. The destructor
+// stops the thread: it is never left running.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
@@ -115,24 +118,43 @@ class HostDoorbell {
     return false;
   }
 
-  void diagnose(double waited_s) {
+  // The furthest producer index marked ready beyond q's prefix (the prefix itself: none).
+  static uint64_t marked_beyond(const ready::Queue& q) {
+    const uint64_t nslots = uint64_t{q.mask} + 1;
+    uint64_t far = q.rung;
+    for (uint64_t k = 1; k < nslots; ++k) {
+      const uint64_t at = q.rung + k;
+      const uint64_t v = __atomic_load_n(&q.slots[at & q.mask], __ATOMIC_ACQUIRE);
+      const uint32_t ahead = static_cast<uint32_t>(v) - static_cast<uint32_t>(at);
+      if (ahead != 0 && ahead <= nslots && at + ahead > far) far = at + ahead;
+    }
+    return far;
+  }
+
+  // A QP short of its target with a hole at its prefix: its diagnostic, true. Else false.
+  bool diagnose(double waited_s) {
     for (size_t i = 0; i < queues_.size(); ++i) {
       const ready::Queue& q = queues_[i];
       if (q.rung >= targets_[i]) continue;
+      const uint64_t far = marked_beyond(q);
+      if (far == q.rung) continue;
       const uint64_t word = __atomic_load_n(&q.slots[q.rung & q.mask], __ATOMIC_ACQUIRE);
-      char buf[400];
+      char buf[512];
       std::snprintf(buf, sizeof buf,
                     "rank %d, host-forwarded doorbell: QP 0x%06x made no progress for %.3g s: "
-                    "ready prefix %llu, producer index the call reaches %llu, slot %llu holds "
-                    "%llu (ready when it holds the index after its WQE), %llu doorbells rung",
+                    "ready prefix %llu, producer index marked up to %llu beyond a hole, the call "
+                    "reaches %llu; slot %llu holds %llu (ready when it holds the index after its "
+                    "WQE: a GPU thread reserved it and never marked it), %llu doorbells rung",
                     rank_, q.qpn, waited_s, static_cast<unsigned long long>(q.rung),
+                    static_cast<unsigned long long>(far),
                     static_cast<unsigned long long>(targets_[i]),
                     static_cast<unsigned long long>(q.rung & q.mask),
                     static_cast<unsigned long long>(word),
                     static_cast<unsigned long long>(q.rings));
       error_ = buf;
-      return;
+      return true;
     }
+    return false;
   }
 
   // Spins while there is work; idle, it pauses, then yields; it checks the stop flag every pass
@@ -152,9 +174,11 @@ class HostDoorbell {
         if (!short_of_target()) {
           last = now;  // nothing owed: waiting is not a stall
         } else if (now - last > timeout_) {
-          diagnose(std::chrono::duration<double>(now - last).count());
-          failed_.store(true);
-          return;
+          if (diagnose(std::chrono::duration<double>(now - last).count())) {
+            failed_.store(true);
+            return;
+          }
+          last = now;  // owed but nothing marked: the GPU is not producing, its deadline rules
         }
       }
       if (idle > 65536)

@@ -39,7 +39,7 @@ from .params import CQ_POLLS, DOORBELLS, ORDERINGS, PUBLISH_CODES, UNSAFE_ORDERI
 
 MODE_CODES = {"issue": 0, "put_completion": 1, "round_trip": 2}
 MAX_QP_STATES = 8192
-STATE_WORDS = 16  # uint32 words reserved per cuda/gda/queue.cuh QpState (10 used)
+STATE_WORDS = 16  # uint32 words of cuda/gda/queue.cuh QpState (one 64-byte row)
 MAX_DS = 63  # segments of one WQE (ds is 6 bits)
 BLOCK = 128  # msg-rate threads per block (whole warps)
 QUIET_BLOCK = 32  # single-op with --scope all and --cq-poll expected: lanes 1..31 quiet the rest
