@@ -173,3 +173,20 @@ def test_dc_writes_built_by_kernels_land(world, doorbell: str) -> None:
         fs[0].check()
     finally:
         sub.close()
+
+
+@pytest.mark.parametrize(
+    ("publish", "threads", "batch", "per_thread"),
+    [("thread", 16384, 1, 2), ("warp", 16384, 256, 16)],
+)
+def test_the_largest_shapes_land(world, publish, threads, batch, per_thread) -> None:
+    """528 QPs, 16,384 threads, 256 WQEs per doorbell (issue 12's ranges)."""
+    fs = world
+    lanes, src, dst = _lanes(fs, 528)
+    sub = _sub(fs, publish=publish)
+    try:
+        _rate_lands(fs, sub, lanes, src, dst, publish, threads, batch, per_thread, 0)
+        c = fs[0].counters()
+        assert c["stale_wqes"] == 0 and c["cq_overruns"] == 0
+    finally:
+        sub.close()
