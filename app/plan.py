@@ -167,6 +167,9 @@ def make_plan(cfg: RunConfig, probes: LazyProbes | None = None, *, here: bool = 
             )
     sub_params = build(sub.Params, cfg.knobs, sub.name)
     provider_params = build(provider.Params, cfg.knobs, provider.name)
+    check_provider = getattr(sub, "check_provider", None)  # a submitter's knobs vs the provider's
+    if check_provider is not None:
+        check_provider(sub_params, provider_params)
     if not any(e.transport == "dc" for e in exps):
         for name in ("dcis", "dcts"):
             if getattr(cfg, name) is not None:

@@ -99,6 +99,27 @@ step cpueng_gda 45 $G single-op msg-rate --pattern fan-out --modes issue,put_com
   --progress thread -o "$O/tr/cpueng_gda"
 step rtt_gda_mps 40 $G single-op --modes round_trip -n 2000 -w 200 --progress thread \
   --submitter gpu -o "$O/tr/rtt_gda_mps"
+# mini-gda's completion and doorbell paths (gda_*; ONLY='build|gda_.*' runs just these): the
+# first mini-gda's CQ scan against the expected-CQE poll, the host-forwarded doorbell and DC, on
+# one GPU (CUDA_VISIBLE_DEVICES=0 on a two-GPU machine) under MPS; bench/gda_paths.py: ratios.
+export GDA1="env CUDA_VISIBLE_DEVICES=0"
+step gda_compile 60 $GDA1 python3 -c "
+import concurrent.futures as cf
+from gicbench.submit.gpu.build import module
+with cf.ThreadPoolExecutor(4) as ex:
+    fs = [ex.submit(module, 'gpu-fence', p) for p in ('scan', 'expected')]
+    fs += [ex.submit(module, o) for o in ('none', 'gpu-release-store', 'sys-fence')]
+    print([str(f.result())[:60] for f in fs])"
+GDA_MAIN="$MAIN --progress thread --submitter gpu --ordering gpu-fence"
+step gda_scan 40 $GDA1 $G $GDA_MAIN --cq-poll scan -o "$O/tr/gda_scan"
+step gda_expected 40 $GDA1 $G $GDA_MAIN --cq-poll expected -o "$O/tr/gda_expected"
+step gda_host 40 $GDA1 $G $GDA_MAIN --doorbell host -o "$O/tr/gda_host"
+step gda_dc 40 $GDA1 $G single-op msg-rate --pattern fan-out --modes issue,put_completion \
+  -n 2000 -w 200 -q 4 -t 4 --batch 1 --messages 50000 --progress thread --submitter gpu \
+  --transport dc -o "$O/tr/gda_dc"
+python3 bench/gda_paths.py "$O/runs" "$O/gda_paths" > "$O/gda_paths.txt" 2>&1; pack
+(cd "$ROOT" && step gda_pytest 60 $GDA1 python3 -m pytest -p no:cacheprovider -q -rs -x -m gpu \
+  tests/test_gpu_paths_device.py)
 step engine_latency 70 python3 bench/cuda_engine.py --skip bare,rate --pings 2000 \
   --json "$O/engine_latency.json"
 # mini-proxy with GPU producers (docs/proxy.md): the four proxy experiments under mpiexec -n 2
@@ -182,3 +203,4 @@ step ipc_mps_diag 75 bash -c "$MPS_ON; CUDA_VISIBLE_DEVICES=0 timeout -k 3 65 mp
 echo "== done at $SECONDS s" >> "$O/summary.txt"; pack
 echo quit | nvidia-cuda-mps-control 2>/dev/null
 cat "$O/summary.txt"; cat "$O/doca_vs_gda.txt" 2>/dev/null | head -40
+cat "$O/gda_paths.txt" 2>/dev/null
