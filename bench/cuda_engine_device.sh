@@ -24,10 +24,10 @@ step() {  # step NAME SECONDS CMD...: run with a limit, log to $O/NAME.log, prin
   echo "== $name rc=$rc $((SECONDS - t0)) s"; tail -"${TAILN:-6}" "$O/$name.log"
 }
 PYT="python3 -m pytest -q -p no:cacheprovider -rs"
-step gpu_tests 120 $PYT tests/test_emu_cuda.py tests/test_emu_cuda_arena.py \
+step gpu_tests ${T_TESTS:-60} $PYT tests/test_emu_cuda.py tests/test_emu_cuda_arena.py \
   tests/conformance/test_emu_core_cuda.py
-TAILN=45 step bench 200 python3 bench/cuda_engine.py --json "$O/bench.json" ${BENCH_ARGS:-}
-step conformance 150 $PYT tests/conformance/test_conformance.py -k cuda
-GICBENCH_CUDA_ENGINE_ARENA_MB=64 GICBENCH_CUDA_ENGINE_TIMEOUT_S=120 TAILN=12 step memcheck 150 \
+TAILN=45 step bench ${T_BENCH:-110} python3 bench/cuda_engine.py --json "$O/bench.json" ${BENCH_ARGS:-}
+step conformance ${T_CONF:-60} $PYT tests/conformance/test_conformance.py -k cuda
+GICBENCH_CUDA_ENGINE_ARENA_MB=64 GICBENCH_CUDA_ENGINE_TIMEOUT_S=120 TAILN=12 step memcheck ${T_MEMCHECK:-60} \
   compute-sanitizer --tool memcheck --target-processes all \
   $PYT tests/test_emu_cuda.py -k "(posts_and and device) or many_qps"
