@@ -44,6 +44,12 @@ DEFAULT_CTAS = 16
 # diagnostic). GICBENCH_CUDA_ENGINE_TIMEOUT_S raises both, e.g. under compute-sanitizer.
 ACK_TIMEOUT_S = float(os.environ.get("GICBENCH_CUDA_ENGINE_TIMEOUT_S", "10"))
 STOP_TIMEOUT_S = ACK_TIMEOUT_S
+# MiB of GPU memory reserved before the launch, from which device objects (queues, CQs, MRs,
+# doorbell registers) are carved: compute-sanitizer memcheck checks a kernel's accesses against
+# the allocations that existed at its launch, so only then is its report on the engine clean.
+# 0 (default): each object is its own cudaMalloc, made when it is created.
+ARENA_ENV = "GICBENCH_CUDA_ENGINE_ARENA_MB"
+ARENA_ALIGN = 256  # what cudaMalloc gives: rings, CQs and MRs keep their alignment
 MAX_RANKS = 256
 KERNEL, SIZES = "gicbench_emu_engine", "gicbench_emu_engine_sizes"
 SOURCES = ("emu_engine.cu", "emu_core.cuh", "mlx5.cuh", "emu_layout.hpp")
@@ -65,6 +71,19 @@ _IPC_LAZY_ENABLE_PEER_ACCESS = 1  # cudaIpcMemLazyEnablePeerAccess
 
 def cuda_dir() -> Path:
     return Path(str(importlib.resources.files("gicbench") / "cuda"))
+
+
+def arena_bytes() -> int:
+    """GICBENCH_CUDA_ENGINE_ARENA_MB in bytes (ConfigError unless an int >= 0)."""
+    raw = os.environ.get(ARENA_ENV, "0")
+    try:
+        mb = int(raw)
+    except ValueError:
+        mb = -1
+    if mb < 0:
+        raise ConfigError(ARENA_ENV, raw, "an int >= 0 (MiB of GPU memory the engine reserves "
+                          "before its launch; 0: none)")  # fmt: skip
+    return mb << 20
 
 
 def _nvcc() -> str:
@@ -156,6 +175,7 @@ class CudaEngine:
                  max_cqs: int, ctas: int = DEFAULT_CTAS) -> None:  # fmt: skip
         if not isinstance(ctas, int) or not 1 <= ctas <= MAX_CTAS:
             raise ConfigError("engine_ctas (--engine-ctas)", ctas, f"an int in 1..{MAX_CTAS}")
+        arena = arena_bytes()
         cp = _cupy()
         if module_loading() == "lazy":
             raise UnsupportedError(
@@ -224,6 +244,10 @@ class CudaEngine:
         self._n_ranges = 0
         self._dev_bufs: list[Any] = []  # GPU memory handed out (kept until close)
         self._db_page: Any = None  # GPU doorbell registers, one per QP slot, made on demand
+        # The arena (ARENA_ENV), allocated before the launch; alloc() carves from it.
+        self._arena: Any = cp.cuda.alloc(arena) if arena else None
+        self._arena_at = int(self._arena.ptr) if arena else 0
+        self._arena_end = self._arena_at + arena
         cfg = np.zeros(cfg_b // 8, np.uint64)
         cfg[rank] = self.base_dev
         meta = cfg[MAX_RANKS:]
@@ -257,24 +281,37 @@ class CudaEngine:
         return self.base_dev + (host_addr - self.base)
 
     def alloc(self, nbytes: int, init: bytes | None = None, export: str = "") -> int:
-        """GPU memory (zeroed, or `init`), kept until close; returns its address. export: what
-        it is (e.g. "MR key 0x103"): an allocation of its own (cudaMalloc, not CuPy's pool, so
-        its IPC handle maps exactly it) that peers in other processes map (ipc_export)."""
+        """GPU memory (zeroed, or `init`), kept until close; returns its address. From the arena
+        when there is one (ARENA_ENV), else CuPy's pool. export: what it is (e.g. "MR key
+        0x103"): an allocation of its own (cudaMalloc, not the pool or the arena, so its IPC
+        handle maps exactly it) that peers in other processes map (ipc_export)."""
         if export:
             mem = self.cp.cuda.memory.Memory(max(nbytes, 64))
             self._exports.append({"addr": int(mem.ptr), "bytes": max(nbytes, 64),
                                   "what": export, "handle": None})  # fmt: skip
+            self._dev_bufs.append(mem)
+            ptr = int(mem.ptr)
+        elif self._arena is not None:
+            ptr = -(-self._arena_at // ARENA_ALIGN) * ARENA_ALIGN
+            if ptr + max(nbytes, 64) > self._arena_end:
+                raise UnsupportedError(
+                    f"{ARENA_ENV}={os.environ.get(ARENA_ENV)}: the CUDA engine's GPU arena is "
+                    f"full ({nbytes} more bytes wanted, {self._arena_end - self._arena_at} left);"
+                    f" raise {ARENA_ENV}"
+                )
+            self._arena_at = ptr + max(nbytes, 64)
         else:
             mem = self.cp.cuda.alloc(max(nbytes, 64))
-        self._dev_bufs.append(mem)
+            self._dev_bufs.append(mem)
+            ptr = int(mem.ptr)
         rt = self.cp.cuda.runtime
         if init is None:
-            rt.memsetAsync(mem.ptr, 0, nbytes, self.ctl_stream.ptr)
+            rt.memsetAsync(ptr, 0, nbytes, self.ctl_stream.ptr)
         else:
             host = np.frombuffer(init, np.uint8)
-            rt.memcpyAsync(mem.ptr, host.ctypes.data, len(init), 1, self.ctl_stream.ptr)
+            rt.memcpyAsync(ptr, host.ctypes.data, len(init), 1, self.ctl_stream.ptr)
         self.ctl_stream.synchronize()
-        return int(mem.ptr)
+        return ptr
 
     def device_cq(self, cqn: int, ncqe: int, flags: int, init: bytes) -> tuple[int, int, int]:
         """A CQ's ring, record and DevCq in GPU memory, one allocation (one IPC handle: peers'
@@ -517,5 +554,8 @@ class CudaEngine:
         own = [m for m in self._dev_bufs if isinstance(m, self.cp.cuda.memory.Memory)]
         CudaEngine._deferred.extend(own)  # freeing these now would wait for running engines
         self._dev_bufs = []
+        if self._arena is not None:  # carved objects may still be read by running engines
+            CudaEngine._deferred.append(self._arena)
+        self._arena = None
         if CudaEngine._ctas_launched == 0:
             CudaEngine._deferred = []
