@@ -285,7 +285,7 @@ struct Env {
     el::RqState* rq;
     uint32_t num, pd;
     bool own;      // the responder is this rank: MR lookups use the GPU mirror
-    bool foreign;  // the responder is another process: its GPU memory is out of reach
+    bool foreign;  // the responder is another process: its GPU memory through the peer map
   };
   bool remote_sys = false;  // a responder is another process's: CQEs after its data fence at
                             // system scope (its GPU is another observer)
