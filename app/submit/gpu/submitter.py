@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -80,7 +80,14 @@ class GpuSubmitter(Submitter):
         return None
 
     @classmethod
-    def check_provider(cls, params: GpuParams, provider_params: Any) -> None:
+    def check_provider(
+        cls,
+        params: GpuParams,
+        points: Sequence[tuple[str, Mapping[str, Any]]],
+        provider: str,
+        caps: Any,
+        provider_params: Any,
+    ) -> None:
         """Pre-flight (app/plan.py, before anything exists): refuse what these knobs cannot do on
         this provider. --doorbell host needs the doorbell record and doorbell in host memory: a
         host thread stores them (emu --queues device puts them in GPU memory)."""
@@ -92,6 +99,27 @@ class GpuSubmitter(Submitter):
                 "record and the doorbell, which --queues device keeps in GPU memory; use --queues "
                 "host for --doorbell host)",
             )
+
+    @classmethod
+    def preload(cls, params: Any, local_rank: int) -> None:
+        """Compile and load every kernel mini-gda launches on this rank's GPU before the NIC
+        opens (see Submitter.preload): the ordering's module, loaded-rtt's, the SM clock's and
+        the CuPy reduction the rate loop sums its counts with."""
+        import cupy as cp
+
+        from . import loaded
+
+        n = cp.cuda.runtime.getDeviceCount()
+        if n < 1:
+            raise UnsupportedError("the GPU submitter needs a CUDA GPU: none found")
+        p = params if isinstance(params, GpuParams) else GpuParams()
+        with cp.cuda.Device(local_rank % n):
+            k = build.kernels(p.ordering, p.cq_poll)
+            loaded.kernels(p.ordering)
+            stream = cp.cuda.Stream(non_blocking=True)
+            with stream:
+                int(cp.zeros((2, 5), dtype=cp.int64)[:, 3].sum())
+                smclock.measure(cp, k["gda_clock"], ns=1000)
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
