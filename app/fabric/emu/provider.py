@@ -76,18 +76,6 @@ def check_cuda_engine(plan: FabricPlan, probes: Mapping[str, Probe]) -> None:
             f"--engine cuda with {plan.local_size} ranks on {ngpu} GPU(s), and MPS is not "
             f"running ({probes['mps'].detail.split(';')[0]}): {MPS_RULE}"
         )
-    if plan.local_size > ngpu:
-        # Two ranks' engines on one GPU under MPS hung at bring-up on the H200 (2026-11-30).
-        # bench/mps_bringup.py then found no CUDA call blocked by another MPS client's engine,
-        # and one rank per GPU hung the same way with a GPU submitter: the suspect is CUDA's lazy
-        # module loading (fabric.py now chooses eager loading), not MPS. Refused until a device
-        # run shows the fix (bench/device_session.sh ipc_* steps with IPC_GPUS=1).
-        raise UnsupportedError(
-            f"--engine cuda with {plan.local_size} ranks on {ngpu} GPU(s) under MPS: two ranks' "
-            "engines sharing one GPU hung at bring-up on the H200 (lazy module loading suspected, "
-            "fix not yet verified there); run one rank per GPU, or --engine cpu (which serves "
-            "GPU submitters through mapped queues)"
-        )
 
 
 @register
