@@ -219,3 +219,15 @@ def test_a_call_raises_the_stall_diagnostic() -> None:
         while fwd.rings() < 1 and time.monotonic() < deadline:
             time.sleep(0.001)
     assert fwd.native.stats()[0][1] == 2
+
+
+def test_doca_free_flow_marks_fit_the_same_prefix() -> None:
+    """DOCA GPUNetIO's CPU_PROXY_FREE_FLOW marks every WQEBB i with the 64-bit i + 1: the shared
+    ready_prefix.hpp reads that format too (doca_proxy.cpp can use it)."""
+    q, h = Qp(), gda.HostDoorbell(0)
+    start = (5 << 32) + 3
+    q.add(h, start)
+    for i in range(start, start + 6):
+        q.slots[i % NSLOTS] = i + 1  # 64-bit absolute, as DOCA stores it
+    assert h.poll_once() == 1
+    assert h.stats()[0][1] == start + 6 and q.record() == (start + 6) & 0xFFFF

@@ -362,10 +362,12 @@ extern "C" __global__ void gda_single_op(const uint64_t* lanes, int nlanes, QpSt
         ok = ok && own_retired(c, sel, l, s, end, reaped);
       }
     } else if (ok && quiet) {
-      // the other QPs, one helper each (their state is theirs alone in this kernel)
-      for (int k = 0, j = 0; k < nlanes && ok; ++k) {
-        if (k == sel) continue;
-        if (j++ % helpers != t - 1) continue;
+      // Helper t quiets the other QPs j = t-1, t-1+helpers, ... (j counts the lanes but sel; their
+      // state is theirs alone in this kernel). Every helper takes its first QP in the same loop
+      // iteration, so the helpers stay converged and their PCIe reads are in flight together (a
+      // loop over all lanes that skipped the others' QPs ran them one after another).
+      for (int j = t - 1; j < nlanes - 1 && ok; j += helpers) {
+        const int k = j < sel ? j : j + 1;
         const Lane o = lane_at(lanes, k);
         ok = quiet_from_memory(c, k, o, state_of(states, o));
       }
