@@ -167,9 +167,6 @@ def make_plan(cfg: RunConfig, probes: LazyProbes | None = None, *, here: bool = 
             )
     sub_params = build(sub.Params, cfg.knobs, sub.name)
     provider_params = build(provider.Params, cfg.knobs, provider.name)
-    check_provider = getattr(sub, "check_provider", None)  # a submitter's knobs vs the provider's
-    if check_provider is not None:
-        check_provider(sub_params, provider_params)
     if not any(e.transport == "dc" for e in exps):
         for name in ("dcis", "dcts"):
             if getattr(cfg, name) is not None:
@@ -179,11 +176,9 @@ def make_plan(cfg: RunConfig, probes: LazyProbes | None = None, *, here: bool = 
                     "only with --transport dc (no experiment here uses DC)",
                 )
     points = [(e, e.points()) for e in exps]
-    sub.check_provider(sub_params, provider.name, provider_params)
-    sub.check_points(sub_params, [(e.name, pt) for e, pts in points for pt in pts])
-    sub.check_provider(
-        sub_params, [(e.name, pt) for e, pts in points for pt in pts], provider.name, caps
-    )
+    named = [(e.name, pt) for e, pts in points for pt in pts]
+    sub.check_points(sub_params, named)
+    sub.check_provider(sub_params, named, provider.name, caps, provider_params)
     plan = RunPlan(cfg, exps, points, sub, sub_params, provider, probes, provider_params)
     plan.layout(2)  # the smallest world: refuses a landing budget too small for any run
     return plan

@@ -181,13 +181,6 @@ class Submitter(ABC):
         return None
 
     @classmethod
-    def check_provider(cls, params: Any, provider: str, provider_params: Any) -> None:
-        """Refuse (ConfigError/UnsupportedError), in pre-flight, a provider configuration these
-        knobs cannot run on (`provider_params`: the provider's own knobs, e.g. emu's queue
-        placement). Default: anything goes."""
-        return None
-
-    @classmethod
     def check_points(cls, params: Any, points: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
         """Refuse (ConfigError/UnsupportedError), in pre-flight, points this submitter cannot
         run with `params` ((experiment name, point) pairs, as the experiments list them)."""
@@ -200,9 +193,13 @@ class Submitter(ABC):
         points: Sequence[tuple[str, Mapping[str, Any]]],
         provider: str,
         caps: ProviderCaps,
+        provider_params: Any = None,
     ) -> None:
-        """Refuse, in pre-flight, what this submitter cannot run on `provider` (whose caps say
-        how it posts); the default: nothing beyond the posting match the plan checks."""
+        """Refuse (ConfigError/UnsupportedError), in pre-flight, what these knobs cannot run on
+        `provider`: its caps say how it posts, `provider_params` are its own knobs (emu's queue
+        placement: mini-gda's --doorbell host and DOCA's host-thread handlers need host-visible
+        doorbells); `points` as check_points has them. Default: nothing beyond the posting
+        match the plan checks."""
         return None
 
     def __init__(

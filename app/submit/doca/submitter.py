@@ -194,7 +194,14 @@ class DocaSubmitter(Submitter):
             smclock.measure(cp, ns=1000)
 
     @classmethod
-    def check_provider(cls, params: Any, provider: str, provider_params: Any) -> None:
+    def check_provider(
+        cls,
+        params: Any,
+        points: Sequence[tuple[str, Mapping[str, Any]]],
+        provider: str,
+        caps: Any,
+        provider_params: Any = None,
+    ) -> None:
         why = queues_refusal(params, getattr(provider_params, "queues", "host"))
         if why is not None:
             raise UnsupportedError(f"--submitter doca with --provider {provider}: {why}")

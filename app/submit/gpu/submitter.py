@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -80,7 +80,14 @@ class GpuSubmitter(Submitter):
         return None
 
     @classmethod
-    def check_provider(cls, params: GpuParams, provider_params: Any) -> None:
+    def check_provider(
+        cls,
+        params: GpuParams,
+        points: Sequence[tuple[str, Mapping[str, Any]]],
+        provider: str,
+        caps: Any,
+        provider_params: Any = None,
+    ) -> None:
         """Pre-flight (app/plan.py, before anything exists): refuse what these knobs cannot do on
         this provider. --doorbell host needs the doorbell record and doorbell in host memory: a
         host thread stores them (emu --queues device puts them in GPU memory)."""
