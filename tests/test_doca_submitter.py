@@ -540,3 +540,16 @@ def test_harness_preloads_before_the_nic_opens() -> None:
     src = inspect.getsource(harness)
     assert src.index("submitter.preload(") < src.index("provider.open(")
     assert Submitter.preload(None, 0) is None
+
+
+@pytest.mark.parametrize("name", ["host", "gpu", "proxy", "doca"])
+def test_every_submitter_passes_the_one_check_provider_call(with_headers: None, name: str) -> None:
+    """make_plan calls Submitter.check_provider once with (params, points, provider, caps,
+    provider_params). Three branches had each added their own signature; merged, every plan
+    raised TypeError (the host submitter's too)."""
+    plan(experiments=["single-op"], submitter=name, modes=("issue", "put_completion"))
+    if name in ("gpu", "doca"):  # knobs refused against emu's --queues device, by the same call
+        kw = {"doorbell": "host"} if name == "gpu" else {"doca_handler": "cpu-proxy"}
+        with pytest.raises((ConfigError, UnsupportedError), match="--queues device"):
+            plan(experiments=["single-op"], submitter=name, modes=("issue", "put_completion"),
+                 engine="cuda", queues="device", **kw)  # fmt: skip
