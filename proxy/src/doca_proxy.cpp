@@ -23,23 +23,18 @@
 #include <vector>
 
 #include "bindings.hpp"
+#include "ready_prefix.hpp"
 
 namespace nb = nanobind;
 
 namespace gicbench {
 namespace {
 
-inline uint32_t be32(uint32_t v) { return __builtin_bswap32(v); }
-
+// One QP: the ready-prefix walk and the ring are ready_prefix.hpp's (shared with mini-gda's
+// host-forwarded doorbell); CPU_PROXY reads its producer index from the proxy word instead.
 struct ProxyEntry {
-  uint64_t* word;      // CPU_PROXY: the proxy word; FREE_FLOW: slot array
-  uint32_t* dbrec_snd; // the QP's MLX5_SND_DBR word
-  uint64_t* db;        // the doorbell register
-  uint32_t qpn;
-  uint32_t mask;       // sq_wqebbs - 1
+  ready::Queue q;  // q.slots: FREE_FLOW's slot array, or CPU_PROXY's proxy word
   bool free_flow;
-  uint64_t rung;       // producer index published so far
-  uint64_t rings;      // doorbells rung
 };
 
 class DocaProxy {
@@ -53,10 +48,11 @@ class DocaProxy {
     if (wqebbs == 0 || (wqebbs & (wqebbs - 1)) || wqebbs > 32768)
       throw std::invalid_argument("invalid wqebbs=" + std::to_string(wqebbs) +
                                   ": allowed a power of two, 1..32768");
-    entries_.push_back(ProxyEntry{reinterpret_cast<uint64_t*>(word),
-                                  reinterpret_cast<uint32_t*>(dbrec + 4),
-                                  reinterpret_cast<uint64_t*>(db), qpn & 0xffffffu, wqebbs - 1,
-                                  free_flow, start, 0});
+    entries_.push_back(ProxyEntry{ready::Queue{reinterpret_cast<const uint64_t*>(word),
+                                               reinterpret_cast<uint32_t*>(dbrec + 4),
+                                               reinterpret_cast<uint64_t*>(db), qpn & 0xffffffu,
+                                               wqebbs - 1, start, 0},
+                                  free_flow});
   }
 
   // One pass over every QP; returns how many doorbells it rang.
@@ -82,25 +78,16 @@ class DocaProxy {
   // (qpn, producer index published, doorbells rung) per QP.
   std::vector<std::tuple<uint32_t, uint64_t, uint64_t>> stats() const {
     std::vector<std::tuple<uint32_t, uint64_t, uint64_t>> out;
-    for (const ProxyEntry& e : entries_) out.emplace_back(e.qpn, e.rung, e.rings);
+    for (const ProxyEntry& e : entries_) out.emplace_back(e.q.qpn, e.q.rung, e.q.rings);
     return out;
   }
 
  private:
   static uint64_t step(ProxyEntry& e) {
-    uint64_t pi = e.rung;
-    if (e.free_flow) {
-      while (__atomic_load_n(&e.word[pi & e.mask], __ATOMIC_ACQUIRE) == pi + 1) ++pi;
-    } else {
-      pi = __atomic_load_n(e.word, __ATOMIC_ACQUIRE);
-    }
-    if (pi <= e.rung) return 0;
-    __atomic_store_n(e.dbrec_snd, be32(static_cast<uint32_t>(pi & 0xffff)), __ATOMIC_RELEASE);
-    const uint64_t db = uint64_t{be32(static_cast<uint32_t>((pi & 0xffff) << 8))} |
-                        uint64_t{be32(e.qpn << 8)} << 32;
-    __atomic_store_n(e.db, db, __ATOMIC_RELEASE);
-    e.rung = pi;
-    ++e.rings;
+    const uint64_t pi =
+        e.free_flow ? ready::prefix(e.q) : __atomic_load_n(e.q.slots, __ATOMIC_ACQUIRE);
+    if (pi <= e.q.rung) return 0;
+    ready::ring(e.q, pi);
     return 1;
   }
 
