@@ -179,3 +179,30 @@ def test_gpu_loaded_reserved_two_ranks(handoff) -> None:
         assert w.landing(0)[0:8].view(np.uint64)[0] == 110  # the last answer's sequence
         assert w.landing(1)[0:8].view(np.uint64)[0] == 110
     assert _native.proxy.live_rings() == 0
+
+
+def test_gpu_loaded_refuses_before_launch_what_px_background_cannot_do() -> None:
+    """px_background writes slot (1 + index mod (slots - 1)): one slot per lane divided by zero
+    on the GPU; two tuned CTAs on one ring published the same indices. Both are refused before
+    anything is mapped or launched (the host loop refuses them the same way)."""
+    from types import SimpleNamespace
+
+    from gicbench.errors import ConfigError
+    from gicbench.submit.base import Lane
+    from gicbench.submit.proxy.work import LoadedWork
+
+    p, eng = _producers(np.zeros(1, dtype=np.uint64), 0)
+    eng.native = SimpleNamespace(rings=lambda: 2, ring_lane=lambda r: 0)
+    p._ring_range = lambda e: range(2)
+
+    def work(region: int, background: int) -> LoadedWork:
+        lane = Lane(None, 1, Buffer(0x1000, 1, region), Buffer(0x2000, 2, region))  # type: ignore[arg-type]
+        return LoadedWork((lane,), True, True, 1, 2, 16, background, 0.0, 8,
+                          Buffer(0x3000, 3, 8), 10, 1)  # fmt: skip
+
+    with pytest.raises(ConfigError) as e:
+        p.loaded(eng, work(8, 1), 1)
+    assert e.value.field == "size"
+    with pytest.raises(ConfigError) as e:
+        p.loaded(eng, work(4096, 2), 1)  # tuned: 2 CTAs for the one non-probe ring
+    assert e.value.field == "background (--background)"

@@ -261,6 +261,12 @@ class GpuProducers:
     def loaded(self, eng: Any, work: LoadedWork, handoff: int) -> tuple[np.ndarray, dict]:
         cp = self.cp
         check_background(handoff == 1, work.background, eng.native.rings(), work.reserved)
+        for r in self._ring_range(eng):  # slot 0 is the probe's; px_background cycles over 1..
+            ln = work.lanes[eng.native.ring_lane(r)]
+            if min(ln.src.length, ln.dst.length) // work.size < 2:
+                raise ConfigError(
+                    "size", work.size, "a size that leaves two slots per lane (probe, background)"
+                )
         lane0 = work.lanes[eng.native.ring_lane(0)]
         with ExitStack() as stack:
             rings = self._rings(eng, stack)
