@@ -206,3 +206,69 @@ def test_gpu_loaded_refuses_before_launch_what_px_background_cannot_do() -> None
     with pytest.raises(ConfigError) as e:
         p.loaded(eng, work(4096, 2), 1)  # tuned: 2 CTAs for the one non-probe ring
     assert e.value.field == "background (--background)"
+
+
+def test_every_producer_kernel_is_loaded_once_before_any_launch(monkeypatch) -> None:
+    """Under lazy module loading px_probe, first loaded at its launch while px_background runs,
+    could wait for a context synchronisation px_background never allows (it stops after the
+    probe): every kernel is loaded when the module is, once per process and device, and
+    ProxySubmitter.preload does it before the NIC opens."""
+    from contextlib import nullcontext
+    from types import SimpleNamespace
+
+    from gicbench.submit.proxy import gpu
+    from gicbench.submit.proxy.submitter import ProxySubmitter
+
+    loaded: list[str] = []
+    launched: list[str] = []
+
+    class Fn:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        @property
+        def num_regs(self) -> int:
+            loaded.append(self.name)
+            return 32
+
+        def __call__(self, grid, block, args) -> None:
+            assert self.name in loaded, f"{self.name} launched before it was loaded"
+            launched.append(self.name)
+            args[1][:] = [2_000_000, 1_000_000]  # px_clock: cycles, ns
+
+    class Module:
+        def __init__(self, code: str, options: tuple) -> None:
+            assert "px_background" in code
+
+        def get_function(self, name: str) -> Fn:
+            return Fn(name)
+
+    device = {"id": 0}
+    monkeypatch.setattr(gpu, "_CU_FUNC_LOAD", False)
+    monkeypatch.setattr(gpu, "_LOADED", {})
+    monkeypatch.setattr(gpu, "_measure_clock", lambda cp, fn: fn((1,), (1,), (0, [0, 0])) or 1.5e9)
+
+    class Cp:
+        RawModule = Module
+
+        class cuda:
+            @staticmethod
+            def Device(i=None):
+                if i is not None:
+                    device["id"] = i
+                    return nullcontext()
+                return SimpleNamespace(id=device["id"])
+
+            runtime = SimpleNamespace(getDeviceCount=lambda: 2)
+
+    _mod, fns, hz = gpu.load_kernels(Cp, _native.proxy)
+    assert sorted(loaded) == sorted(gpu.KERNELS) and launched == ["px_clock"] and hz == 1.5e9
+    assert gpu.load_kernels(Cp, _native.proxy)[1] is fns  # once per device
+    assert len(loaded) == len(gpu.KERNELS)
+    import sys
+
+    monkeypatch.setitem(sys.modules, "cupy", Cp)
+    ProxySubmitter.preload(SimpleNamespace(producer="gpu"), 3)  # local rank 3: GPU 1 of 2
+    assert device["id"] == 1 and len(loaded) == 2 * len(gpu.KERNELS)
+    ProxySubmitter.preload(SimpleNamespace(producer="host"), 0)  # nothing for host producers
+    assert len(loaded) == 2 * len(gpu.KERNELS)
