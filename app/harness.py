@@ -251,6 +251,7 @@ def _run_rank(
         t0 = time.perf_counter()
         # The NIC is assigned before the phase check, so any failure below still closes it.
         with Phase(comm, "bring-up: open NIC"):
+            plan.submitter.preload(plan.submitter_params, topo.local_rank)  # before any engine
             fabric = plan.provider.open(fplan, topo, job, pre.settings)
             faults.fire(pre.fault, "open", topo.rank)
         open_s = time.perf_counter() - t0

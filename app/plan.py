@@ -176,10 +176,9 @@ def make_plan(cfg: RunConfig, probes: LazyProbes | None = None, *, here: bool = 
                     "only with --transport dc (no experiment here uses DC)",
                 )
     points = [(e, e.points()) for e in exps]
-    sub.check_points(sub_params, [(e.name, pt) for e, pts in points for pt in pts])
-    sub.check_provider(
-        sub_params, [(e.name, pt) for e, pts in points for pt in pts], provider.name, caps
-    )
+    named = [(e.name, pt) for e, pts in points for pt in pts]
+    sub.check_points(sub_params, named)
+    sub.check_provider(sub_params, named, provider.name, caps, provider_params)
     plan = RunPlan(cfg, exps, points, sub, sub_params, provider, probes, provider_params)
     plan.layout(2)  # the smallest world: refuses a landing budget too small for any run
     return plan

@@ -194,8 +194,13 @@ def rdma_port(p: Path) -> dict[str, Any]:
 
 MPS_START = (
     "export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps_log; "
-    "mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY; nvidia-cuda-mps-control -d "
+    "mkdir -p /tmp/mps_pipe /tmp/mps_log; nvidia-cuda-mps-control -d "
     "(stop: echo quit | nvidia-cuda-mps-control)"
+)
+# One sentence for doctor, the run's pre-flight and the job templates (jobs/*.sbatch carry it).
+MPS_RULE = (
+    "several ranks on one GPU need CUDA MPS (without it their kernels time-slice, milliseconds "
+    f"a turn): start it before the run with {MPS_START}; or run one rank per GPU"
 )
 
 
@@ -205,7 +210,8 @@ def probe_mps() -> Probe:
     processes on one GPU time-slice (milliseconds a turn)."""
     pipe = Path(os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps"))
     if (pipe / "control").exists():
-        return Probe("mps", True, f"MPS control pipe in {pipe}", {"pipe_dir": str(pipe)})
+        return Probe("mps", True, f"MPS control pipe in {pipe}: several ranks may share a GPU",
+                     {"pipe_dir": str(pipe)})  # fmt: skip
     procs = []
     for comm in glob.glob("/proc/[0-9]*/comm"):
         with contextlib.suppress(OSError):
@@ -215,7 +221,7 @@ def probe_mps() -> Probe:
     if procs:
         return Probe("mps", True, f"{procs[0]} running (pipe directory not {pipe}?)",
                      {"pipe_dir": str(pipe)})  # fmt: skip
-    return Probe("mps", False, f"MPS not running (no control pipe in {pipe}); start: {MPS_START}")
+    return Probe("mps", False, f"MPS not running (no control pipe in {pipe}); {MPS_RULE}")
 
 
 def probe_shm() -> Probe:

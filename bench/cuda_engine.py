@@ -4,8 +4,12 @@ Everything below runs side by side in one process, one run:
 throughput  aggregate 8-byte inline RDMA WRITE WQE/s of the engine (queues and target MR in GPU
             memory, loopback RC QPs, one CQ per QP, every 32nd WQE signaled) against engine CTAs
             and QPs. A producer kernel prefills `depth` WQEs per QP (not timed); the ringer
-            stamps %globaltimer and rings every QP (record, then doorbell); the waiter stamps when
-            every QP's last CQE is there. Median of `laps` laps.
+            stamps %globaltimer and rings every QP once (record, then doorbell); the waiter stamps
+            when every QP's last CQE is there. So the figure is the engine's alone, on prefilled
+            WQEs with one doorbell per QP per lap (no producer in the timed window). Median of
+            `laps` laps. --variants compares engine builds in the same run: "rN" is this source
+            with N warp rounds of 32 WQEBBs per serve (-DGICBENCH_ENGINE_ROUNDS), a path is
+            another engine source (e.g. an earlier commit's cuda/emu_engine.cu).
 bare        the bare-bones kernel of the issue on the same WQE layout and QP counts (one warp per
             QP takes 32 prefilled WQEs, checks each index, decodes the raddr, stores the 8-byte
             payload, one CQE per 32; targets in GPU memory), timed with CUDA events, run before
@@ -21,15 +25,19 @@ latency     doorbell store to CQE for one signaled 8-byte write posted by a one-
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import sys
+import tempfile
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from gicbench.fabric.emu import EmuFabric, segment_bytes_for
+from gicbench.fabric.emu import cuda_engine as ce
 from gicbench.fabric.emu.cuda_engine import compile_engine
 
 NCQE = 256
@@ -47,6 +55,28 @@ class Kernels:
             mod.get_function(n)
             for n in ("bench_fill", "bench_ring", "bench_wait", "bench_bare", "bench_ping")
         )
+
+
+def variant_source(spec: str, tmp: Path) -> str:
+    """The engine source of a --variants entry: "rN" (this engine, N rounds), or a path."""
+    if spec[:1] == "r" and spec[1:].isdigit():
+        p = tmp / f"emu_engine_{spec}.cu"
+        p.write_text(f'#define GICBENCH_ENGINE_ROUNDS {spec[1:]}\n#include "emu_engine.cu"\n')
+        return str(p)
+    p = Path(spec).resolve()
+    if not p.is_file():
+        raise SystemExit(f"--variants: {spec!r} is neither rN nor an engine source file")
+    return str(p)
+
+
+def use_engine(cp: Any, cubin: Path) -> None:
+    """Fabrics created from now on run the engine built in `cubin` (engines already running
+    keep theirs)."""
+    cc = cp.cuda.Device().compute_capability
+    module = cp.RawModule(path=str(cubin))
+    sizes = cp.zeros(8, dtype=cp.uint64)
+    module.get_function(ce.SIZES)((1,), (1,), (sizes,))
+    ce.CudaEngine._modules[cc] = (module, module.get_function(ce.KERNEL), sizes.get())
 
 
 def u64(cp: Any, vals: list[int]) -> Any:
@@ -200,6 +230,10 @@ def _mapped(qp: Any, addrs: dict[str, Any]) -> Any:
     return dataclasses.replace(qp, sq=sq)
 
 
+def _ints(text: str, sep: str) -> list[int]:
+    return [int(x) for x in text.split(sep) if x]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--ctas", default="8,16,64,131", help="engine CTAs to sweep (<= SMs - 1)")
@@ -209,6 +243,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pings", type=int, default=2000)
     ap.add_argument("--many-qps", type=int, default=16384, help="QPs configured, one active")
     ap.add_argument("--skip", default="", help="comma list of parts to skip: latency,bare,rate")
+    ap.add_argument("--variants", nargs="*", default=[],
+                    help="engine builds to compare, each SPEC[:CTAS[:QPS]] (lists joined by +):\n"
+                         "SPEC rN = this engine with N rounds, or an engine source path; the\n"
+                         "first one also gives the latency figures (default: the installed\n"
+                         "engine, swept over --ctas and --qps)")  # fmt: skip
     ap.add_argument("--json", help="write the figures here")
     a = ap.parse_args(argv)
     import cupy as cp
@@ -217,13 +256,36 @@ def main(argv: list[str] | None = None) -> int:
     k = Kernels(cp)
     dev = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     out: dict[str, Any] = {"device": dev["name"].decode(), "sms": dev["multiProcessorCount"],
-                           "bare": [], "engine": [], "latency": []}  # fmt: skip
-    qps = [int(x) for x in a.qps.split(",")]
-    depth_of = {nq: a.depth if nq <= 1024 else max(256, a.depth * 1024 // nq) for nq in qps}
+                           "bare": [], "engine": [], "latency": [],
+                           "method": "prefilled WQEs, one doorbell per QP per lap"}  # fmt: skip
 
     def log(msg: str) -> None:
         print(msg, flush=True)
 
+    ctas_all, qps_all = _ints(a.ctas, ","), _ints(a.qps, ",")
+    # (name, cubin or None for the installed engine, ctas, qps)
+    variants: list[tuple[str, Path | None, list[int], list[int]]] = []
+    if a.variants:
+        arch = f"sm_{cp.cuda.Device().compute_capability}"
+        tmp = Path(tempfile.mkdtemp(prefix="cuda-engine-variants-"))
+        parts = [v.split(":") for v in a.variants]
+        srcs = [variant_source(p[0], tmp) for p in parts]
+        t0 = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(len(srcs)) as ex:
+            cubins = list(ex.map(lambda src: compile_engine(arch, src), srcs))
+        log(f"compiled {len(cubins)} engine variants in {time.monotonic() - t0:.1f} s")
+        for p, cubin in zip(parts, cubins, strict=True):
+            c = _ints(p[1], "+") if len(p) > 1 and p[1] else ctas_all
+            q = _ints(p[2], "+") if len(p) > 2 and p[2] else qps_all
+            name = p[0] if p[0][:1] == "r" else Path(p[0]).parent.name or p[0]
+            variants.append((name, cubin, c, q))
+    else:
+        variants.append(("installed", None, ctas_all, qps_all))
+    qps = sorted({q for v in variants for q in v[3]})
+    depth_of = {nq: a.depth if nq <= 1024 else max(256, a.depth * 1024 // nq) for nq in qps}
+
+    if variants[0][1] is not None:
+        use_engine(cp, variants[0][1])
     if "latency" not in skip:
         cases = [("cuda, GPU-resident queues", "cuda", "device", 1),
                  ("cuda, host-resident queues", "cuda", "host", 1),
@@ -238,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"latency {label}: {r['error']}")
                 out["latency"].append(r)
                 continue
+            r["variant"] = variants[0][0] if engine == "cuda" else None
             out["latency"].append(r)
             log(f"latency {label:55s} p50 {r['p50_us']:7.2f} us  p99 {r['p99_us']:7.2f} us  "
                 f"(n={r['n']}, timeouts {r['timed_out']}, setup {r['setup_s']} s)")  # fmt: skip
@@ -253,26 +316,52 @@ def main(argv: list[str] | None = None) -> int:
             log(f"bare  qps={nq:5d}  {r['wqes_per_s'] / 1e9:7.2f} G WQE/s  checked={r['checked']}")
     bare_of = {r["qps"]: r["wqes_per_s"] for r in out["bare"]}
     if "rate" not in skip:
-        for ctas in (int(x) for x in a.ctas.split(",")):
-            for nq in qps:
-                try:
-                    r = engine_rate(cp, k, ctas, nq, depth_of[nq], a.laps)
-                except Exception as e:  # report and go on with the sweep
-                    r = {"ctas": ctas, "qps": nq, "error": f"{type(e).__name__}: {e}"}
-                    log(f"engine ctas={ctas} qps={nq}: {r['error']}")
+        for name, cubin, ctas_list, qps_list in variants:
+            if cubin is not None:
+                use_engine(cp, cubin)
+            for ctas in ctas_list:
+                for nq in qps_list:
+                    try:
+                        r = engine_rate(cp, k, ctas, nq, depth_of[nq], a.laps)
+                    except Exception as e:  # report and go on with the sweep
+                        r = {"variant": name, "ctas": ctas, "qps": nq,
+                             "error": f"{type(e).__name__}: {e}"}  # fmt: skip
+                        log(f"engine {name} ctas={ctas} qps={nq}: {r['error']}")
+                        out["engine"].append(r)
+                        continue
+                    r["variant"] = name
+                    if nq in bare_of:
+                        r["ratio_to_bare"] = r["wqes_per_s"] / bare_of[nq]
                     out["engine"].append(r)
-                    continue
-                if nq in bare_of:
-                    r["ratio_to_bare"] = r["wqes_per_s"] / bare_of[nq]
-                out["engine"].append(r)
-                log(f"engine ctas={ctas:4d} qps={nq:5d}  {r['wqes_per_s'] / 1e6:9.1f} M WQE/s  "
-                    f"ratio {r.get('ratio_to_bare', float('nan')):.3f}  counted "
-                    f"{r['counted_wqes']}/{r['expected_wqes']}  timeouts "
-                    f"{r['waiters_timed_out']}  setup {r['setup_s']} s")  # fmt: skip
+                    log(f"engine {name:9s} ctas={ctas:4d} qps={nq:5d}  "
+                        f"{r['wqes_per_s'] / 1e6:9.1f} M WQE/s  ratio "
+                        f"{r.get('ratio_to_bare', float('nan')):.3f}  counted "
+                        f"{r['counted_wqes']}/{r['expected_wqes']}  timeouts "
+                        f"{r['waiters_timed_out']}  setup {r['setup_s']} s")  # fmt: skip
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(out, fh, indent=2)
+    _table(out, log)
     return 0
+
+
+def _table(out: dict[str, Any], log: Any) -> None:
+    """The summary, last (what a cut-off log shows)."""
+    bare_of = {r["qps"]: r["wqes_per_s"] for r in out["bare"]}
+    log("\nvariant    CTAs    QPs   engine M WQE/s   bare G WQE/s   ratio  counted ok")
+    for r in out["engine"]:
+        if "error" in r:
+            log(f"{r['variant']:9s} {r['ctas']:5d} {r['qps']:6d}   error: {r['error'][:60]}")
+            continue
+        ok = r["counted_wqes"] == r["expected_wqes"] and r["waiters_timed_out"] == 0
+        log(f"{r['variant']:9s} {r['ctas']:5d} {r['qps']:6d}   {r['wqes_per_s'] / 1e6:14.1f}   "
+            f"{bare_of.get(r['qps'], float('nan')) / 1e9:12.2f}   "
+            f"{r.get('ratio_to_bare', float('nan')):5.3f}  {ok}")  # fmt: skip
+    for r in out["latency"]:
+        if "p50_us" in r:
+            log(f"latency {r['case']:55s} p50 {r['p50_us']:6.2f} us p99 {r['p99_us']:6.2f} us")
+    if "latency_ratio_many_to_1qp" in out:
+        log(f"16k-configured / 1-QP p50 ratio: {out['latency_ratio_many_to_1qp']:.2f}")
 
 
 if __name__ == "__main__":

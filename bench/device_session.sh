@@ -29,6 +29,7 @@ step() {  # step NAME SECONDS CMD...: stdout to runs/NAME.json, stderr to runs/N
   pack
 }
 { nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv; nproc; } > "$O/machine.txt" 2>&1
+rm -rf /tmp/gs  # pip --target leaves an earlier install (another checkout's, on a warm machine) in place
 step build 150 python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/gs .
 export PYTHONPATH=/tmp/gs
 VER=$(cd "$ROOT/.cache/gpunetio" 2>/dev/null && dirname */VERSION | head -1)
@@ -47,6 +48,39 @@ with cf.ThreadPoolExecutor(4) as ex:
     fs += [ex.submit(module, o) for o in ('gpu-fence', 'sys-fence')]
     print([str(f.result())[:80] for f in fs])"
 G="mpiexec --bind-to none -n 2 python3 -m gicbench run --timeout 5 --json --quiet --sq-depth 256 -b 8"
+# ---- doca_ steps (issue 16; docs/doca.md): round trips with a DOCA responder per handler, the
+# 32-thread shared-QP rate per sharing mode and scope, mini-gda beside them, the CUDA engine.
+# Ranks take GPU (rank mod GPUs): on nvidia-h200-x2 one rank per GPU. ONLY='build|compile|doca_.*'
+D="$G --pattern pairs"
+DRT="single-op msg-rate --modes issue,put_completion,round_trip -n 1000 -w 100 -t 32 -q 1 \
+--batch 1 --messages 5000"
+# In-process round trips with a DOCA responder (CPU engine threads). faulthandler: a hung test
+# prints every thread's stack before the step's timeout kills it.
+PT="python3 -m pytest -p no:cacheprovider -q -rs -m gpu -o faulthandler_timeout=25"
+step doca_pytest_rtt 40 $PT tests/test_doca_submitter_gpu.py \
+  -k "round_trip_with_a_doca_responder and (gpu-sm-db or free-flow)"
+# put, p, put_signal, p_signal, signal (ATOMIC_FA) timed one at a time per handler, validated
+# at the target (in-process; figures in doca-ops.jsonl)
+DOCA_DEVICE_REPORT=$O/doca-ops.jsonl step doca_ops 30 python3 -m pytest -p no:cacheprovider -q -rs \
+  -m gpu tests/test_doca_device.py -k every_op_timed
+for h in gpu-sm-db gpu-sm-no-dbr gpu-sm-bf cpu-proxy cpu-proxy-free-flow; do
+  step "doca_rt_$h" 30 $D $DRT --progress thread --submitter doca --doca-handler "$h" \
+    --doca-sharing gpu -o "$O/tr/doca_rt_$h"
+done
+step doca_rt_gda 30 $D $DRT --progress thread --submitter gpu --ordering gpu-fence --publish thread \
+  -o "$O/tr/doca_rt_gda"
+DSH="msg-rate -t 32 --batch 1 --messages 5000 --payload pointer --progress thread"
+step doca_share_exclusive_thread 25 $D $DSH -q 32 --submitter doca --doca-sharing exclusive \
+  -o "$O/tr/doca_share_exclusive_thread"
+for sc in thread warp; do
+  for sh in cta gpu $([ $sc = warp ] && echo exclusive); do
+    step "doca_share_${sh}_$sc" 25 $D $DSH -q 1 --submitter doca --doca-sharing "$sh" \
+      --doca-scope "$sc" -o "$O/tr/doca_share_${sh}_$sc"
+  done
+  step "doca_share_gda_$sc" 25 $D $DSH -q 1 --submitter gpu --ordering gpu-fence --publish "$sc" \
+    -o "$O/tr/doca_share_gda_$sc"
+done
+python3 bench/doca_vs_gda.py --session "$O/runs" "$O/doca_session" > "$O/doca_session.txt" 2>&1; pack
 MAIN="single-op msg-rate completion-scope --pattern fan-out --modes issue,put_completion -n 2000 \
 -w 200 -q 4 -t 4 --batch 1 --messages 50000"
 for h in gpu-sm-db gpu-sm-no-dbr gpu-sm-bf cpu-proxy cpu-proxy-free-flow; do
@@ -65,6 +99,27 @@ step cpueng_gda 45 $G single-op msg-rate --pattern fan-out --modes issue,put_com
   --progress thread -o "$O/tr/cpueng_gda"
 step rtt_gda_mps 40 $G single-op --modes round_trip -n 2000 -w 200 --progress thread \
   --submitter gpu -o "$O/tr/rtt_gda_mps"
+# mini-gda's completion and doorbell paths (gda_*; ONLY='build|gda_.*' runs just these): the
+# first mini-gda's CQ scan against the expected-CQE poll, the host-forwarded doorbell and DC, on
+# one GPU (CUDA_VISIBLE_DEVICES=0 on a two-GPU machine) under MPS; bench/gda_paths.py: ratios.
+export GDA1="env CUDA_VISIBLE_DEVICES=0"
+step gda_compile 60 $GDA1 python3 -c "
+import concurrent.futures as cf
+from gicbench.submit.gpu.build import module
+with cf.ThreadPoolExecutor(4) as ex:
+    fs = [ex.submit(module, 'gpu-fence', p) for p in ('scan', 'expected')]
+    fs += [ex.submit(module, o) for o in ('none', 'gpu-release-store', 'sys-fence')]
+    print([str(f.result())[:60] for f in fs])"
+GDA_MAIN="$MAIN --progress thread --submitter gpu --ordering gpu-fence"
+step gda_scan 40 $GDA1 $G $GDA_MAIN --cq-poll scan -o "$O/tr/gda_scan"
+step gda_expected 40 $GDA1 $G $GDA_MAIN --cq-poll expected -o "$O/tr/gda_expected"
+step gda_host 40 $GDA1 $G $GDA_MAIN --doorbell host -o "$O/tr/gda_host"
+step gda_dc 40 $GDA1 $G single-op msg-rate --pattern fan-out --modes issue,put_completion \
+  -n 2000 -w 200 -q 4 -t 4 --batch 1 --messages 50000 --progress thread --submitter gpu \
+  --transport dc -o "$O/tr/gda_dc"
+python3 bench/gda_paths.py "$O/runs" "$O/gda_paths" > "$O/gda_paths.txt" 2>&1; pack
+(cd "$ROOT" && step gda_pytest 60 $GDA1 python3 -m pytest -p no:cacheprovider -q -rs -x -m gpu \
+  tests/test_gpu_paths_device.py)
 step engine_latency 70 python3 bench/cuda_engine.py --skip bare,rate --pings 2000 \
   --json "$O/engine_latency.json"
 # mini-proxy with GPU producers (docs/proxy.md): the four proxy experiments under mpiexec -n 2
@@ -79,8 +134,73 @@ step proxy_gpu_loaded_tuned 60 $PX loaded-rtt --handoff tuned --queue reserved -
 for d in "$O"/tr/*; do python3 -m gicbench analyze "$d" > "$d.analyze.txt" 2>&1; done; pack
 cd "$ROOT" && for f in test_doca_submitter_gpu test_emu_cuda test_gpu_device test_proxy_gpu; do
   step "pytest_$f" 120 python3 -m pytest -p no:cacheprovider -q -rs -x -m gpu \
-    -k "not end_to_end" "tests/$f.py"
+    -k "not end_to_end and not doca_cuda_engine" "tests/$f.py"  # see doca_pytest_cuda
 done
+# loaded-rtt and payload through mini-proxy and mini-gda on the same experiment (issue 13): 64
+# background CTAs per endpoint (proxy: GPU producers, T4/R32/B16, baseline handoff so its probe
+# can share a ring; gpu: one QP per CTA, batches of 16), then goodput 8 B..1 MiB; the side by
+# side is `gicbench analyze PROXY GPU --on ...` (ratio columns gpu/proxy). Steps load_*.
+L="mpiexec --bind-to none -n 2 python3 -m gicbench run --timeout 5 --json --quiet --progress thread"
+LR="loaded-rtt -b 8 -n 1000 -w 100 --background 64 --batch 16"
+PL="payload --point-bytes 64M --messages 20000"
+step load_compile 60 python3 -c "
+import concurrent.futures as cf
+from gicbench.submit.gpu.build import module
+from gicbench.submit.gpu.loaded import module as loaded
+with cf.ThreadPoolExecutor(2) as ex:
+    print([str(f.result())[:60] for f in (ex.submit(module, 'gpu-fence'), ex.submit(loaded, 'gpu-fence'))])"
+step load_rtt_gpu 40 $L $LR --submitter gpu -o "$O/tr/load_rtt_gpu"
+step load_rtt_proxy 40 $L $LR --submitter proxy --producer gpu --handoff baseline --workers 4 \
+  --rings 32 -o "$O/tr/load_rtt_proxy"
+step load_payload_gpu 40 $L $PL --submitter gpu -o "$O/tr/load_payload_gpu"
+step load_payload_gpu_warp 40 $L $PL --submitter gpu -t 32 --publish warp \
+  -o "$O/tr/load_payload_gpu_warp"
+step load_payload_proxy 40 $L $PL --submitter proxy -o "$O/tr/load_payload_proxy"
+for r in load_rtt_gpu load_rtt_proxy load_payload_gpu load_payload_gpu_warp load_payload_proxy; do
+  step "load_analyze_$r" 20 python3 -m gicbench analyze "$O/tr/$r"
+done
+step load_side_rtt 20 python3 -m gicbench analyze "$O/tr/load_rtt_proxy" "$O/tr/load_rtt_gpu" \
+  --on size,queue
+step load_side_payload 20 python3 -m gicbench analyze "$O/tr/load_payload_proxy" \
+  "$O/tr/load_payload_gpu" "$O/tr/load_payload_gpu_warp" --on size
+cd "$ROOT" && step load_pytest 60 python3 -m pytest -p no:cacheprovider -q -rs -x -m gpu \
+  tests/test_gpu_loaded_device.py
+# ---- doca_ steps on the CUDA engine, last: a hung engine kernel killed by a step's timeout left
+# the GPUs "busy or unavailable" for the next steps (2026-11-30, x2 machine under MPS). On two or
+# more GPUs one rank per GPU needs no MPS: it is stopped first. In-process (two fabrics, one GPU):
+# every GPU_SM_* handler on GPU-resident queues, the host-thread handlers on --queues host (and
+# refused on --queues device), a round trip; then `mpiexec -n 2` one rank per GPU.
+if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then echo quit | nvidia-cuda-mps-control 2>/dev/null; fi
+step doca_pytest_cuda 60 python3 -m pytest -p no:cacheprovider -q -rs -m gpu -o faulthandler_timeout=25 \
+  tests/test_doca_submitter_gpu.py -k doca_cuda_engine
+step doca_cudaeng_gpu-sm-db 30 $D $DRT --engine cuda --queues device --submitter doca \
+  --doca-sharing gpu -o "$O/tr/doca_cudaeng_gpu-sm-db"
+step doca_cudaeng_cpu-proxy 30 $D $DRT --engine cuda --queues host --submitter doca \
+  --doca-handler cpu-proxy --doca-sharing gpu -o "$O/tr/doca_cudaeng_cpu-proxy"
+python3 bench/doca_vs_gda.py --session "$O/runs" "$O/doca_session" > "$O/doca_session.txt" 2>&1; pack
+# ipc_*: the CUDA engine through MPI with peers in other processes (CUDA IPC of device MRs and
+# CQs). IPC_GPUS=2 (default, nvidia-h200-x2): one rank per GPU, NVLink peer access, MPS stopped
+# first (not needed); IPC_GPUS=1: both ranks on GPU 0 under MPS. ipc_mps_diag: which CUDA call
+# of bring-up blocks while another MPS client's engine kernel runs (bench/mps_bringup.py).
+MPS_ON="mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY; nvidia-cuda-mps-control -d; sleep 1"
+IG=${IPC_GPUS:-2}
+if [ "$IG" = 1 ]; then IPC_ENV="env CUDA_VISIBLE_DEVICES=0"; IPC_MPS=$MPS_ON
+else IPC_ENV="env"; IPC_MPS="(echo quit | nvidia-cuda-mps-control || true); sleep 2"; fi
+step ipc_mps 15 bash -c "$IPC_MPS; nvidia-smi topo -m; echo get_default_active_thread_percentage \
+  | nvidia-cuda-mps-control"
+step ipc_test_${IG}g 90 $IPC_ENV mpiexec --bind-to none -n 2 python3 -m pytest -p no:cacheprovider -q -rs \
+  -x tests/mpi/test_emu_cuda_ipc_mpi.py
+IE="--engine cuda --queues device"
+step ipc_gda_rtt_${IG}g 45 $IPC_ENV $G single-op --modes issue,put_completion,round_trip -n 2000 -w 200 \
+  --submitter gpu $IE -o "$O/tr/ipc${IG}g_gda_rtt"
+step ipc_gda_${IG}g 60 $IPC_ENV $G $MAIN --submitter gpu $IE -o "$O/tr/ipc${IG}g_gda"
+step ipc_doca_${IG}g 60 $IPC_ENV $G $MAIN --submitter doca --doca-handler gpu-sm-db $IE -o "$O/tr/ipc${IG}g_doca"
+step ipc_host_${IG}g 45 $IPC_ENV $G single-op msg-rate --modes issue,put_completion,round_trip -n 2000 \
+  -w 200 --messages 50000 --submitter host --engine cuda --queues host -o "$O/tr/ipc${IG}g_host"
+for d in "$O"/tr/ipc${IG}g_*; do [ -d "$d" ] && python3 -m gicbench analyze "$d" > "$d.analyze.txt" 2>&1; done
+step ipc_mps_diag 75 bash -c "$MPS_ON; CUDA_VISIBLE_DEVICES=0 timeout -k 3 65 mpiexec --bind-to none \
+  -n 2 python3 bench/mps_bringup.py --out /tmp/mpsdiag --block-s 3 --dump-s 45"
 echo "== done at $SECONDS s" >> "$O/summary.txt"; pack
 echo quit | nvidia-cuda-mps-control 2>/dev/null
 cat "$O/summary.txt"; cat "$O/doca_vs_gda.txt" 2>/dev/null | head -40
+cat "$O/gda_paths.txt" 2>/dev/null

@@ -5,6 +5,14 @@ M msg/s summed over sending ranks. Every figure is also given as a ratio to mini
 gpu-fence and with sys-fence (ratio > 1: slower for latency, faster for rate).
 
     python3 bench/doca_vs_gda.py RUNS_DIR OUT_PREFIX   -> OUT_PREFIX.md, OUT_PREFIX.json
+
+--session: the doca_ steps of bench/device_session.sh instead (runs doca_rt_<handler|gda>,
+doca_share_<sharing|gda>_<scope>, doca_cudaeng_<handler>): issue, put+completion, round trip and
+the 32-thread rate on one QP per handler, as ratios to mini-gda (gpu-fence, --publish thread) of
+the same call; the shared-QP rate per sharing mode and scope against mini-gda's thread / warp
+publication; the emu counters each point recorded.
+
+    python3 bench/doca_vs_gda.py --session RUNS_DIR OUT_PREFIX
 """
 
 from __future__ import annotations
@@ -89,5 +97,81 @@ def main(runs: Path, prefix: Path) -> int:
     return 0 if not failed else 1
 
 
+SESSION_FIGURES = (
+    ("issue p50 (µs)", {"experiment": "single-op", "mode": "issue"}, "p50_us"),
+    ("put+completion p50 (µs)", {"experiment": "single-op", "mode": "put_completion"}, "p50_us"),
+    ("round trip p50 (µs)", {"experiment": "single-op", "mode": "round_trip"}, "p50_us"),
+    ("rate 32 threads / 1 QP (M msg/s)", {"experiment": "msg-rate"}, "msg_rate_mps"),
+)  # fmt: skip
+COUNTERS = ("emu_stale_wqes", "emu_bad_doorbells", "emu_dbrec_lag")
+
+
+def _counters(doc: dict[str, Any]) -> str:
+    """The emu counters the run's points recorded, summed (stale/bad must be 0)."""
+    tot = {k: 0 for k in COUNTERS}
+    seen = False
+    for row in doc.get("results", []):
+        for k in COUNTERS:
+            if row.get(k) is not None:
+                tot[k] += int(row[k])
+                seen = True
+    return " ".join(f"{k[4:]}={v}" for k, v in tot.items()) if seen else "-"
+
+
+def _validated(doc: dict[str, Any]) -> str:
+    rows = doc.get("results", [])
+    if "error" in doc or not rows:
+        return "no"
+    bad = sum(1 for r in rows if r.get("validated") is False)
+    return "yes" if not bad else f"{bad} rows failed"
+
+
+def session(runs: Path, prefix: Path) -> int:
+    docs: dict[str, dict[str, Any]] = {}
+    for f in sorted(runs.glob("doca_*.json")):
+        try:
+            docs[f.stem] = json.loads(f.read_text())
+        except (json.JSONDecodeError, OSError) as e:
+            err = f.with_suffix(".err")
+            tail = err.read_text()[-300:] if err.exists() else ""
+            docs[f.stem] = {"error": f"no JSON ({e}) {tail}".strip()}
+    out: dict[str, Any] = {"handlers": {}, "sharing": {}}
+    lines = ["| run | " + " | ".join(f"{c} | ×gda" for c, *_ in SESSION_FIGURES)
+             + " | validated | emu counters |"]  # fmt: skip
+    lines.append("|---" * (3 + 2 * len(SESSION_FIGURES)) + "|")
+    base = docs.get("doca_rt_gda", {})
+    names = sorted(n for n in docs if n.startswith(("doca_rt_", "doca_cudaeng_")))
+    for n in sorted(names, key=lambda n: (n != "doca_rt_gda", n)):
+        cells, row = [], {}
+        for col, where, key in SESSION_FIGURES:
+            x, b = pick(docs[n], where, key), pick(base, where, key)
+            r = None if x is None or not b else x / b
+            row[col], row[col + " ×gda"] = x, r
+            cells += ["-" if x is None else f"{x:.3f}", "-" if r is None else f"{r:.2f}"]
+        out["handlers"][n] = row
+        lines.append(f"| {n} | " + " | ".join(cells)
+                     + f" | {_validated(docs[n])} | {_counters(docs[n])} |")  # fmt: skip
+    lines += ["", "| shared QP, 32 threads | M msg/s | ×gda (same scope) | validated | emu "
+              "counters |", "|---|---|---|---|---|"]  # fmt: skip
+    for n in sorted(n for n in docs if n.startswith("doca_share_")):
+        scope = n.rsplit("_", 1)[-1]
+        x = pick(docs[n], {"experiment": "msg-rate"}, "msg_rate_mps")
+        b = pick(docs.get(f"doca_share_gda_{scope}", {}), {"experiment": "msg-rate"},
+                 "msg_rate_mps")  # fmt: skip
+        r = None if x is None or not b else x / b
+        out["sharing"][n] = {"mps": x, "x_gda": r}
+        lines.append(f"| {n[len('doca_share_'):]} | {'-' if x is None else f'{x:.3f}'} | "
+                     f"{'-' if r is None else f'{r:.2f}'} | {_validated(docs[n])} | "
+                     f"{_counters(docs[n])} |")  # fmt: skip
+    failed = [f"{n}: {d['error']}" for n, d in docs.items() if "error" in d]
+    text = "\n".join(lines) + ("\n\nruns without results:\n" + "\n".join(failed) if failed else "")
+    print(text)
+    prefix.with_suffix(".md").write_text(text + "\n")
+    prefix.with_suffix(".json").write_text(json.dumps({**out, "failed": failed}, indent=2))
+    return 0 if not failed else 1
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--session":
+        raise SystemExit(session(Path(sys.argv[2]), Path(sys.argv[3])))
     raise SystemExit(main(Path(sys.argv[1]), Path(sys.argv[2])))

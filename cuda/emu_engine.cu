@@ -4,17 +4,20 @@
 // so counters()/errors()/check() read them unchanged) and over queues in GPU memory or in that
 // segment, as each QP was placed (gicbench/fabric/emu/cuda_engine.py builds the placement table).
 //
-// Work split. Warp w of W owns the QP slots i = 1 + w + k*W. A pass reads the doorbell register
-// of each owned QP (32 lanes read 32 registers at once) and serves those rung or pending, one QP
-// at a time. Serving a QP is:
+// Work split. Warp j of CTA b (wq = j*CTAs + b of W warps) owns the QP slots i = 1 + wq + k*W,
+// so consecutive slots land on different SMs. A pass reads the doorbell registers of the owned
+// QPs (32 lanes read 32 registers at once, up to kScanGroups such groups in one round trip) and
+// serves those rung or pending, one QP at a time. Serving a QP is:
 //   1. lane 0: the doorbell (core on_doorbell with budget 0: QPN and window checks, counters,
 //      IBGDA/rdma-core conventions, doorbell-record lag bookkeeping; nothing executes);
-//   2. the batch (all lanes): up to 32 published WQEBBs from the consumer index; lane l checks
-//      WQE ci+l exactly as the core would (its index, its QPN, one WQEBB, an RDMA WRITE with an
-//      inline payload or one pointer segment, or a NOP; the keys translate with the right
-//      access). The leading run of such WQEs executes in parallel: each lane stores its payload
-//      (in lane order if two destinations overlap), then lane 0 writes the CQEs of the signaled
-//      ones in WQE order after a system fence. The first WQE that is anything else ends the run;
+//   2. the batch (all lanes): up to kRounds rounds of 32 published WQEBBs from the consumer
+//      index; in round r lane l checks WQE ci+32r+l exactly as the core would (its index, its
+//      QPN, one WQEBB, an RDMA WRITE with an inline payload or one pointer segment, or a NOP;
+//      the keys translate with the right access). The leading run of such WQEs executes in
+//      parallel: each lane stores its payload (in lane order if two destinations of a round
+//      overlap; a round's stores before the next round's), then, after a release fence, lane 0
+//      writes the CQEs of the signaled ones in WQE order under one hold of the CQ lock. The
+//      first WQE that is anything else ends the run;
 //   3. lane 0: the core's serve (budget 32) from there: atomics, reads, sends, write-with-imm,
 //      errors and error CQEs, flushes, stale and torn WQEs, DBR-less and signature QPs.
 // Ordering guaranteed: within a QP, data of WQE k is visible before the CQE of any WQE >= k and
@@ -27,7 +30,8 @@
 // Control (host-mapped `Control`): hold (the control plane changes a QP: every warp acks and
 // waits), gen (objects were created or changed: warps re-read their QPs and warp 0 the MR table,
 // then ack), quiesce (ack after a pass that began after the request and found no work: counters
-// flushed), stop (flush and exit). Each warp checks it every kCtlPasses passes and on idle passes.
+// flushed), stop (flush and exit). Each warp checks it every kCtlPasses passes and every
+// kIdleCtlPasses idle ones; the last warp reads the host's block, the others its GPU mirror.
 #include <cuda/atomic>
 
 #include "emu_core.cuh"
@@ -40,8 +44,19 @@ namespace m5 = gicbench::mlx5;
 namespace ec = gicbench::emu_core;
 namespace el = gicbench::emu;
 
-constexpr uint32_t kBatch = 32;     // WQEBBs a warp takes from one QP per serve
+// Rounds of 32 WQEBBs the whole warp takes from one QP per serve (the batch): more rounds amortise
+// a serve's fixed costs (record, responder, CQ lock, fences) over more WQEs. bench/cuda_engine.py
+// builds variants with -DGICBENCH_ENGINE_ROUNDS=N to compare.
+#ifndef GICBENCH_ENGINE_ROUNDS
+#define GICBENCH_ENGINE_ROUNDS 4
+#endif
+constexpr uint32_t kRounds = GICBENCH_ENGINE_ROUNDS;
+static_assert(kRounds >= 1 && kRounds <= 16, "GICBENCH_ENGINE_ROUNDS in 1..16");
+constexpr uint32_t kFastMax = 32 * kRounds;  // WQEBBs the batch takes per serve
+constexpr uint32_t kBatch = 32;     // WQEs the core's serve (lane 0) may handle per serve
+constexpr uint32_t kScanGroups = 4;  // groups of 32 doorbells a pass loads before serving any
 constexpr uint32_t kCtlPasses = 32;  // passes between reads of the control block
+constexpr uint32_t kIdleCtlPasses = 8;  // consecutive idle passes between reads of it
 constexpr uint32_t kStateCheckPasses = 4096;  // passes between re-reads of QP states (peer ERR)
 constexpr uint32_t kFlushServes = 256;        // serves between counter flushes while busy
 constexpr uint64_t kLockSpins = 1ull << 20;   // CQ lock: take over after this many spins
@@ -69,9 +84,36 @@ struct DevCq {
 };
 static_assert(sizeof(DevCq) == 48, "DevCq layout");
 // A peer's segment address with bit 0 set: the peer is another process. Its GPU-memory objects
-// (MRs, CQs) are then out of reach (their addresses are the other process's; no CUDA IPC yet):
-// a write there fails as a remote access error, a receive as RNR, instead of a wild store.
+// (MRs, CQs: addresses in the other process) are reached through the peer map (CUDA IPC, below);
+// one missing from it is out of reach: a write there fails as a remote access error, a receive
+// as RNR, never a wild store.
 constexpr uint64_t kForeign = 1;
+// ---- peers: GPU memory of other processes' ranks, opened with cudaIpcOpenMemHandle -------------
+// One range per exported allocation (a device MR; a device CQ's ring + record + DevCq), written
+// by the host (cuda_engine.py ipc_import) before `n` counts it; append-only until close.
+struct PeerRange {
+  uint64_t lo, len;  // the allocation as its owner (rank) addresses it
+  uint64_t local;    // where it is mapped in this process
+  uint32_t rank, pad;
+};
+static_assert(sizeof(PeerRange) == 32, "PeerRange layout");
+struct PeerMap {
+  uint32_t n;
+  uint32_t shared;  // 1: ranks of other processes are peers (they may map our GPU memory)
+  PeerRange r[1];  // n entries (the host allocates kMaxPeerRanges)
+};
+// Owner `rank`'s address `a` (`len` bytes from it) as mapped here; nullptr when not exported.
+__device__ __forceinline__ uint8_t* peer_translate(const PeerMap* pm, int32_t rank, uint64_t a,
+                                                  uint64_t len) {
+  const uint32_t n = *reinterpret_cast<const volatile uint32_t*>(&pm->n);
+  for (uint32_t k = 0; k < n; ++k) {
+    const volatile PeerRange& r = pm->r[k];
+    if (r.rank != static_cast<uint32_t>(rank)) continue;
+    const uint64_t lo = r.lo, rl = r.len;
+    if (a >= lo && len <= rl && a - lo <= rl - len) return reinterpret_cast<uint8_t*>(r.local + (a - lo));
+  }
+  return nullptr;
+}
 struct Config {  // device memory, written by the host before launch (seg[] also on add_peers)
   uint64_t seg[el::kMaxRanks];  // each rank's segment as mapped in this process (0 = absent)
   int32_t rank, world;
@@ -85,8 +127,9 @@ struct Config {  // device memory, written by the host before launch (seg[] also
   uint32_t* n_qps;          // QP slots in use (as of the last refresh)
   const uint64_t* cq_dev;   // per own CQ slot: its DevCq (0: the CQ is in the segment)
   Control* ctl_dev;         // GPU-memory mirror of *ctl, kept by warp 0
+  const PeerMap* peer_map;  // other processes' GPU memory (CUDA IPC)
 };
-static_assert(sizeof(Config) == 8 * el::kMaxRanks + 16 + 9 * 8, "Config layout");
+static_assert(sizeof(Config) == 8 * el::kMaxRanks + 16 + 10 * 8, "Config layout");
 
 // One QP as its warp serves it (device memory; only the owning warp touches it).
 struct EngineQp {
@@ -108,6 +151,17 @@ __device__ __forceinline__ uint32_t ld_acq_sys(const uint32_t* p) {
 }
 __device__ __forceinline__ void st_rel_sys(uint32_t* p, uint32_t v) {
   cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(*p).store(v, cuda::memory_order_release);
+}
+// Release / acquire fences (fence.acq_rel): what a CQE's publication and a lock need; cheaper
+// than __threadfence()'s sequentially consistent fence.
+__device__ __forceinline__ void fence_rel_gpu() {
+  cuda::atomic_thread_fence(cuda::memory_order_release, cuda::thread_scope_device);
+}
+__device__ __forceinline__ void fence_acq_gpu() {
+  cuda::atomic_thread_fence(cuda::memory_order_acquire, cuda::thread_scope_device);
+}
+__device__ __forceinline__ void fence_rel_sys() {
+  cuda::atomic_thread_fence(cuda::memory_order_release, cuda::thread_scope_system);
 }
 template <class T>
 __device__ __forceinline__ T ld_vol(const T* p) {
@@ -147,10 +201,12 @@ __device__ __forceinline__ void copy_bytes(uint8_t* dst, const uint8_t* src, uin
 struct Seg {
   uint8_t* base;
   uint64_t mr_off, qp_off, cq_off, dct_off, err_off;
-  __device__ static Seg of(uint64_t v) {
+  int32_t peer;  // another process's rank (its GPU memory goes through the peer map), else -1
+  __device__ static Seg of(uint64_t v, int32_t rank = -1) {
     uint8_t* b = reinterpret_cast<uint8_t*>(v & ~kForeign);
     const el::Header* h = reinterpret_cast<const el::Header*>(b);
-    return Seg{b, h->mr_off, h->qp_off, h->cq_off, h->dct_off, h->err_off};
+    return Seg{b, h->mr_off, h->qp_off, h->cq_off, h->dct_off, h->err_off,
+               (v & kForeign) ? rank : -1};
   }
   __device__ el::Header* hdr() const { return reinterpret_cast<el::Header*>(base); }
   __device__ el::MrEntry* mrs() const { return reinterpret_cast<el::MrEntry*>(base + mr_off); }
@@ -197,11 +253,11 @@ __device__ __forceinline__ uint8_t* mr_translate(const el::MrEntry* t, uint32_t 
 // payload stores to host memory too, as GPU threads observe them.
 struct GpuMem {
   bool sys;
-  __device__ void fence() const {
+  __device__ void fence() const {  // release: the body (and payloads) before the tail
     if (sys)
-      __threadfence_system();
+      fence_rel_sys();
     else
-      __threadfence();
+      fence_rel_gpu();
   }
   __device__ uint32_t ld_acq32(const uint32_t* p) const { return ld_acq_sys(p); }
   __device__ void st_rel32(uint32_t* p, uint32_t v) const {
@@ -222,20 +278,24 @@ struct Env {
   EngineQp& eq;
   Seg self;
   uint32_t state;  // cached for this serve (the mirror; ERR written through)
+  uint32_t mr_n;   // entries of the own MR mirror, read once per serve
   uint64_t cnt[el::kNumCounters];
   struct Resp {
     Seg ts;
     el::RqState* rq;
     uint32_t num, pd;
     bool own;      // the responder is this rank: MR lookups use the GPU mirror
-    bool foreign;  // the responder is another process: its GPU memory is out of reach
+    bool foreign;  // the responder is another process: its GPU memory through the peer map
   };
+  bool remote_sys = false;  // a responder is another process's: CQEs after its data fence at
+                            // system scope (its GPU is another observer)
   bool have_rc = false;  // the RC responder, resolved once per serve
   bool rc_ok = false;
   Resp rc;
 
   __device__ Env(const Config& c, EngineQp& q, const Seg& s) : cfg(c), eq(q), self(s) {
     state = ld_vol(&q.state);
+    mr_n = ld_vol(c.mr_count);
     for (uint32_t i = 0; i < el::kNumCounters; ++i) cnt[i] = 0;
   }
 
@@ -267,7 +327,7 @@ struct Env {
       r = Resp{self, &self.qps()[ri].rq, eq.remote_qpn, p.q.pd, true, false};
       return true;
     }
-    const Seg ts = Seg::of(cfg.seg[rr]);
+    const Seg ts = Seg::of(cfg.seg[rr], rr);
     if (ri >= ld_vol(&ts.hdr()->n_qps)) return false;
     el::QpEntry& p = ts.qps()[ri];
     const uint32_t rs = ld_acq_sys(&p.state);
@@ -281,7 +341,7 @@ struct Env {
       const m5::AvView v = m5::get_av(av);
       const int trank = static_cast<int>(m5::get_be16(av + 14)) - 1;  // LID = rank + 1
       if (trank < 0 || trank >= cfg.world || !cfg.seg[trank]) return false;
-      const Seg ts = Seg::of(cfg.seg[trank]);
+      const Seg ts = Seg::of(cfg.seg[trank], trank);
       const uint32_t dn = v.dqp_dct & 0xffffff;
       const uint32_t di = el::num_index(dn) & ~el::kDctBit;
       if (el::num_rank(dn) != (static_cast<uint32_t>(trank) & 0xff) ||
@@ -296,6 +356,7 @@ struct Env {
       }
       r = Resp{ts, &d.rq, ld_vol(&d.dctn), ld_vol(&d.pd), trank == cfg.rank,
                (cfg.seg[trank] & kForeign) != 0};
+      remote_sys |= r.foreign;
       return true;
     }
     if (!have_rc) {
@@ -303,26 +364,32 @@ struct Env {
       rc_ok = resolve_rc(rc);
     }
     if (rc_ok) r = rc;
+    remote_sys |= rc_ok && rc.foreign;
     return rc_ok;
   }
   __device__ uint8_t* local(uint32_t key, uint64_t addr, uint64_t len, uint32_t need,
                             uint32_t pd) const {
-    return mr_translate(cfg.mr_mirror, ld_vol(cfg.mr_count), self.base, key, addr, len, need, pd);
+    return mr_translate(cfg.mr_mirror, mr_n, self.base, key, addr, len, need, pd);
   }
   __device__ uint8_t* remote(const Resp& r, uint32_t key, uint64_t addr, uint64_t len,
                              uint32_t need) const {
     if (r.own) return local(key, addr, len, need, r.pd);
     const uint32_t i = el::key_index(key);
-    if (r.foreign && i < ld_vol(&r.ts.hdr()->n_mrs) && ld_vol(&r.ts.mrs()[i].reserved))
-      return nullptr;
-    return mr_translate(r.ts.mrs(), ld_vol(&r.ts.hdr()->n_mrs), r.ts.base, key, addr, len, need,
-                        r.pd);
+    uint8_t* p = mr_translate(r.ts.mrs(), ld_vol(&r.ts.hdr()->n_mrs), r.ts.base, key, addr, len,
+                              need, r.pd);
+    // Another process's GPU-memory MR: checked above against its table; `addr` is its GPU
+    // address there, mapped here through CUDA IPC (or out of reach: nullptr).
+    if (p && r.ts.peer >= 0 && ld_vol(&r.ts.mrs()[i].reserved))
+      return peer_translate(cfg.peer_map, r.ts.peer, addr, len);
+    return p;
   }
 
   // A CQ as the engine writes it: in the segment (CqEntry's words) or in GPU memory (DevCq).
   struct Cq {
     el::CqEntry* e;
     DevCq* d;
+    int32_t peer;  // d is another process's (mapped through the peer map), else -1
+    bool lost;     // d is another process's and not in the peer map: out of reach
     __device__ uint32_t* lock() const { return d ? &d->lock : &e->lock; }
     __device__ uint32_t cqn() const { return d ? d->cqn : e->cqn; }
   };
@@ -334,7 +401,16 @@ struct Env {
       d = cfg.cq_dev[el::num_index(cqn)];
     else
       d = ld_vol(&e->reserved[0]);
-    return Cq{e, reinterpret_cast<DevCq*>(d)};
+    if (d && s.peer >= 0) {  // another process's DevCq: its address there, mapped here
+      uint8_t* m = peer_translate(cfg.peer_map, s.peer, d, sizeof(DevCq));
+      return Cq{e, reinterpret_cast<DevCq*>(m), s.peer, m == nullptr};
+    }
+    return Cq{e, reinterpret_cast<DevCq*>(d), -1, false};
+  }
+  // A peer DevCq's ring or record pointer (its owner's address) as mapped here.
+  __device__ uint8_t* cq_ptr(const Cq& cq, uint64_t a, uint64_t len) const {
+    return cq.peer >= 0 ? peer_translate(cfg.peer_map, cq.peer, a, len)
+                        : reinterpret_cast<uint8_t*>(a);
   }
   // CQ lock (pid owner, like the CPU engine's): a holder that never lets go is taken over.
   __device__ void lock_cq(const Seg& s, const Cq& cq) {
@@ -351,10 +427,18 @@ struct Env {
         spins = 0;
       }
     }
-    if (!cq.d) __threadfence_system();
+    if (sys_lock(cq))
+      __threadfence_system();
+    else
+      fence_acq_gpu();  // the previous holder's pi and CQEs, not this SM's cached copy
+  }
+  // A CQ in host memory, or one that engines on another GPU lock too (a peer's, or ours once
+  // peers have mapped our GPU memory): lock hand-offs at system scope.
+  __device__ bool sys_lock(const Cq& cq) const {
+    return !cq.d || cq.peer >= 0 || ld_vol(&cfg.peer_map->shared) != 0;
   }
   __device__ void unlock_cq(const Cq& cq) {
-    if (cq.d) {
+    if (!sys_lock(cq)) {
       cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(*cq.lock()).store(
           0u, cuda::memory_order_release);
     } else {
@@ -390,8 +474,10 @@ struct Env {
     ec::CqRef ref;
     if (cq.d) {
       DevCq& d = *cq.d;
-      ref = ec::CqRef{reinterpret_cast<uint8_t*>(d.buf), reinterpret_cast<const uint32_t*>(d.ci_rec),
+      ref = ec::CqRef{cq_ptr(cq, d.buf, uint64_t{d.ncqe} * 64),
+                      reinterpret_cast<const uint32_t*>(cq_ptr(cq, d.ci_rec, 4)),
                       &d.status, &d.pi, &d.dropped, d.ncqe, d.flags};
+      if (!ref.buf || !ref.ci_rec) return false;  // ring outside the exported range: never
     } else {
       el::CqEntry& e = *cq.e;
       ref = ec::CqRef{s.at(e.buf_off),
@@ -399,7 +485,7 @@ struct Env {
                       &e.status, &e.pi, &e.dropped, e.ncqe, e.flags};
     }
     const uint32_t pi = *ref.pi;
-    GpuMem mem{cq.d == nullptr};
+    GpuMem mem{cq.d == nullptr || cq.peer >= 0 || remote_sys};
     switch (ec::write_cqe(mem, ref, fill)) {
       case ec::kCqeWritten: count_at(s, el::kCntCqes); return true;
       case ec::kCqeDropped: count_at(s, el::kCntCqeDropped); return false;
@@ -417,6 +503,7 @@ struct Env {
   template <class Fill>
   __device__ bool post_cqe(const Seg& s, uint32_t cqn, uint32_t qpn, Fill fill) {
     const Cq cq = cq_of(s, cqn);
+    if (cq.lost) return false;
     lock_cq(s, cq);
     const bool ok = post_cqe_locked(s, cq, qpn, fill);
     unlock_cq(cq);
@@ -426,7 +513,7 @@ struct Env {
   __device__ bool recv_begin(const Resp& r, ec::RecvSlot& slot) {
     if (ld_vol(&r.rq->wqe_cnt) == 0) return false;
     const Cq rcq = cq_of(r.ts, ld_vol(&r.rq->cqn));
-    if (r.foreign && rcq.d) return false;
+    if (rcq.lost) return false;  // another process's GPU CQ not in the peer map: RNR
     lock_cq(r.ts, rcq);
     const uint32_t rpi =
         m5::bswap32(ld_acq_sys(reinterpret_cast<const uint32_t*>(r.ts.at(r.rq->dbrec_off)))) &
@@ -443,7 +530,7 @@ struct Env {
   }
   __device__ void recv_end(const Resp& r, const ec::RecvSlot& slot, uint8_t cqe_op, uint8_t synd,
                            uint32_t len, uint32_t imm) {
-    const Cq rcq = cq_of(r.ts, ld_vol(&r.rq->cqn));
+    const Cq rcq = cq_of(r.ts, ld_vol(&r.rq->cqn));  // reachable: recv_begin checked
     post_cqe_locked(r.ts, rcq, r.num, [&](uint8_t* b, uint8_t owner) {
       if (synd)
         return m5::fill_err_cqe(b, cqe_op, synd, ec::vendor_syndrome(synd), r.num, 0, slot.index,
@@ -521,45 +608,76 @@ struct Env {
 struct Lane {
   uint8_t* dst;
   const uint8_t* src;
+  uint64_t val;   // an 8-byte inline payload, read with the WQE (inl8)
   uint32_t n;
   bool ok;        // this WQE belongs to the run
   bool signaled;
+  bool inl8;
   uint8_t opcode;
 };
+// What every lane needs of the QP being served (lane 0 reads it, the others get it by shuffle:
+// no second round trip to the EngineQp after the record's acquire).
+struct Fast {
+  m5::SqRing ring;
+  uint32_t qpn, max_inline, pd, pad;
+};
+constexpr uint32_t kNopBytes = 0xffffffffu;  // a NOP in a lane's per-round byte count
 
 // Whether WQE `ci` (lane's) is a plain one the batch may execute: what execute() would do for it
-// succeeds and is a store (or nothing). Anything else is left to the core.
-__device__ Lane check_plain(Env& env, const EngineQp& eq, const Env::Resp& resp, bool resp_ok,
-                            uint32_t ci) {
-  Lane l{nullptr, nullptr, 0, false, false, 0};
-  const ec::SqParams& q = eq.q;
-  const m5::CtrlView c = m5::get_ctrl_seg(q.ring.wqe(ci));
-  if (c.wqe_index != (ci & 0xffff) || c.qpn != q.qpn || c.ds == 0 || c.ds > 4) return l;
-  l.opcode = c.opcode;
-  l.signaled = (c.fm_ce_se & m5::kCqUpdate) != 0;
-  if (c.opcode == m5::kOpNop) {
+// succeeds and is a store (or nothing). Anything else is left to the core. The WQEBB's first 48
+// bytes are read at once, before any check (they are inside the ring whatever they hold).
+__device__ __forceinline__ Lane check_plain(Env& env, const Fast& f, const Env::Resp& resp,
+                                            bool resp_ok, uint32_t ci) {
+  Lane l{nullptr, nullptr, 0, 0, false, false, false, 0};
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(f.ring.wqe(ci));
+  uint4 c, r, s;  // ctrl, raddr, the third segment
+  if ((reinterpret_cast<uint64_t>(w) & 15) == 0) {  // rings are page or cudaMalloc aligned
+    const uint4* v = reinterpret_cast<const uint4*>(w);
+    c = v[0];
+    r = v[1];
+    s = v[2];
+  } else {
+    c = make_uint4(w[0], w[1], w[2], w[3]);
+    r = make_uint4(w[4], w[5], w[6], w[7]);
+    s = make_uint4(w[8], w[9], w[10], w[11]);
+  }
+  const uint32_t c0 = c.x, c1 = c.y, c2 = c.z, r0 = r.x, r1 = r.y, r2 = r.z;
+  const uint32_t s0 = s.x, s1 = s.y, s2 = s.z, s3 = s.w;
+  const uint32_t w0 = m5::bswap32(c0), w1 = m5::bswap32(c1);
+  const uint32_t ds = w1 & m5::kDsMask;
+  // The ctrl segment as get_ctrl_seg reads it: opcode, wqe_index, qpn, ds; fm_ce_se is byte 11.
+  if (((w0 >> 8) & 0xffff) != (ci & 0xffff) || (w1 >> 8) != f.qpn || ds == 0 || ds > 4) return l;
+  l.opcode = static_cast<uint8_t>(w0 & 0xff);
+  l.signaled = ((c2 >> 24) & m5::kCqUpdate) != 0;
+  if (l.opcode == m5::kOpNop) {
     l.ok = true;
     return l;
   }
-  if (c.opcode != m5::kOpRdmaWrite || !resp_ok || c.ds < 3) return l;
-  const m5::RaddrView ra = m5::get_raddr_seg(q.ring.seg(ci, 1));
-  const uint8_t* s2 = q.ring.seg(ci, 2);
+  if (l.opcode != m5::kOpRdmaWrite || !resp_ok || ds < 3) return l;
+  const uint64_t raddr = (static_cast<uint64_t>(m5::bswap32(r0)) << 32) | m5::bswap32(r1);
+  const uint32_t rkey = m5::bswap32(r2);
+  const uint32_t h = m5::bswap32(s0);
   uint32_t len;
-  if (m5::is_inline(s2)) {
-    len = m5::get_be32(s2) & ~m5::kInlineFlag;
-    if (2 + m5::inline_seg_ds(len) > c.ds || (q.max_inline && len > q.max_inline)) return l;
-    l.src = s2 + 4;  // one WQEBB: the payload does not wrap
+  if (h & m5::kInlineFlag) {
+    len = h & ~m5::kInlineFlag;
+    if (2 + m5::inline_seg_ds(len) > ds || (f.max_inline && len > f.max_inline)) return l;
+    l.src = reinterpret_cast<const uint8_t*>(w + 8) + 4;  // one WQEBB: the payload does not wrap
+    if (len == 8) {
+      l.val = s1 | (static_cast<uint64_t>(s2) << 32);
+      l.inl8 = true;
+    }
   } else {
-    if (c.ds != 3) return l;
-    const m5::DataView d = m5::get_data_seg(s2);
-    len = d.byte_count;
+    if (ds != 3) return l;
+    len = h;
+    if (len > 0x80000000u) return l;  // the core's LOCAL_LENGTH (2 GiB: the largest message)
     if (len) {
-      l.src = env.local(d.lkey, d.addr, len, 0u, q.pd);
+      const uint64_t addr = (static_cast<uint64_t>(m5::bswap32(s2)) << 32) | m5::bswap32(s3);
+      l.src = env.local(m5::bswap32(s1), addr, len, 0u, f.pd);
       if (!l.src) return l;
     }
   }
   if (len) {
-    l.dst = env.remote(resp, ra.rkey, ra.raddr, len, el::kRemoteWrite);
+    l.dst = env.remote(resp, rkey, raddr, len, el::kRemoteWrite);
     if (!l.dst) return l;
   }
   l.n = len;
@@ -579,11 +697,54 @@ __device__ __forceinline__ void shfl_struct(T& v, int src) {
   for (uint32_t k = 0; k < sizeof(T) / 4; ++k) w[k] = __shfl_sync(0xffffffffu, w[k], src);
 }
 
-// Execute the leading run of plain WQEs from eq.e.ci (all lanes call). Returns (lane-uniform)
-// the WQEs executed; *more is set when the run ended at a WQE the core must handle.
+__device__ __forceinline__ void store_lane(const Lane& l) {
+  if (l.inl8 && (reinterpret_cast<uint64_t>(l.dst) & 7) == 0)
+    *reinterpret_cast<uint64_t*>(l.dst) = l.val;
+  else
+    copy_bytes(l.dst, l.src, l.n);
+}
+
+// The payload stores of one round's run (lanes < run; all lanes call). Overlapping destinations
+// land in WQE order. When every payload is one aligned 8-byte word (what benchmarks post) one
+// match instruction finds duplicates; otherwise every pair is compared.
+__device__ __forceinline__ void store_round(const Lane& l, uint32_t lane, uint32_t run) {
+  const bool mine = lane < run && l.n;
+  const uint64_t me = reinterpret_cast<uint64_t>(l.dst);
+  bool overlap = false;
+  if (__all_sync(0xffffffffu, !mine || (l.n == 8 && (me & 7) == 0))) {
+    // Lanes without a store get keys no address has (~lane: the top bits set).
+    const uint32_t same = __match_any_sync(0xffffffffu, mine ? me : ~static_cast<uint64_t>(lane));
+    overlap = mine && same != (1u << lane);
+  } else {
+    for (uint32_t k = 0; k < run; ++k) {
+      const uint64_t d = shfl64(me, k);
+      const uint32_t n = __shfl_sync(0xffffffffu, mine ? l.n : 0u, k);
+      if (mine && k > lane && n && d < me + l.n && me < d + n) overlap = true;
+    }
+  }
+  if (__any_sync(0xffffffffu, overlap)) {
+    for (uint32_t k = 0; k < run; ++k) {
+      if (lane == k && mine) store_lane(l);
+      __syncwarp();
+    }
+  } else if (mine) {
+    store_lane(l);
+  }
+}
+
+__device__ __forceinline__ void prefetch_l1(const void* p) {
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+}
+
+// Execute the leading run of plain WQEs from eq.e.ci (all lanes call): up to kRounds rounds of
+// 32, lane l taking WQE ci + 32r + l in round r; the payloads of a round are stored before the
+// next round's. Then, after a release fence, lane 0 writes the signaled WQEs' CQEs in WQE order
+// under one hold of the CQ's lock. Returns (lane-uniform) the WQEs executed; *more is set when
+// the run ended at a WQE the core must handle.
 __device__ uint32_t run_batch(Env& env, EngineQp& eq, uint32_t lane, bool* more) {
   uint32_t avail = 0, ci = 0;
   Env::Resp resp{};
+  Fast f{};
   bool resp_ok = false;
   *more = true;
   if (lane == 0) {
@@ -591,64 +752,96 @@ __device__ uint32_t run_batch(Env& env, EngineQp& eq, uint32_t lane, bool* more)
     const bool fast = env.state == el::kRts && !(q.flags & (el::kQpNoDbr | el::kQpWqeSig)) &&
                       !q.dci && !eq.e.db_last_open;
     ci = eq.e.ci;
+    f = Fast{q.ring, q.qpn, q.max_inline, q.pd, 0};
     if (fast) {
       const uint32_t pi = m5::bswap32(ld_acq_sys(q.snd_dbrec)) & 0xffff;
       avail = (pi - ci) & 0xffff;
       if (avail > q.ring.wqebb_cnt) avail = 0;  // the core reports it
-      if (avail > kBatch) avail = kBatch;
+      if (avail > kFastMax) avail = kFastMax;
       if (avail) resp_ok = env.responder(nullptr, resp);
     }
   }
   avail = __shfl_sync(0xffffffffu, avail, 0);
   if (avail == 0) return 0;
   ci = __shfl_sync(0xffffffffu, ci, 0);
-  // The responder, to every lane.
   resp_ok = __shfl_sync(0xffffffffu, resp_ok, 0);
   shfl_struct(resp, 0);
-  Lane l{nullptr, nullptr, 0, false, false, 0};
-  if (lane < avail) l = check_plain(env, eq, resp, resp_ok, ci + lane);
-  const uint32_t bad = ~__ballot_sync(0xffffffffu, l.ok) | (avail < 32 ? ~0u << avail : 0u);
-  const uint32_t run = bad ? __ffs(bad) - 1 : 32;
+  shfl_struct(f, 0);
+  __syncwarp();  // lane 0's acquire of the record before every lane's reads of the WQEs
+#pragma unroll
+  for (uint32_t r = 1; r < kRounds; ++r) {
+    if (32 * r + lane < avail) {
+      const uint8_t* p = f.ring.wqe(ci + 32 * r + lane);
+      prefetch_l1(p);
+      prefetch_l1(p + 32);
+    }
+  }
+  uint32_t run = 0, msgs = 0;
+  uint64_t bytes = 0;
+  uint32_t sig[kRounds], nb[kRounds];  // per round: signaled lanes; this lane's bytes (or NOP)
+  bool ended = false;
+#pragma unroll
+  for (uint32_t r = 0; r < kRounds; ++r) {
+    sig[r] = 0;
+    nb[r] = 0;
+    const uint32_t base = 32 * r;
+    if (ended || base >= avail) {
+      ended = true;
+      continue;
+    }
+    const uint32_t cnt = min(avail - base, 32u);
+    Lane l{nullptr, nullptr, 0, 0, false, false, false, 0};
+    if (lane < cnt) l = check_plain(env, f, resp, resp_ok, ci + base + lane);
+    const uint32_t bad = ~__ballot_sync(0xffffffffu, l.ok) | (cnt < 32 ? ~0u << cnt : 0u);
+    const uint32_t rr = bad ? __ffs(bad) - 1 : 32;
+    if (rr < 32) ended = true;
+    if (rr == 0) continue;
+    store_round(l, lane, rr);
+    __syncwarp();  // this round's stores before the next round's: overlaps land in WQE order
+    const bool mine = lane < rr;
+    sig[r] = __ballot_sync(0xffffffffu, mine && l.signaled);
+    nb[r] = l.opcode == m5::kOpNop ? kNopBytes : l.n;
+    bytes += mine ? l.n : 0;
+    msgs += mine && l.opcode != m5::kOpNop ? 1 : 0;
+    run += rr;
+  }
   *more = run < avail;
   if (run == 0) return 0;
-  const bool mine = lane < run;
-  // Overlapping destinations within the run land in WQE order.
-  bool overlap = false;
-  const uint64_t me = reinterpret_cast<uint64_t>(l.dst);
-  for (uint32_t k = 0; k < run; ++k) {
-    const uint64_t d = shfl64(me, k);
-    const uint32_t n = __shfl_sync(0xffffffffu, l.n, k);
-    if (mine && k > lane && n && l.n && d < me + l.n && me < d + n) overlap = true;
-  }
-  if (__any_sync(0xffffffffu, overlap)) {
-    for (uint32_t k = 0; k < run; ++k) {
-      if (lane == k && l.n) copy_bytes(l.dst, l.src, l.n);
-      __syncwarp();
-    }
-  } else if (mine && l.n) {
-    copy_bytes(l.dst, l.src, l.n);
-  }
-  const uint32_t sig = __ballot_sync(0xffffffffu, mine && l.signaled);
-  uint64_t bytes = mine ? l.n : 0;
-  uint32_t msgs = mine && l.opcode != m5::kOpNop ? 1 : 0;
   for (int o = 16; o; o >>= 1) {
     bytes += shfl64(bytes, lane ^ o);  // xor butterfly: every lane ends with the sum
     msgs += __shfl_xor_sync(0xffffffffu, msgs, o);
   }
-  if (sig) __threadfence();  // every lane's payload before lane 0's CQEs (its fence: system
-                             // scope for a CQ in host memory, cumulative over these)
-  __syncwarp();
-  uint32_t ns[kBatch];  // lane 0: byte counts of the signaled WQEs
-  for (uint32_t m = sig; m; m &= m - 1) {
-    const uint32_t k = __ffs(m) - 1;
-    ns[k] = __shfl_sync(0xffffffffu, l.n, k);
+  uint32_t any = 0;
+#pragma unroll
+  for (uint32_t r = 0; r < kRounds; ++r) any |= sig[r];
+  if (any) {
+    fence_rel_gpu();  // every lane's payloads before lane 0's CQEs (whose fence is system scope
+    __syncwarp();     // for a CQ in host memory or a responder in another process
+                      // (env.remote_sys), cumulative over these)
+    Env::Cq cq{nullptr, nullptr};
+    const uint32_t qpn = f.qpn;
+    if (lane == 0) {
+      cq = env.cq_of(env.self, eq.send_cqn);
+      env.lock_cq(env.self, cq);
+    }
+#pragma unroll
+    for (uint32_t r = 0; r < kRounds; ++r) {
+      for (uint32_t m = sig[r]; m; m &= m - 1) {
+        const uint32_t k = __ffs(m) - 1;
+        const uint32_t n = __shfl_sync(0xffffffffu, nb[r], k);
+        if (lane == 0) {
+          const uint8_t op = n == kNopBytes ? m5::kOpNop : m5::kOpRdmaWrite;
+          const uint32_t nbytes = n == kNopBytes ? 0 : n;
+          const uint16_t idx = static_cast<uint16_t>(ci + 32 * r + k);
+          env.post_cqe_locked(env.self, cq, qpn, [&](uint8_t* b, uint8_t owner) {
+            return m5::fill_req_cqe(b, qpn, op, idx, nbytes, 0, owner);
+          });
+        }
+      }
+    }
+    if (lane == 0) env.unlock_cq(cq);
   }
   if (lane == 0) {
-    for (uint32_t m = sig; m; m &= m - 1) {
-      const uint32_t k = __ffs(m) - 1;
-      const uint8_t op = m5::get_ctrl_seg(eq.q.ring.wqe(ci + k)).opcode;
-      env.req_cqe(op, static_cast<uint16_t>(ci + k), ns[k]);
-    }
     env.cnt[el::kCntWqes] += run;
     env.cnt[el::kCntBytes] += bytes;
     env.cnt[el::kCntMessages] += msgs;
@@ -661,12 +854,13 @@ __device__ uint32_t run_batch(Env& env, EngineQp& eq, uint32_t lane, bool* more)
 }
 
 // ---- the warp's loop ----------------------------------------------------------------------------
-// The control block (lane 0). Warp 0 reads the host's (a PCIe round trip) and mirrors it into
-// GPU memory; every other warp reads the mirror, so idle warps do not flood PCIe with reads
-// (which slows every system-scope operation on the GPU).
-__device__ Control read_ctl(const Config& cfg, uint32_t w) {
+// The control block (lane 0). One warp (the last: at small QP counts it owns no QP, so no
+// QP's doorbell waits behind its PCIe reads) reads the host's and mirrors it into GPU memory;
+// every other warp reads the mirror, so idle warps do not flood PCIe with reads (which slows
+// every system-scope operation on the GPU).
+__device__ Control read_ctl(const Config& cfg, bool mirror) {
   Control c;
-  if (w == 0) {
+  if (mirror) {
     const Control* h = cfg.ctl;
     c.gen = ld_acq_sys(&h->gen);  // the host stores ref_lo/ref_hi before gen
     c.stop = ld_vol(&h->stop);
@@ -690,7 +884,7 @@ __device__ Control read_ctl(const Config& cfg, uint32_t w) {
   c.stop = ld_vol(&m->stop);
   c.hold = ld_vol(&m->hold);
   c.quiesce = ld_vol(&m->quiesce);
-  __threadfence();  // ref_lo/ref_hi were written before gen
+  fence_acq_gpu();  // ref_lo/ref_hi were written before gen
   c.ref_lo = ld_vol(&m->ref_lo);
   c.ref_hi = ld_vol(&m->ref_hi);
   return c;
@@ -713,6 +907,15 @@ __device__ void flush_qp(const Seg& self, EngineQp& eq) {
   eq.dirty = 0;
 }
 
+// The core's steps for lane 0, kept out of line: inlined, their register needs would be the hot
+// path's (the kernel spilled in the batch).
+__device__ __noinline__ uint32_t core_doorbell(Env& env, EngineQp& eq, uint64_t db) {
+  return ec::on_doorbell(env, eq.e, eq.q, db, 0);
+}
+__device__ __noinline__ uint32_t core_serve(Env& env, EngineQp& eq, uint32_t budget) {
+  return ec::serve(env, eq.e, eq.q, budget);
+}
+
 // Serve QP slot i (all lanes): the doorbell (if rung), the batch, then the core. Lane 0 returns
 // the work done.
 __device__ uint32_t serve_qp(const Config& cfg, const Seg& self, WarpCounters& wc, uint32_t i,
@@ -722,7 +925,7 @@ __device__ uint32_t serve_qp(const Config& cfg, const Seg& self, WarpCounters& w
   uint32_t work = 0;
   if (lane == 0 && rung) {
     eq.last_db = db;
-    ec::on_doorbell(env, eq.e, eq.q, db, 0);
+    core_doorbell(env, eq, db);
     work = 1;
   }
   __syncwarp();
@@ -736,7 +939,7 @@ __device__ uint32_t serve_qp(const Config& cfg, const Seg& self, WarpCounters& w
     if (lane == 0) {
       // What the batch left (at most one batch's worth), or only the core's bookkeeping after
       // it (the record re-read, lag checks, pending): the core.
-      work += ec::serve(env, eq.e, eq.q, more ? kBatch : 0);
+      work += core_serve(env, eq, more ? kBatch : 0);
     }
   } else if (lane == 0) {
     eq.e.pending = 0;
@@ -757,12 +960,12 @@ __device__ void flush_counters(const Seg& self, WarpCounters& wc, uint32_t lane)
   }
 }
 
-// Re-read the owned QPs from the segment (new slots, changed states and peers, RESET) and, on
-// warp 0, append new MR entries to the GPU mirror.
-__device__ void refresh(const Config& cfg, const Seg& self, uint32_t lo, uint32_t hi, uint32_t w,
-                        uint32_t nw, uint32_t lane) {
+// Re-read the owned QPs (slots 1 + wq + k*nw) from the segment (new slots, changed states and
+// peers, RESET) and, on warp 0, append new MR entries to the GPU mirror.
+__device__ void refresh(const Config& cfg, const Seg& self, uint32_t lo, uint32_t hi, uint32_t wq,
+                        uint32_t w, uint32_t nw, uint32_t lane) {
   const uint32_t n = min(ld_vol(&self.hdr()->n_qps), cfg.max_qps);
-  for (uint32_t base = 1 + w; base < n; base += nw * 32) {
+  for (uint32_t base = 1 + wq; base < n; base += nw * 32) {
     const uint32_t i = base + lane * nw;
     if (i < n && (hi == 0 || (i >= lo && i < hi))) {
       EngineQp& eq = cfg.qps[i];
@@ -809,16 +1012,22 @@ __device__ void refresh(const Config& cfg, const Seg& self, uint32_t lo, uint32_
 using namespace gicbench::cuda_engine;
 
 // The engine: `cfg` in GPU memory; blockDim.x a multiple of 32.
-extern "C" __global__ void __launch_bounds__(256) gicbench_emu_engine(const Config* __restrict__ pcfg) {
+// QP ownership: warp j of CTA b owns slots 1 + wq + k*nw with wq = j*gridDim + b, so slots
+// 1, 2, 3, ... go to different CTAs (SMs) first: few QPs spread over the SMs, not 8 to a CTA.
+extern "C" __global__ void __launch_bounds__(256, 1) gicbench_emu_engine(const Config* __restrict__ pcfg) {
   const Config& cfg = *pcfg;
   const uint32_t lane = threadIdx.x & 31;
-  const uint32_t nw = gridDim.x * (blockDim.x / 32);
-  const uint32_t w = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const uint32_t wpc = blockDim.x / 32;
+  const uint32_t nw = gridDim.x * wpc;
+  const uint32_t w = blockIdx.x * wpc + threadIdx.x / 32;
+  const uint32_t wq = (threadIdx.x / 32) * gridDim.x + blockIdx.x;
+  const bool mirror = w == nw - 1;  // reads the host's control block for everyone
+  const uint32_t stride = nw * 32;  // slots between a lane's QPs
   WarpAck& ack = cfg.acks[w];
   const Seg self = Seg::of(cfg.seg[cfg.rank]);
   WarpCounters wc;
   for (uint32_t c = 0; c < el::kNumCounters; ++c) wc.c[c] = 0;
-  uint32_t gen_seen = 0xffffffffu, q_req = 0, q_acked = 0;
+  uint32_t gen_seen = 0xffffffffu, q_req = 0, q_acked = 0, idle_run = 0;
   bool q_pending = false;
   uint64_t pass = 0, served = 0, since_flush = 0;
   if (lane == 0) {
@@ -829,10 +1038,12 @@ extern "C" __global__ void __launch_bounds__(256) gicbench_emu_engine(const Conf
   q_acked = __shfl_sync(0xffffffffu, q_acked, 0);
   bool idle = true;
   for (;;) {
-    if (idle || pass % kCtlPasses == 0) {
+    // The control block every kCtlPasses passes, and every kIdleCtlPasses idle ones (a read of
+    // it costs a fence: on every idle pass it would lengthen the doorbell poll).
+    if (pass % kCtlPasses == 0 || (idle && ++idle_run % kIdleCtlPasses == 0)) {
       uint32_t stop = 0, hold = 0, gen = 0, qz = 0, rlo = 0, rhi = 0;
       if (lane == 0) {
-        const Control c = read_ctl(cfg, w);
+        const Control c = read_ctl(cfg, mirror);
         stop = c.stop;
         hold = c.hold;
         gen = c.gen;
@@ -847,7 +1058,7 @@ extern "C" __global__ void __launch_bounds__(256) gicbench_emu_engine(const Conf
       if (stop || hold) {
         // Flush what this warp owes the segment, then exit or wait for the hold to end.
         flush_counters(self, wc, lane);
-        for (uint32_t i = 1 + w + lane * nw; i < ld_vol(cfg.n_qps); i += nw * 32) flush_qp(self, cfg.qps[i]);
+        for (uint32_t i = 1 + wq + lane * nw; i < ld_vol(cfg.n_qps); i += stride) flush_qp(self, cfg.qps[i]);
         __threadfence_system();
         __syncwarp();
         if (lane == 0) {
@@ -859,14 +1070,15 @@ extern "C" __global__ void __launch_bounds__(256) gicbench_emu_engine(const Conf
           st_vol(&ack.held, hold);
           __threadfence_system();
           for (;;) {
-            const Control c = read_ctl(cfg, w);
+            const Control c = read_ctl(cfg, mirror);
             if (c.hold != hold || c.stop) break;
             __nanosleep(2000);
           }
         }
         __syncwarp();
         idle = true;
-        continue;  // re-read the control block (gen has moved: refresh next)
+        idle_run = kIdleCtlPasses - 1;  // re-read the control block next (gen has moved)
+        continue;
       }
       if (gen != gen_seen) {
         uint32_t lo = 0, hi = 0;
@@ -876,7 +1088,7 @@ extern "C" __global__ void __launch_bounds__(256) gicbench_emu_engine(const Conf
         }
         lo = __shfl_sync(0xffffffffu, lo, 0);
         hi = __shfl_sync(0xffffffffu, hi, 0);
-        refresh(cfg, self, lo, hi, w, nw, lane);
+        refresh(cfg, self, lo, hi, wq, w, nw, lane);
         gen_seen = gen;
         if (lane == 0) {
           __threadfence_system();
@@ -890,54 +1102,75 @@ extern "C" __global__ void __launch_bounds__(256) gicbench_emu_engine(const Conf
     }
     // Peers' engines may move our QPs to ERR (their responder CQE overran our CQ): re-read.
     if (pass % kStateCheckPasses == kStateCheckPasses - 1) {
-      for (uint32_t i = 1 + w + lane * nw; i < ld_vol(cfg.n_qps); i += nw * 32) {
+      for (uint32_t i = 1 + wq + lane * nw; i < ld_vol(cfg.n_qps); i += stride) {
         EngineQp& eq = cfg.qps[i];
         if (eq.live && ld_vol(&self.qps()[i].state) == el::kErr) st_vol(&eq.state, static_cast<uint32_t>(el::kErr));
       }
       __syncwarp();
     }
-    // One pass over the owned QPs: 32 doorbell registers at a time.
+    // One pass over the owned QPs: kScanGroups groups of 32 doorbell registers are read at once
+    // (one round trip, not one per group: a warp owning many idle QPs still polls quickly), then
+    // the rung or pending ones of each group are served.
     const uint32_t n = ld_vol(cfg.n_qps);
     uint32_t work = 0;
-    for (uint32_t base = 1 + w; base < n; base += nw * 32) {
-      const uint32_t i = base + lane * nw;
-      bool want = false;
-      uint64_t db = 0;
-      bool rung = false;
-      if (i < n) {
-        EngineQp& eq = cfg.qps[i];
-        if (eq.live) {
-          db = ld_vol(eq.doorbell);
-          rung = db != eq.last_db;
-          want = rung || eq.e.pending;
+    for (uint32_t base0 = 1 + wq; base0 < n; base0 += stride * kScanGroups) {
+      const uint64_t* ptr[kScanGroups];
+      uint64_t db[kScanGroups], last[kScanGroups];
+      bool pend[kScanGroups];
+#pragma unroll
+      for (uint32_t g = 0; g < kScanGroups; ++g) {
+        const uint32_t i = base0 + g * stride + lane * nw;
+        ptr[g] = nullptr;
+        last[g] = 0;
+        pend[g] = false;
+        if (i < n) {
+          const EngineQp& eq = cfg.qps[i];
+          if (eq.live) {
+            ptr[g] = eq.doorbell;
+            last[g] = eq.last_db;
+            pend[g] = eq.e.pending != 0;
+          }
         }
       }
-      for (uint32_t m = __ballot_sync(0xffffffffu, want); m; m &= m - 1) {
-        const int k = __ffs(m) - 1;
-        const uint32_t qi = base + k * nw;
-        const uint64_t dbk = shfl64(db, k);
-        const bool rk = __shfl_sync(0xffffffffu, rung, k);
-        work += serve_qp(cfg, self, wc, qi, dbk, rk, lane);
-        ++served;
-        if (++since_flush >= kFlushServes) {
-          since_flush = 0;
-          flush_counters(self, wc, lane);
-          if (lane == 0) flush_qp(self, cfg.qps[qi]);
+#pragma unroll
+      for (uint32_t g = 0; g < kScanGroups; ++g) db[g] = ptr[g] ? ld_vol(ptr[g]) : 0;
+      uint32_t want_m[kScanGroups], rung_m[kScanGroups];
+#pragma unroll
+      for (uint32_t g = 0; g < kScanGroups; ++g) {
+        const bool rung = ptr[g] && db[g] != last[g];
+        rung_m[g] = __ballot_sync(0xffffffffu, rung);
+        want_m[g] = __ballot_sync(0xffffffffu, rung || pend[g]);
+      }
+#pragma unroll 1
+      for (uint32_t g = 0; g < kScanGroups; ++g) {  // one copy of the serve code, not four
+        const uint32_t base = base0 + g * stride;
+        for (uint32_t m = want_m[g]; m; m &= m - 1) {
+          const int k = __ffs(m) - 1;
+          const uint32_t qi = base + k * nw;
+          const uint64_t dbk = shfl64(db[g], k);
+          work += serve_qp(cfg, self, wc, qi, dbk, (rung_m[g] >> k) & 1, lane);
+          ++served;
+          if (++since_flush >= kFlushServes) {
+            since_flush = 0;
+            flush_counters(self, wc, lane);
+            if (lane == 0) flush_qp(self, cfg.qps[qi]);
+          }
         }
       }
     }
     work = __shfl_sync(0xffffffffu, work, 0);
     idle = work == 0;
+    if (!idle) idle_run = 0;
     if (idle && since_flush) {
       since_flush = 0;
       flush_counters(self, wc, lane);
-      for (uint32_t i = 1 + w + lane * nw; i < n; i += nw * 32) flush_qp(self, cfg.qps[i]);
+      for (uint32_t i = 1 + wq + lane * nw; i < n; i += stride) flush_qp(self, cfg.qps[i]);
       __threadfence_system();
       __syncwarp();
     }
     if (q_pending && idle) {
       flush_counters(self, wc, lane);
-      for (uint32_t i = 1 + w + lane * nw; i < n; i += nw * 32) flush_qp(self, cfg.qps[i]);
+      for (uint32_t i = 1 + wq + lane * nw; i < n; i += stride) flush_qp(self, cfg.qps[i]);
       __threadfence_system();
       __syncwarp();
       if (lane == 0) {
@@ -949,6 +1182,8 @@ extern "C" __global__ void __launch_bounds__(256) gicbench_emu_engine(const Conf
       q_acked = q_req;
       q_pending = false;
     }
+    // A warp that owns no QP only watches the control block: it need not spin at full rate.
+    if (idle && 1 + wq >= n && !q_pending && !mirror) __nanosleep(1000);
     ++pass;
   }
 }

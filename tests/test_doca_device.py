@@ -269,3 +269,87 @@ def test_doca_posts_on_emu(handler: NicHandler, cq_type: CqType) -> None:
                     fh.write(json.dumps(r) + "\n")
         REPORT.clear()
     assert not bad, json.dumps(bad, indent=1)
+
+
+LAT_ITERS = 1000  # ops per unit in the timed latency case
+
+
+def run_op_latency(w: dict, handler: NicHandler, op: Op) -> dict:
+    """Latency shape, exclusive, thread scope, one unit per QP: post one op of `op`, wait for its
+    ticket, LAT_ITERS times. Payloads land slot by slot (p: seed + slot; put: the source's
+    bytes), every signal op adds sig_val once to its QP's remote signal word, whose final value
+    is read at the target; issue and put+completion cycles in ns at the measured SM clock."""
+    from gicbench.submit.gpu import smclock
+
+    fs, landing, signal = w["fs"], w["landing"], w["signal"]
+    lv = host_view(landing.addr, NQPS * REGION)
+    lv[:] = 0
+    sv = host_view(signal.addr, NQPS * 8).view(np.uint64)
+    sv[:] = 0
+    srcv = host_view(w["src"].addr, NQPS * REGION)
+    srcv[:] = (np.arange(NQPS * REGION) * 5 + 1).astype(np.uint8)
+    before = fs[0].counters()
+    seed = 0x51_0000_0000
+    job = job_record(op, 8, LAT_ITERS, NQPS, seed=seed, sig_val=1, timeout_ns=2_000_000_000)
+    res, cycles = w["dev"].latency(w["doca_qps"], w["lanes"], job, handler, Sharing.EXCLUSIVE,
+                                   Scope.THREAD, 1, NQPS)  # fmt: skip
+    fs[0].quiesce()
+    fs[1].quiesce()
+    delta = {k: v - before[k] for k, v in fs[0].counters().items()}
+    import cupy as cp
+
+    hz = smclock.measure(cp)
+    payload_ok = signal_ok = True
+    for q in range(NQPS):
+        region = lv[q * REGION : q * REGION + LAT_ITERS * 8]
+        if op in (Op.P, Op.P_SIGNAL):
+            want = (seed + np.arange(LAT_ITERS, dtype=np.uint64)).view(np.uint8)
+            payload_ok &= bool(np.array_equal(region, want))
+        elif op in (Op.PUT, Op.PUT_SIGNAL):
+            want = srcv[q * REGION : q * REGION + LAT_ITERS * 8]
+            payload_ok &= bool(np.array_equal(region, want))
+        else:  # a signal alone writes nothing else
+            payload_ok &= not region.any()
+        if op in (Op.PUT_SIGNAL, Op.P_SIGNAL, Op.SIGNAL):
+            signal_ok &= int(sv[q]) == LAT_ITERS
+        else:
+            signal_ok &= int(sv[q]) == 0
+    ns = smclock.cycles_to_ns(cycles.astype(np.float64), hz)
+    rec = {
+        "handler": handler.cli, "op": op.name.lower(), "shape": "latency-timed",
+        "status": sorted({STATUS[int(s)] for s in res["status"]}), "payload_ok": payload_ok,
+        "signal_ok": signal_ok, "issue_ns_p50": float(np.median(ns[..., 0])),
+        "completion_ns_p50": float(np.median(ns[..., 1])), "sm_clock_hz": hz,
+        "wqes": delta["wqes"], "stale_wqes": delta["stale_wqes"], "dbrec_lag": delta["dbrec_lag"],
+        "bad_doorbells": delta["bad_doorbells"], "errors": delta["errors"],
+    }  # fmt: skip
+    REPORT.append(rec)
+    return rec
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("handler", list(NicHandler), ids=lambda v: v.name.lower())
+def test_every_op_timed_and_validated(handler: NicHandler) -> None:
+    """put, p, put_signal, p_signal and signal (ATOMIC_FA on the remote word) timed one at a
+    time through DOCA's calls; the figures go to DOCA_DEVICE_REPORT (no timing is asserted)."""
+    _gpu()
+    bad: list[dict] = []
+    try:
+        with world(handler, CqType.CQ_64B) as w:
+            for op, _ in OPS:
+                if not supported(handler, Scope.THREAD, op):
+                    continue
+                r = run_op_latency(w, handler, op)
+                wqes = LAT_ITERS * NQPS * (2 if op in (Op.PUT_SIGNAL, Op.P_SIGNAL) else 1)
+                if not (r["status"] == ["ok"] and r["payload_ok"] and r["signal_ok"]
+                        and r["wqes"] == wqes and r["stale_wqes"] == r["bad_doorbells"] == 0
+                        and r["errors"] == 0):  # fmt: skip
+                    bad.append(r)
+    finally:
+        path = os.environ.get("DOCA_DEVICE_REPORT")
+        if path:
+            with open(path, "a") as fh:
+                for r in REPORT:
+                    fh.write(json.dumps(r) + "\n")
+        REPORT.clear()
+    assert not bad, json.dumps(bad, indent=1)

@@ -1,6 +1,7 @@
 """--submitter doca without a GPU: it is registered, its knobs are declared once and refused
 with the other submitters, every refusal happens in pre-flight with its reason (headers, nvcc,
-GPU/CuPy, unsupported handler/scope/op combinations, DC, round trips, msg-rate shapes), the queue
+GPU/CuPy, unsupported handler/scope/op combinations, DC, msg-rate shapes, host-thread handlers
+on GPU-resident queues), the queue
 options reach bring-up (emu creates DOCA's queues and sizes its segment for the proxy words),
 and the kernels' slot walk covers each lane's slots as msg-rate's validation expects."""
 
@@ -134,7 +135,10 @@ def test_no_nvcc_says_why(monkeypatch, with_headers: None) -> None:
         ({"experiments": ["single-op"], "min_size": 16}, "carries one 8-byte value"),
         ({"experiments": ["single-op"], "modes": ("issue",), "doca_scope": "warp"},
          "warp-scope p is a stub"),
-        ({"experiments": ["single-op"], "pattern": "pairs"}, "respond loops"),
+        ({"experiments": ["single-op"], "doca_handler": "cpu-proxy", "engine": "cuda",
+          "queues": "device"}, "a CPU store cannot reach it"),
+        ({"experiments": ["msg-rate"], "doca_handler": "cpu-proxy-free-flow", "engine": "cuda",
+          "queues": "device"}, "--queues device: its host thread"),
         ({"experiments": ["msg-rate"], "transport": "dc", "payload": "pointer"},
          "no DC address vector"),
         ({"experiments": ["msg-rate"], "batch": 4}, "rings once per op"),
@@ -163,6 +167,8 @@ def test_unsupported_combinations_are_refused_in_preflight(
         {"experiments": ["single-op"], "modes": ("put_completion",), "payload": "pointer",
          "min_size": 8, "max_size": 4096, "doca_scope": "warp"},
         {"experiments": ["completion-scope"], "pattern": "fan-out", "qps": 4},
+        {"experiments": ["completion-scope"], "pattern": "pairs", "qps": 4},
+        {"experiments": ["single-op"], "modes": ("round_trip",), "pattern": "pairs"},
         {"experiments": ["msg-rate"], "threads": 2, "qps": 2},
         {"experiments": ["msg-rate"], "threads": 256, "qps": 2, "doca_sharing": "cta"},
         {"experiments": ["msg-rate"], "threads": 128, "qps": 2, "doca_sharing": "gpu",
@@ -279,8 +285,13 @@ class _Counters:
     def __init__(self) -> None:
         self.c = {"doorbells": 0, "cqes": 0, "stale_wqes": 0, "dbrec_lag": 0, "bad_doorbells": 0}
 
+        self.quiesced = 0
+
     def counters(self) -> dict[str, int]:
         return dict(self.c)
+
+    def quiesce(self) -> None:  # the CUDA engine adds its warps' counts here
+        self.quiesced += 1
 
 
 class _FakeDev:
@@ -437,8 +448,11 @@ def test_early_ring_handlers_record_a_lagging_record(monkeypatch, handler: str) 
     assert s.point_details()["emu_dbrec_lag"] == 1
 
 
-@pytest.mark.parametrize(("status", "exc"), [(2, "CompletionTimeout"), (3, "CompletionError"),
-                                             (4, "FabricError")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("status", "exc"),
+    [(2, "CompletionTimeout"), (3, "CompletionError"), (4, "FabricError"),
+     (5, "CompletionTimeout")],
+)  # fmt: skip
 def test_unit_status_becomes_the_exception(monkeypatch, status: int, exc: str) -> None:
     from gicbench import errors
     from gicbench.submit.base import LatencyWork
@@ -460,3 +474,82 @@ def test_blueflame_thread_blocks_fit_shared_memory(with_headers: None, monkeypat
     assert s._rate_shape(1, 1024) == (2, 512)
     s = _fake_submitter(monkeypatch, DocaParams(doca_sharing="gpu"), 1)
     assert s._rate_shape(1, 1024) == (1, 1024)
+
+
+def test_round_trip_and_responder_host_side(monkeypatch) -> None:
+    """round_trip: the latency kernel in MODE_RTT polls the reply buffer's GPU address (its last
+    8 bytes carry the peer's sequence word) and returns call -> reply; the responder runs the
+    same kernel in MODE_RESPOND on its lane, watching the request's landing buffer."""
+    from gicbench.submit.base import Buffer, LatencyWork, RespondWork
+    from gicbench.submit.doca.layout import MODE_RESPOND, MODE_RTT, SEQ, Op
+
+    s = _fake_submitter(monkeypatch, DocaParams(), 2)
+    lanes = _work_lanes(2)
+    reply = Buffer(0x1000 + 4096, 0x11, 512)
+    ns = s.latency(LatencyWork(lanes, 0, "round_trip", 64, False, True, 20, 5, reply=reply))
+    assert ns.shape == (20,) and (ns == 2000).all()
+    job = s.dev.calls[-1][3]
+    assert int(job["mode"]) == MODE_RTT and int(job["reply"]) == 0x7F000000 + 4096
+    assert int(job["flags"]) == SEQ and int(job["nquiet"]) == 0 and int(job["iters"]) == 25
+    with pytest.raises(ConfigError, match="reply"):
+        s.latency(LatencyWork(lanes, 0, "round_trip", 64, False, False, 20, 5))
+    watch = Buffer(0x1000 + 8192, 0x11, 512)
+    s.respond(RespondWork(lanes[1], watch, 8, True, 25))
+    kind, qps, lrec, job, blocks, threads = s.dev.calls[-1]
+    assert kind == "latency" and (blocks, threads) == (1, 1) and qps.shape == (296,)
+    assert int(job["mode"]) == MODE_RESPOND and int(job["reply"]) == 0x7F000000 + 8192
+    assert int(job["op"]) == Op.P and int(job["iters"]) == 25 and int(job["flags"]) == SEQ
+    assert int(lrec["src"][0]) == 0x1000 + 512  # the responder's own lane
+    assert s.fabric.quiesced >= 2  # counters read with every doorbell executed
+
+
+def test_host_thread_handlers_refuse_gpu_resident_queues(monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from gicbench.fabric.base import MemoryDomain
+
+    s = _fake_submitter(monkeypatch, DocaParams(doca_handler="cpu-proxy"), 1)
+    qp = SimpleNamespace(dci=False, sq=SimpleNamespace(domain=MemoryDomain.DEVICE, wqebb_cnt=64))
+    with pytest.raises(UnsupportedError, match="a CPU store cannot reach it"):
+        s.attach_queues([qp])
+    for h in ("gpu-sm-db", "gpu-sm-no-dbr", "gpu-sm-bf"):  # the GPU rings: either placement
+        plan(experiments=["single-op"], submitter="doca", doca_handler=h, engine="cuda",
+             queues="device", modes=("issue", "put_completion"))  # fmt: skip
+
+
+def test_preload_names_every_kernel_of_the_module() -> None:
+    """DocaDevice.preload() loads these before emu's CUDA engine starts: every kernel the loops
+    can launch (kernel_name over handlers x sharing x scopes x shapes) and the builder."""
+    from gicbench.submit.doca.device import DocaDevice
+    from gicbench.submit.doca.layout import SHAPES, kernel_name
+
+    names = object.__new__(DocaDevice).kernel_names()
+    want = {kernel_name(h, s, e, sh) for h in NicHandler for s in Sharing for e in Scope
+            for sh in SHAPES}  # fmt: skip
+    assert set(names) == want | {"gicbench_doca_init"} and len(names) == 61
+
+
+def test_harness_preloads_before_the_nic_opens() -> None:
+    """The harness calls Submitter.preload before provider.open (an engine kernel may start
+    there); the base class does nothing."""
+    import inspect
+
+    from gicbench import harness
+    from gicbench.submit.base import Submitter
+
+    src = inspect.getsource(harness)
+    assert src.index("submitter.preload(") < src.index("provider.open(")
+    assert Submitter.preload(None, 0) is None
+
+
+@pytest.mark.parametrize("name", ["host", "gpu", "proxy", "doca"])
+def test_every_submitter_passes_the_one_check_provider_call(with_headers: None, name: str) -> None:
+    """make_plan calls Submitter.check_provider once with (params, points, provider, caps,
+    provider_params). Three branches had each added their own signature; merged, every plan
+    raised TypeError (the host submitter's too)."""
+    plan(experiments=["single-op"], submitter=name, modes=("issue", "put_completion"))
+    if name in ("gpu", "doca"):  # knobs refused against emu's --queues device, by the same call
+        kw = {"doorbell": "host"} if name == "gpu" else {"doca_handler": "cpu-proxy"}
+        with pytest.raises((ConfigError, UnsupportedError), match="--queues device"):
+            plan(experiments=["single-op"], submitter=name, modes=("issue", "put_completion"),
+                 engine="cuda", queues="device", **kw)  # fmt: skip

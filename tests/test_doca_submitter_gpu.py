@@ -161,3 +161,159 @@ def test_gicbench_run_every_handler_end_to_end(tmp_path: Path, handler: str) -> 
                            capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
         assert "incomplete" not in r.stdout and '"validated": true' in r.stdout, r.stdout[-2000:]
+
+
+# ---- the CUDA engine (queues in GPU memory or the segment) and round trips --------------------
+@pytest.fixture(params=["device", "host"])
+def cuda_world(request):
+    """The same pair on emu's CUDA engine: --queues device (rings, records, doorbells and CQs in
+    GPU memory) or --queues host (the segment, mapped). Both engines stop before either fabric
+    closes (one process, two ranks)."""
+    _gpu()
+    from gicbench.submit.doca.submitter import DocaSubmitter
+
+    # Every kernel loaded before the engines start (lazy loading under a running engine kernel
+    # may wait for a context synchronisation that never comes), as the harness does.
+    DocaSubmitter.preload(DocaParams(), 0)
+    job = "dc-" + uuid.uuid4().hex[:8]
+    fs = [
+        EmuFabric(r, 2, job, progress="inline", segment_bytes=64 << 20, engine="cuda",
+                  engine_ctas=2, queues=request.param)
+        for r in range(2)
+    ]  # fmt: skip
+    infos = [f.local_info() for f in fs]
+    for f in fs:
+        f.add_peers(infos)
+    yield fs
+    for f in fs:
+        f.stop_engine()
+    for f in fs:
+        f.close()
+
+
+def _clean(fab, handler: str) -> None:
+    fab.quiesce()  # the CUDA engine adds its warps' counts at quiesce
+    c = fab.counters()
+    assert c["stale_wqes"] == c["bad_doorbells"] == 0, c
+    if handler not in EARLY_RING_HANDLERS:
+        assert c["dbrec_lag"] == 0, c
+
+
+@pytest.mark.parametrize("handler", HANDLERS)
+def test_doca_cuda_engine_every_handler_lands(cuda_world, handler: str) -> None:
+    """DOCA's structures filled from the CUDA engine's objects (GPU-memory CQs initialised on
+    the GPU, never a device-wide synchronise while the engine kernel runs): latency and a
+    32-thread shared-QP rate land every payload; the host-thread handlers need host-visible
+    records and doorbells and are refused with GPU-resident queues."""
+    from gicbench.errors import UnsupportedError
+
+    fs = cuda_world
+    device = fs[0].queues == "device"
+    params = DocaParams(doca_handler=handler, doca_sharing="gpu")
+    if device and params.nic_handler.host_thread:
+        with pytest.raises(UnsupportedError, match="a CPU store cannot reach it"):
+            _setup(fs, params, 2)
+        return
+    sub, lanes, src, dst = _setup(fs, params, 2)
+    try:
+        assert sub.qps is not None
+        for mode in ("issue", "put_completion"):
+            for size, inline in ((8, True), (64, False)):
+                ns = sub.latency(LatencyWork(lanes, 0, mode, size, inline, True, 30, 5))
+                assert ns.shape == (30,) and (ns > 0).all()
+                fs[1].quiesce()
+                got = bytes(host_view(dst.addr, size))
+                want = bytes(host_view(src.addr, size))[: size - 8] + (35).to_bytes(8, "little")
+                assert got == want, (mode, size)
+        res = sub.rate(RateWork(lanes, 64, 1, 8, True, 100, 10, 20))
+        assert res.messages == 6400
+        fs[1].quiesce()
+        for i, n in enumerate(sub.rate_lane_messages(2, 64, 1, 110)):
+            k = min(n, SLICE // 8) * 8
+            assert bytes(host_view(dst.addr + i * SLICE, k)) == bytes(
+                host_view(src.addr + i * SLICE, k)
+            ), f"lane {i}"
+        _clean(fs[0], handler)
+        assert sub.point_details()["emu_stale_wqes"] == 0
+    finally:
+        sub.close()
+
+
+def _pair(fs, params: DocaParams):
+    """A QP each way (rank 0 -> 1 requests, 1 -> 0 replies), sources and landing buffers in
+    host-mapped memory (the kernels poll the landing buffers' sequence words), a submitter per
+    rank. Both submitters take GPU 0: the in-process engines keep their queues there."""
+    from gicbench.submit.doca.submitter import DocaSubmitter
+
+    qo = DocaSubmitter.queue_options(params, DEPTH)
+    q = [f.create_qp(f.create_cq(DEPTH, **qo.cq), DEPTH, **qo.qp) for f in fs]
+    fs[0].connect(q[0], fs[1].endpoint(q[1]))
+    fs[1].connect(q[1], fs[0].endpoint(q[0]))
+    acc = Access.LOCAL_WRITE | Access.REMOTE_WRITE
+    src = [f.register(SLICE, Access.LOCAL_WRITE, domain="host-mapped") for f in fs]
+    land = [f.register(SLICE, acc, domain="host-mapped") for f in fs]
+    for r, s in enumerate(src):
+        host_view(s.addr, SLICE)[:] = np.random.default_rng(r).integers(0, 256, SLICE, np.uint8)
+    lanes = [
+        Lane(q[r], 1 - r, Buffer.local(src[r], 0, SLICE),
+             Buffer(land[1 - r].addr, land[1 - r].rkey, SLICE))
+        for r in range(2)
+    ]  # fmt: skip
+    subs = []
+    for r in range(2):
+        s = DocaSubmitter(rank=0, fabric=fs[r], progress=fs[r].progress_policy(), timeout_s=5.0,
+                          params=params)  # fmt: skip
+        s.attach_queues([q[r]])
+        subs.append(s)
+    return subs, lanes, src, land
+
+
+def _round_trips(fs, handler: str) -> None:
+    import threading
+
+    from gicbench.submit.base import RespondWork
+
+    params = DocaParams(doca_handler=handler)
+    (req, resp), lanes, src, land = _pair(fs, params)
+    try:
+        for size, inline in ((8, True), (64, False)):
+            total = 40 + 5
+            err: list[BaseException] = []
+
+            def answer(size=size, inline=inline, total=total, err=err) -> None:
+                try:
+                    resp.respond(RespondWork(lanes[1], Buffer.local(land[1], 0, SLICE), size,
+                                             inline, total))  # fmt: skip
+                except BaseException as e:  # reported by the main thread
+                    err.append(e)
+
+            t = threading.Thread(target=answer)
+            t.start()
+            try:
+                ns = req.latency(LatencyWork((lanes[0],), 0, "round_trip", size, inline, False, 40,
+                                             5, reply=Buffer.local(land[0], 0, SLICE)))  # fmt: skip
+            finally:
+                t.join(30)
+            assert not t.is_alive() and not err, err
+            assert ns.shape == (40,) and (ns > 0).all()
+            for f in fs:
+                f.quiesce()
+            seq = total.to_bytes(8, "little")
+            for r in range(2):  # the request landed at rank 1, the reply at rank 0
+                got = bytes(host_view(land[1 - r].addr, size))
+                assert got == bytes(host_view(src[r].addr, size))[: size - 8] + seq, (r, size)
+        for f in fs:
+            _clean(f, handler)
+    finally:
+        for s in (req, resp):
+            s.close()
+
+
+@pytest.mark.parametrize("handler", HANDLERS)
+def test_round_trip_with_a_doca_responder(world, handler: str) -> None:
+    _round_trips(world, handler)
+
+
+@pytest.mark.parametrize("handler", ["gpu-sm-db", "gpu-sm-no-dbr", "gpu-sm-bf"])
+def test_doca_cuda_engine_round_trip(cuda_world, handler: str) -> None:
+    _round_trips(cuda_world, handler)

@@ -1,5 +1,6 @@
-"""cuda/gda: every kernel variant (the seven orderings of the paper's Table 4) compiles for
-sm_90 with nvcc, and each variant's PTX carries exactly the ordering it names (no GPU needed)."""
+"""cuda/gda: every kernel variant (the seven orderings of the paper's Table 4, both CQ pollings)
+compiles for sm_90 with nvcc, and each variant's PTX carries exactly the ordering it names (no
+GPU needed)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from gicbench.submit.gpu import ORDERINGS
 from gicbench.submit.gpu.build import KERNELS
+from gicbench.submit.gpu.params import CQ_POLLS
 
 REPO = Path(__file__).resolve().parents[1]
 CUDA = REPO / "cuda"
@@ -47,10 +49,11 @@ def nvcc() -> str:
     return found
 
 
-def _ptx(ordering: str, tmp_path: Path) -> str:
-    out = tmp_path / f"k{ordering}.ptx"
+def _ptx(ordering: str, tmp_path: Path, cq_poll: str = "expected") -> str:
+    out = tmp_path / f"k{ordering}-{cq_poll}.ptx"
     cmd = [nvcc(), "-arch=sm_90", "-std=c++17", f"-I{CUDA}", "-ptx",
-           f"-DGDA_ORDERING={ORDERINGS.index(ordering)}", str(SRC), "-o", str(out)]  # fmt: skip
+           f"-DGDA_ORDERING={ORDERINGS.index(ordering)}",
+           f"-DGDA_CQ_POLL={CQ_POLLS.index(cq_poll)}", str(SRC), "-o", str(out)]  # fmt: skip
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     return out.read_text()
@@ -76,6 +79,34 @@ def test_every_ordering_compiles_for_sm90_with_its_ordering(ordering: str, tmp_p
         # doorbell-path function without them
         scrubbed = re.sub(r"membar\.sys|fence\.sc\.sys", "", body)
         assert not re.search(pat, scrubbed), f"{ordering}: unexpected {pat} in gda_single_op"
+
+
+# The CQ poll of each polling mode: expected polls with a relaxed load at the ordering's scope
+# (volatile for none/threadfence) and fences once on a hit; scan acquires at every poll.
+POLL = {
+    ("gpu-fence", "expected"): r"ld\.relaxed\.gpu\.global\.u32",
+    ("sys-fence", "expected"): r"ld\.relaxed\.sys\.global\.u32",
+    ("gpu-fence", "scan"): r"ld\.acquire\.gpu\.global\.u32",
+    ("sys-fence", "scan"): r"ld\.acquire\.sys\.global\.u32",
+}
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize(("ordering", "cq_poll"), sorted(POLL))
+def test_each_cq_poll_polls_at_the_ordering_scope(ordering: str, cq_poll: str, tmp_path) -> None:
+    ptx = _ptx(ordering, tmp_path, cq_poll)
+    for k in KERNELS:
+        assert f".entry {k}(" in ptx, f"{k} missing for {ordering}/{cq_poll}"
+    body = _function(ptx, "gda_single_op")
+    assert re.search(POLL[(ordering, cq_poll)], body), (ordering, cq_poll)
+
+
+@pytest.mark.nvcc
+def test_host_doorbell_marks_with_the_ordering(tmp_path: Path) -> None:
+    """--doorbell host: the ready mark is an 8-byte release store for the release orderings."""
+    ptx = _ptx("sys-release-store", tmp_path)
+    body = _function(ptx, "gda_msg_rate")
+    assert len(re.findall(r"st\.release\.sys\.global\.u64", body)) >= 2  # doorbell and mark
 
 
 @pytest.mark.nvcc

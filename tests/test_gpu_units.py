@@ -219,3 +219,61 @@ def test_clock_sweep_refuses_a_lock_that_did_not_hold_and_restores(monkeypatch, 
         "-i 00000000:19:00.0 -lgc 1400,1400",
         "-i 00000000:19:00.0 -rgc",
     ]
+
+
+# ---- the host-forwarded doorbell and the CQ poll: host-side rules ------------------------
+def test_build_options_name_the_cq_poll() -> None:
+    root = cuda_dir()
+    assert "-DGDA_CQ_POLL=0" in build_options("gpu-fence", root, "scan")
+    assert "-DGDA_CQ_POLL=1" in build_options("gpu-fence", root, "expected")
+    with pytest.raises(ValueError):
+        build_options("gpu-fence", root, "sometimes")
+
+
+def test_qp_state_fits_the_rows_the_submitter_allocates() -> None:
+    from gicbench.submit.gpu.submitter import STATE_WORDS
+
+    text = (Path(__file__).resolve().parents[1] / "cuda" / "gda" / "queue.cuh").read_text()
+    body = text[text.index("struct QpState {") : text.index("};", text.index("struct QpState {"))]
+    fields = re.findall(r"^\s+uint32_t (\w+)(?:\[(\d+)\])?;", body, flags=re.M)
+    assert "cq_pub" in [f for f, _ in fields] and "cq_slack" in [f for f, _ in fields]
+    assert sum(int(n or 1) for _, n in fields) == STATE_WORDS  # the kernel's row is the array's
+
+
+@pytest.mark.parametrize("depth", [16, 64, 256, 1024])
+@pytest.mark.parametrize("bbs", [1, 2, 4])
+def test_the_cq_record_lag_never_lets_a_cqe_overrun(depth: int, bbs: int) -> None:
+    """With at most `inflight` CQEs owed and the record lagging by at most `slack` consumed
+    CQEs, the furthest CQE (consumer index + inflight - 1) stays below record + ncqe."""
+    ncqe = depth
+    for batch in (1, max(1, depth // bbs // 2), depth // bbs):
+        se = lanes.signal_every(depth, bbs, batch)
+        inflight = lanes.max_inflight_cqes(depth, bbs, se)
+        assert inflight <= ncqe
+        slack = lanes.cq_slack(ncqe, inflight)
+        record, ci = 0, slack  # the worst lag publish_cq_ci leaves
+        assert ci + inflight - 1 < record + ncqe
+    assert lanes.cq_slack(256, 1) == 255  # single-op: one WQE outstanding
+
+
+def test_host_doorbell_with_gpu_resident_queues_is_refused_in_preflight(monkeypatch) -> None:
+    from gicbench.submit.gpu.submitter import GpuSubmitter
+
+    monkeypatch.setattr(GpuSubmitter, "availability", classmethod(lambda cls, probes: None))
+    with pytest.raises(ConfigError, match=r"doorbell \(--doorbell\).*--queues device"):
+        plan(experiments=["single-op"], submitter="gpu", doorbell="host", engine="cuda",
+             queues="device")  # fmt: skip
+    with pytest.raises(ConfigError, match="doorbell"):
+        plan(experiments=["single-op"], submitter="gpu", doorbell="sometimes")
+    with pytest.raises(ConfigError, match=r"cq_poll|cq-poll"):
+        plan(experiments=["single-op"], submitter="gpu", cq_poll="never")
+
+
+def test_host_doorbell_refuses_a_qp_whose_record_is_in_gpu_memory() -> None:
+    from gicbench.fabric.base import CompletionQueue, MemoryDomain, QueuePair, SendQueue
+    from gicbench.submit.gpu.forward import host_reachable
+
+    cq = CompletionQueue(cqn=1, buf=0, ncqe=64, dbrec=0)
+    sq = SendQueue(7, 0, 64, 0, 0, cq, MemoryDomain.DEVICE)
+    why = host_reachable(QueuePair(qpn=7, sq=sq, rq=None))
+    assert why is not None and "--queues device" in why

@@ -172,8 +172,11 @@ def _setup(o: RenderOptions) -> str:
         lines += [f"export GICBENCH_GPUS_PER_NODE={o.gpus_per_node}"]
     if o.gpus_per_node and o.ntasks_per_node > o.gpus_per_node:
         lines += [
-            f"# {o.ntasks_per_node} tasks share {o.gpus_per_node} GPUs per node: MPS. Local rank",
-            "# 0 of each node starts its daemon (`gicbench jobs bind`); it is stopped at exit.",
+            f"# {o.ntasks_per_node} tasks share {o.gpus_per_node} GPUs per node: several ranks on "
+            "one GPU need CUDA MPS",
+            "# (without it their kernels time-slice, milliseconds a turn), or run one rank per GPU",
+            "# (--ntasks-per-node <= --gpus-per-node). Local rank 0 of each node starts the MPS",
+            "# daemon (`gicbench jobs bind`: nvidia-cuda-mps-control -d); it is stopped at exit.",
             'export CUDA_MPS_PIPE_DIRECTORY="/tmp/gicbench-mps-${SLURM_JOB_ID}/pipe"',
             'export CUDA_MPS_LOG_DIRECTORY="/tmp/gicbench-mps-${SLURM_JOB_ID}/log"',
         ]

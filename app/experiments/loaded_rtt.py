@@ -1,12 +1,20 @@
 """loaded-rtt: an 8-byte probe's round trip while background producers load both endpoints (the
 paper, arXiv 2610.01380, §4.2, Figure 6, Table 11).
 
-The probe runs on ring 0: shared with bulk traffic (`--queue shared`, the background also fills
-ring 0, so the probe waits behind it in one FIFO) or reserved (`--queue reserved`, the
-background fills rings 1..R-1). Both endpoints run --background producers (host threads or GPU
-CTAs) over the same workers; the rate the background carried during the probe is recorded
-(`background_mps`, per endpoint), optionally paced to --pace M msg/s. Needs --submitter proxy
-and --pattern pairs; a shared ring takes several producers, so it needs --handoff baseline.
+--submitter proxy: the probe runs on ring 0: shared with bulk traffic (`--queue shared`, the
+background also fills ring 0, so the probe waits behind it in one FIFO) or reserved (`--queue
+reserved`, the background fills rings 1..R-1). Both endpoints run --background producers (host
+threads or GPU CTAs) over the same workers. A shared ring takes several producers, so it needs
+--handoff baseline.
+
+--submitter gpu (mini-gda, app/submit/gpu/loaded.py): --background CTAs per endpoint each post
+batches of --batch writes on their own QP; the probe's QP is shared with background CTA 0
+(`--queue shared`) or private to it (`--queue reserved`: a QP no CTA posts on), so the same C
+QPs carry the load either way.
+
+Both: the rate the background carried during the probe is recorded (`background_mps`, per
+endpoint), optionally paced to --pace M msg/s; --pattern pairs. The analysis' `ratio` compares
+the probe's shared over its reserved (proxy: ring; gpu: private QP) round trip.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..knobs import KIND_FLOAT, KIND_STR, Knob
+from ..mlx5 import write_wqebbs
 from ..submit.base import Shape
 from .common import BATCH, ITERS, WARMUP, SizeSweep, field
 from .registry import Column, Experiment, PointResult, register
@@ -28,7 +37,7 @@ if TYPE_CHECKING:
 QUEUES = ("shared", "reserved")
 QUEUE = Knob(
     "--queue",
-    "the probe's ring: shared with the background, or reserved for it",
+    "the probe's queue (proxy: a ring; gpu: a QP): shared with the background, or reserved",
     KIND_STR,
     choices=QUEUES,
     many=True,
@@ -58,8 +67,8 @@ class LoadedRttParams(SizeSweep):
 @register
 class LoadedRtt(Experiment):
     name = "loaded-rtt"
-    submitters = ("proxy",)
-    summary = "probe round trip under background load: shared vs reserved proxy ring"
+    submitters = ("proxy", "gpu")
+    summary = "probe round trip under background load: shared vs reserved ring (proxy) or QP (gpu)"
     method = "the paper (arXiv 2610.01380) §4.2, Figure 6, Table 11"
     Params = LoadedRttParams
     shapes = frozenset({Shape.LATENCY, Shape.RESPOND})
@@ -75,13 +84,24 @@ class LoadedRtt(Experiment):
         return int(self.cfg.knobs.get("rings", 1))
 
     @property
+    def gpu(self) -> bool:
+        return self.cfg.submitter == "gpu"
+
+    @property
     def lanes_per_peer(self) -> int:
+        if self.gpu:
+            from ..submit.gpu.loaded import lanes_needed
+
+            return lanes_needed(self.params.background)
         return self.workers
 
     def check(self) -> None:
         p = self.params
         if p.min_size < 8 or p.top > 512:
             raise ConfigError("min_size (-b)", p.min_size, "8..512 (an inline probe)")
+        if self.gpu:
+            self.check_gpu()
+            return
         if p.batch > 16:
             raise ConfigError("batch (--batch)", p.batch, "1..16 with --submitter proxy")
         if "reserved" in p.queue and self.rings < 2:
@@ -102,8 +122,39 @@ class LoadedRtt(Experiment):
                 f"<= {self.rings - 1} (--rings - 1) with --handoff tuned: one producer per ring",
             )
 
+    def check_gpu(self) -> None:
+        """mini-gda's limits: a warp builds a background batch, and a batch and the probe's WQE
+        fit one SQ."""
+        from ..submit.gpu.loaded import MAX_BATCH
+
+        p = self.params
+        if p.batch > MAX_BATCH:
+            raise ConfigError("batch (--batch)", p.batch, f"1..{MAX_BATCH} with --submitter gpu")
+        bbs = write_wqebbs(True, p.top, False)
+        if (p.batch + 1) * bbs > self.cfg.sq_depth:
+            raise ConfigError(
+                "batch (--batch)",
+                p.batch,
+                f"<= {self.cfg.sq_depth // bbs - 1}: a batch and the probe of {bbs} WQEBBs each "
+                f"fit the SQ (--sq-depth {self.cfg.sq_depth})",
+            )
+
     def points(self) -> list[dict[str, Any]]:
         p = self.params
+        if self.gpu:
+            return [
+                {
+                    "size": size,
+                    "queue": q,
+                    "batch": p.batch,
+                    "background": p.background,
+                    "pace_mps": p.pace,
+                    "iters": p.iters,
+                    "warmup": p.warmup,
+                }
+                for size in p.sizes
+                for q in p.queue
+            ]
         return [
             {
                 "size": size,
@@ -136,6 +187,8 @@ class LoadedRtt(Experiment):
         # requester: the reply lands in our slice from the peer; responder: the request does
         reply = ctx.landing_from(peer)
         sub = ctx.submitter
+        if self.gpu:
+            return self.run_gpu(ctx, point, peer, requester, reply)
         res = sub.loaded(  # type: ignore[attr-defined]
             LoadedWork(
                 lanes=lanes,
@@ -161,6 +214,34 @@ class LoadedRtt(Experiment):
         samples = {"rtt_ns": res.rtt_ns} if requester else {}
         return PointResult(samples=samples, results=results, role=t.role)
 
+    def run_gpu(
+        self, ctx: RankContext, point: dict[str, Any], peer: int, requester: bool, reply: Any
+    ) -> PointResult:
+        from ..submit.gpu.loaded import GpuLoadedWork, lanes_needed
+
+        res = ctx.submitter.loaded(  # type: ignore[attr-defined]
+            GpuLoadedWork(
+                lanes=ctx.lanes_to(peer, "rc", lanes_needed(point["background"])),
+                requester=requester,
+                shared=point["queue"] == "shared",
+                background=point["background"],
+                batch=point["batch"],
+                pace_mps=point["pace_mps"],
+                size=point["size"],
+                reply=reply,
+                iters=point["iters"],
+                warmup=point["warmup"],
+            )
+        )
+        results = {
+            "background_mps": res.background / res.probe_ns * 1e3 if res.probe_ns > 0 else 0.0,
+            "background_messages": res.background,
+            "background_posted": res.posted,
+            "background_doorbells": res.doorbells,
+        }
+        samples = {"rtt_ns": res.rtt_ns} if requester else {}
+        return PointResult(samples=samples, results=results, role=ctx.traffic.role)
+
     def expected_landing(
         self,
         ctx: RankContext,
@@ -180,6 +261,16 @@ class LoadedRtt(Experiment):
         return [(0, np.concatenate([source_bytes[: size - 8], seq]))]
 
     def columns(self) -> list[Column]:
+        if self.gpu:
+            return [
+                Column("size(B)", "size", "{:d}"),
+                Column("queue", "queue", "{}", width=9),
+                Column("B", "batch", "{:d}", width=4),
+                Column("bg", "background", "{:d}", width=4),
+                Column("p50(µs)", "p50_us"),
+                Column("p99(µs)", "p99_us"),
+                Column("bg M msg/s", "background_mps"),
+            ]
         return [
             Column("size(B)", "size", "{:d}"),
             Column("queue", "queue", "{}", width=9),

@@ -172,6 +172,15 @@ class Submitter(ABC):
         return QueueOptions()
 
     @classmethod
+    def preload(cls, params: Any, local_rank: int) -> None:
+        """Called by the harness before the NIC opens, on every rank: compile and load what
+        this submitter's loops will launch on the rank's GPU (node-local rank i takes GPU i mod
+        count). A provider may start a persistent kernel at open (emu's CUDA engine); under
+        CUDA's lazy loading a kernel first loaded while it runs may wait for a context
+        synchronisation that never comes. Default: nothing."""
+        return None
+
+    @classmethod
     def check_points(cls, params: Any, points: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
         """Refuse (ConfigError/UnsupportedError), in pre-flight, points this submitter cannot
         run with `params` ((experiment name, point) pairs, as the experiments list them)."""
@@ -184,9 +193,11 @@ class Submitter(ABC):
         points: Sequence[tuple[str, Mapping[str, Any]]],
         provider: str,
         caps: ProviderCaps,
+        provider_params: Any,
     ) -> None:
-        """Refuse, in pre-flight, what this submitter cannot run on `provider` (whose caps say
-        how it posts); the default: nothing beyond the posting match the plan checks."""
+        """Refuse (ConfigError/UnsupportedError), in pre-flight, what this submitter cannot run
+        on `provider`: its caps say how it posts, `provider_params` are its own knobs (e.g.
+        emu's queue placement). Default: nothing beyond the posting match the plan checks."""
         return None
 
     def __init__(

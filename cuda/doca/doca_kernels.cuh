@@ -43,6 +43,14 @@ enum : int32_t {
   GICBENCH_DOCA_ETIMEDOUT = 2,     // the last ticket's CQE did not arrive within timeout_ns
   GICBENCH_DOCA_ECQE = 3,          // an error CQE (REQ_ERR) for the last ticket
   GICBENCH_DOCA_EBADARG = 4,       // job inconsistent with the launch (units vs QPs)
+  GICBENCH_DOCA_ENOSEQ = 5,        // round trip: the peer's sequence word did not arrive in time
+};
+
+// What the latency kernel does per op (gicbench_doca_job.mode).
+enum : uint32_t {
+  GICBENCH_DOCA_MODE_LATENCY = 0,  // post, wait the ticket (issue and put+completion cycles)
+  GICBENCH_DOCA_MODE_RTT = 1,      // post, wait for the peer's reply (sequence word at `reply`)
+  GICBENCH_DOCA_MODE_RESPOND = 2,  // wait for the peer's request at `reply`, then post the answer
 };
 
 // Per-QP addresses and keys (keys big-endian, as DOCA_GPUNETIO_VERBS_MKEY_SWAPPED says).
@@ -75,14 +83,20 @@ struct gicbench_doca_job {
   uint32_t nquiet;      // latency: after each op, also wait the last ticket of QPs [0, nquiet)
   uint32_t window;      // rate: record a time mark every `window` ops of a unit (0: none)
   uint32_t max_windows; // rate: marks per unit
+  uint64_t reply;       // round trip: GPU address of the landing buffer whose last 8 bytes (of
+                        // `size`) carry the peer's sequence word (requester: the reply; responder:
+                        // the request)
+  uint32_t mode;        // GICBENCH_DOCA_MODE_* (latency kernel)
+  uint32_t reserved;
 };
-static_assert(sizeof(gicbench_doca_job) == 64, "layout.py JOB_DTYPE");
+static_assert(sizeof(gicbench_doca_job) == 80, "layout.py JOB_DTYPE");
 
 struct gicbench_doca_result {
   int32_t status;     // GICBENCH_DOCA_*
   int32_t cq_status;  // what DOCA's poll returned for the last ticket (0, EBUSY, -EIO)
   uint64_t ticket;    // last WQE index posted
-  uint64_t post_ns;   // %globaltimer: first post -> last post returned
+  uint64_t post_ns;   // rate: %globaltimer first post -> last post returned; round trip
+                      // (ENOSEQ): the sequence word last seen
   uint64_t total_ns;  // %globaltimer: first post -> last ticket completed
 };
 static_assert(sizeof(gicbench_doca_result) == 32, "layout.py RESULT_DTYPE");
@@ -142,6 +156,27 @@ __device__ inline int32_t gicbench_doca_wait(doca_gpu_dev_verbs_qp* qp, uint64_t
   *cq_status = s;
   if (s == EBUSY) return GICBENCH_DOCA_ETIMEDOUT;
   return s == 0 ? GICBENCH_DOCA_OK : GICBENCH_DOCA_ECQE;
+}
+
+// The 8-byte sequence word a round trip polls (the peer's write lands it; volatile loads, as
+// mini-gda's load_seq: an equality test on a torn read can only succeed on the final value).
+__device__ inline uint64_t gicbench_doca_load_seq(uint64_t addr) {
+  if ((addr & 7) == 0) return *reinterpret_cast<const volatile uint64_t*>(addr);
+  uint64_t v = 0;
+  for (int k = 0; k < 8; ++k)
+    v |= (uint64_t)reinterpret_cast<const volatile uint8_t*>(addr)[k] << (8 * k);
+  return v;
+}
+
+// Bounded wait until the word at `addr` equals `want`; *seen: what it held last.
+__device__ inline int32_t gicbench_doca_await_seq(uint64_t addr, uint64_t want,
+                                                  uint64_t timeout_ns, uint64_t* seen) {
+  const uint64_t t0 = doca_gpu_dev_verbs_query_globaltimer();
+  while ((*seen = gicbench_doca_load_seq(addr)) != want) {
+    if (doca_gpu_dev_verbs_query_globaltimer() - t0 > timeout_ns) return GICBENCH_DOCA_ENOSEQ;
+  }
+  __threadfence();  // the rest of the peer's message is read after its last word
+  return GICBENCH_DOCA_OK;
 }
 
 __device__ inline doca_gpu_dev_verbs_addr gicbench_doca_addr(uint64_t a, uint32_t key_be) {
@@ -356,6 +391,11 @@ __device__ inline void gicbench_doca_post(doca_gpu_dev_verbs_qp* qps,
 // and records, per iteration, issue cycles (the DOCA call) and put+completion cycles (call to
 // completed ticket) from clock64 into cycles[(unit * iters + i) * 2 + {0, 1}]; the harness turns
 // cycles into ns with its measured SM clock. The first failing wait ends the unit's loop.
+// Round trip (job.mode RTT): column 1 is call -> the peer's reply (its sequence word n + 1 in the
+// last 8 bytes of `reply`); the ticket is waited after, untimed. Responder (job.mode RESPOND):
+// per op, wait for the request's sequence word n + 1 at `reply`, then post the answer (stamped
+// n + 1 as every SEQ op) and wait its ticket; nothing is timed. mini-gda's gda_single_op and
+// gda_respond follow the same protocol, so either submitter answers the other's requests.
 template <doca_gpu_dev_verbs_nic_handler H, doca_gpu_dev_verbs_resource_sharing_mode S,
           doca_gpu_dev_verbs_exec_scope E>
 __device__ inline void gicbench_doca_latency(doca_gpu_dev_verbs_qp* qps,
@@ -368,35 +408,55 @@ __device__ inline void gicbench_doca_latency(doca_gpu_dev_verbs_qp* qps,
   const gicbench_doca_place p = gicbench_doca_where<H, S, E>(job);
   gicbench_doca_result r = {};
   r.status = p.status;
-  if (p.status == GICBENCH_DOCA_OK) {
+  if (p.status == GICBENCH_DOCA_OK && job.mode > GICBENCH_DOCA_MODE_RESPOND)
+    r.status = GICBENCH_DOCA_EBADARG;
+  if (r.status == GICBENCH_DOCA_OK) {
     doca_gpu_dev_verbs_qp* qp = &qps[p.q];
     const gicbench_doca_lane l = lanes[p.q];
     const uint32_t sz = gicbench_doca_size(job);
+    const uint64_t word = job.reply + sz - sizeof(uint64_t);  // the peer's sequence word
     const uint64_t t0 = doca_gpu_dev_verbs_query_globaltimer();
     for (uint32_t i = 0; i < job.iters; ++i) {
-      uint64_t off, value;
+      uint64_t off, value, seen = 0;
+      const uint64_t seq = (uint64_t)job.first + i + 1;
       gicbench_doca_payload(l, job, p.rank, p.per_qp, i, p.lane_id, warp, sz, &off, &value);
+      if (job.mode == GICBENCH_DOCA_MODE_RESPOND) {
+        r.status = gicbench_doca_await_seq(word, seq, job.timeout_ns, &seen);
+        if (warp) r.status = __reduce_max_sync(DOCA_GPUNETIO_VERBS_WARP_FULL_MASK, r.status);
+        if (r.status != GICBENCH_DOCA_OK) {
+          r.post_ns = seen;
+          break;
+        }
+      }
       const long long c0 = clock64();
       const uint64_t ticket =
           gicbench_doca_issue<H, S, E>(qp, &gicbench_doca_smem[threadIdx.x], l, job, off, value);
       const long long c1 = clock64();
-      r.status = gicbench_doca_wait<S>(qp, ticket, job.timeout_ns, &r.cq_status);
-      // An all-QP quiet (completion-scope --scope all): every other QP's last posted WQE too,
-      // read from its DOCA structure and CQ in memory, as NVSHMEM's PE-wide quiet walks them.
-      for (uint32_t j = 0; j < job.nquiet && r.status == GICBENCH_DOCA_OK; ++j) {
-        if (j == p.q) continue;
-        const uint64_t last =
-            *reinterpret_cast<const volatile uint64_t*>(&qps[j].sq_rsvd_index);
-        int32_t st = 0;
-        if (last) r.status = gicbench_doca_wait<S>(&qps[j], last - 1, job.timeout_ns, &st);
+      long long c2 = 0;
+      if (job.mode == GICBENCH_DOCA_MODE_RTT) {
+        r.status = gicbench_doca_await_seq(word, seq, job.timeout_ns, &seen);
+        c2 = clock64();
+        if (r.status != GICBENCH_DOCA_OK) r.post_ns = seen;
+        else r.status = gicbench_doca_wait<S>(qp, ticket, job.timeout_ns, &r.cq_status);
+      } else {
+        r.status = gicbench_doca_wait<S>(qp, ticket, job.timeout_ns, &r.cq_status);
+        // An all-QP quiet (completion-scope --scope all): every other QP's last posted WQE too,
+        // read from its DOCA structure and CQ in memory, as NVSHMEM's PE-wide quiet walks them.
+        for (uint32_t j = 0; j < job.nquiet && r.status == GICBENCH_DOCA_OK; ++j) {
+          if (j == p.q) continue;
+          const uint64_t last =
+              *reinterpret_cast<const volatile uint64_t*>(&qps[j].sq_rsvd_index);
+          int32_t st = 0;
+          if (last) r.status = gicbench_doca_wait<S>(&qps[j], last - 1, job.timeout_ns, &st);
+        }
+        c2 = clock64();
       }
-      const long long c2 = clock64();
       r.ticket = ticket;
       if (warp) {
         r.status = __reduce_max_sync(DOCA_GPUNETIO_VERBS_WARP_FULL_MASK, r.status);
         r.ticket = base_ticket_max(r.ticket);
       }
-      if (!warp || p.lane_id == 0) {
+      if ((!warp || p.lane_id == 0) && job.mode != GICBENCH_DOCA_MODE_RESPOND) {
         uint64_t* c = cycles + ((uint64_t)p.unit * job.iters + i) * 2;
         c[0] = (uint64_t)(c1 - c0);
         c[1] = (uint64_t)(c2 - c0);

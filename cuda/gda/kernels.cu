@@ -3,6 +3,7 @@
 // per ordering with -DGDA_ORDERING=n; tests compile every variant with nvcc for sm_90.
 //
 // gda_prepare    attach QP states (from the doorbell records in memory) and start a call
+// gda_finish     end a call: every lane's CQ consumer record brought up to date
 // gda_single_op  one write at a time: issue, put+completion (selected QP or all), round trip
 // gda_respond    the far side of the round trip
 // gda_msg_rate   many writes outstanding: publication per thread (slot handoff in reservation
@@ -11,6 +12,17 @@
 //
 // Every wait checks a deadline (globaltimer) and a host abort word, and stops when another thread
 // has failed: a call never hangs; the first failure is written to `status` (queue.cuh).
+//
+// Completion (-DGDA_CQ_POLL): 0 `scan`: every wait reaps all CQEs present under the QP's CQ lock
+// (an acquire load per poll), the CQ record is stored at every reap, msg-rate reaps after every
+// doorbell. 1 `expected`: a lane one thread drives is waited on by polling only the next CQE (a
+// relaxed load per poll, one acquire on the hit), the record is stored only when its lag could
+// let the NIC overrun the CQ (QpState.cq_slack), msg-rate reaps only when it needs room or drains,
+// and single-op's all-QP quiet reads the other QPs' records and CQs from the lanes of a warp.
+//
+// Doorbell: a lane with a ready array (kReady, `--doorbell host`) is never rung from the GPU: each
+// WQE is marked ready in its slot (mark_wqe_ready) and a host thread rings; threads sharing a QP
+// then need no hand-off in reservation order.
 #include "gda/queue.cuh"
 
 using namespace gicbench;
@@ -91,7 +103,7 @@ __device__ bool try_reap(const Ctl& c, int li, const Lane& l, QpState* s, uint64
   uint32_t ci = ld_volatile32(&s->cq_ci);
   const uint32_t bbs = ld_volatile32(&s->bbs);
   bool ok = true, any = false;
-  uint32_t retired = 0;
+  uint32_t retired = ld_volatile32(&s->retired);
   Cqe e;
   while (poll_cqe(l, ci, e)) {
     if (e.opcode == m5::kCqeReqErr || e.opcode == m5::kCqeRespErr) {
@@ -99,14 +111,13 @@ __device__ bool try_reap(const Ctl& c, int li, const Lane& l, QpState* s, uint64
       ok = false;
       break;
     }
-    const uint32_t pub = ld_volatile32(&s->pub);
-    retired = full_index(pub, e.wqe_counter) + bbs;
+    retired = full_index(retired, e.wqe_counter) + bbs;
     ++ci;
     ++reaped;
     any = true;
   }
   if (any) {
-    set_cq_ci(l, ci);
+    publish_cq_ci(l, s, ci);
     st_volatile32(&s->cq_ci, ci);
     st_release_gpu32(&s->retired, retired);
   }
@@ -136,12 +147,66 @@ __device__ bool wait_retired(const Ctl& c, int li, const Lane& l, QpState* s, ui
   return true;
 }
 
+// Expected poll on a lane only this thread drives: poll the next CQE only until everything below
+// `end` is retired (touch: read the CQ at least once, as a quiet must). State is thread-owned.
+__device__ bool wait_own(const Ctl& c, int li, const Lane& l, QpState* s, uint32_t end,
+                         uint64_t& reaped_n, bool touch = false) {
+  uint32_t retired = ld_volatile32(&s->retired);
+  if (!touch && static_cast<int32_t>(end - retired) <= 0) return true;
+  uint32_t ci = ld_volatile32(&s->cq_ci);
+  const uint32_t bbs = ld_volatile32(&s->bbs);
+  Wait w(c);
+  bool ok = true, must_poll = touch;
+  while (must_poll || static_cast<int32_t>(end - retired) > 0) {
+    must_poll = false;
+    Cqe e;
+    if (poll_cqe(l, ci, e)) {
+      if (e.opcode == m5::kCqeReqErr || e.opcode == m5::kCqeRespErr) {
+        fail(c, kCqeError, li, &l, s, e.syndrome, e.wqe_counter);
+        ok = false;
+        break;
+      }
+      retired = full_index(retired, e.wqe_counter) + bbs;
+      ++ci;
+      ++reaped_n;
+      continue;
+    }
+    if (static_cast<int32_t>(end - retired) <= 0) break;
+    if (!w.tick(li, &l, s)) {
+      ok = false;
+      break;
+    }
+  }
+  st_volatile32(&s->cq_ci, ci);
+  st_volatile32(&s->retired, retired);
+  publish_cq_ci(l, s, ci);
+  return ok;
+}
+
+// Room and retirement on a lane one thread drives (single-op, respond): the expected poll, or
+// the scan under the CQ lock (--cq-poll scan).
+__device__ __forceinline__ bool own_retired(const Ctl& c, int li, const Lane& l, QpState* s,
+                                            uint32_t end, uint64_t& reaped_n) {
+  if constexpr (kExpectedPoll) return wait_own(c, li, l, s, end, reaped_n);
+  return wait_retired(c, li, l, s, end, reaped_n);
+}
+__device__ __forceinline__ bool own_room(const Ctl& c, int li, const Lane& l, QpState* s,
+                                         uint32_t end, uint64_t& reaped_n) {
+  if constexpr (kExpectedPoll) return wait_own(c, li, l, s, end - l.wqebbs(), reaped_n);
+  return wait_room(c, li, l, s, end, reaped_n);
+}
+
 // A QP-wide quiet as NVSHMEM's: what the QP's doorbell record (in memory) announces, retired by
-// CQEs read from its CQ in memory. Single-threaded callers only.
+// CQEs read from its CQ in memory. One thread per QP.
 __device__ bool quiet_from_memory(const Ctl& c, int li, const Lane& l, QpState* s) {
   const uint32_t posted =
       m5::bswap32(ld_volatile32(l.dbrec() + m5::kSndDbr)) & 0xffff;  // low 16 bits
   uint64_t reaped = 0;
+  if constexpr (kExpectedPoll) {
+    const uint32_t retired = ld_volatile32(&s->retired);
+    const uint32_t end = retired + static_cast<uint16_t>(posted - static_cast<uint16_t>(retired));
+    return wait_own(c, li, l, s, end, reaped, true);
+  }
   Wait w(c);
   for (;;) {
     if (!try_reap(c, li, l, s, reaped)) return false;  // reads the CQ at least once
@@ -175,7 +240,10 @@ __device__ __forceinline__ uint32_t post_one(const Lane& l, QpState* s, uint32_t
                                              const Payload& p, uint64_t raddr, uint64_t laddr) {
   const uint32_t pi = s->pub;
   const uint64_t db = build_write(l, pi, raddr, inl, p, laddr, true);
-  publish(l.dbrec(), l.doorbell(), pi + bbs, db);
+  if (l[kReady])
+    mark_wqe_ready(l, pi, bbs);
+  else
+    publish(l.dbrec(), l.doorbell(), pi + bbs, db);
   s->pub = pi + bbs;
   s->resv = pi + bbs;
   return pi + bbs;
@@ -187,8 +255,9 @@ __device__ __forceinline__ uint32_t post_one(const Lane& l, QpState* s, uint32_t
 // One thread per lane. attach[i]: the QP is new to the submitter: take its producer and consumer
 // indices from the records in memory (a fresh or drained QP). Every lane: the call starts at the
 // published index with `bbs` WQEBBs per WQE.
+// cq_slack: consumed CQEs a lane's CQ record may lag by in this call (0: store it at every reap).
 extern "C" __global__ void gda_prepare(const uint64_t* lanes, int nlanes, QpState* states,
-                                       const uint8_t* attach, uint32_t bbs) {
+                                       const uint8_t* attach, uint32_t bbs, uint32_t cq_slack) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= nlanes) return;
   const Lane l = lane_at(lanes, i);
@@ -197,17 +266,38 @@ extern "C" __global__ void gda_prepare(const uint64_t* lanes, int nlanes, QpStat
     const uint32_t pi = m5::bswap32(ld_volatile32(l.dbrec() + m5::kSndDbr)) & 0xffff;
     const uint32_t ci = m5::bswap32(ld_volatile32(l.cq_dbrec() + m5::kCqSetCi)) & 0xffffff;
     s->pub = s->resv = s->retired = pi;
-    s->cq_ci = ci;
+    s->cq_ci = s->cq_pub = ci;
     s->lock = s->cq_lock = 0;
+  }
+  if (s->cq_pub != s->cq_ci) {  // a call that failed left its record behind
+    set_cq_ci(l, s->cq_ci);
+    s->cq_pub = s->cq_ci;
   }
   s->base = s->pub;
   s->bbs = bbs;
+  s->cq_slack = cq_slack;
+}
+
+// One thread per lane, after a call: the CQ record says everything consumed, so whoever reads
+// the queues next (another submitter, a drain, a check) sees no lag.
+extern "C" __global__ void gda_finish(const uint64_t* lanes, int nlanes, QpState* states) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= nlanes) return;
+  const Lane l = lane_at(lanes, i);
+  QpState* s = state_of(states, l);
+  const uint32_t ci = ld_volatile32(&s->cq_ci);
+  if (ld_volatile32(&s->cq_pub) != ci) {
+    set_cq_ci(l, ci);
+    st_volatile32(&s->cq_pub, ci);
+  }
 }
 
 // ---- single-op -----------------------------------------------------------------------------------
-// One thread. mode 0 issue, 1 put+completion, 2 round trip. src: the payload's device address
-// (inline: a device copy of the source slice; pointer: the mapped source slice, whose last 8
-// bytes the kernel stamps). reply: device address of the polled reply word (round trip).
+// Thread 0 posts and times. mode 0 issue, 1 put+completion, 2 round trip. src: the payload's
+// device address (inline: a device copy of the source slice; pointer: the mapped source slice,
+// whose last 8 bytes the kernel stamps). reply: device address of the polled reply word (round
+// trip). A block of 32 (--cq-poll expected): with scope_all, lanes 1..31 quiet the other QPs
+// while thread 0 waits for its own; a block of 1: thread 0 quiets them one after another.
 extern "C" __global__ void gda_single_op(const uint64_t* lanes, int nlanes, QpState* states,
                                          int sel, int mode, uint32_t size, int inl, int scope_all,
                                          uint8_t* src, const uint8_t* reply, uint32_t iters,
@@ -215,64 +305,90 @@ extern "C" __global__ void gda_single_op(const uint64_t* lanes, int nlanes, QpSt
                                          int64_t* cycles, unsigned long long* status,
                                          const uint32_t* abort) {
   const Ctl c{status, abort, timeout_ns};
+  const int t = threadIdx.x;
+  const int helpers = static_cast<int>(blockDim.x) - 1;  // lanes that quiet other QPs
+  const unsigned all = blockDim.x >= 32 ? 0xffffffffu : (1u << blockDim.x) - 1;
   const Lane l = lane_at(lanes, sel);
   QpState* s = state_of(states, l);
   const uint32_t bbs = write_wqebbs(inl, size, l[kDc] != 0);
   const uint64_t total = static_cast<uint64_t>(warmup) + iters;
+  const bool quiet = mode == 1 && scope_all;
   for (uint64_t i = 0; i < total; ++i) {
     const uint64_t seq = i + 1;
-    const Payload p{src, size, inl != 0, seq};
-    uint64_t reaped = 0;
-    // Untimed: room for the WQE (the previous one is retired: one outstanding at most).
-    if (!wait_room(c, sel, l, s, s->pub + bbs, reaped)) {
-      status[kStDone] = i;
-      return;
-    }
-    if (!inl) store_seq(src + size - 8, seq);  // the NIC reads the payload from memory
-    uint64_t t0 = globaltimer();
-    const uint64_t c0 = clock64_now();
-    uint64_t t1 = 0, c1 = 0;
+    uint64_t t0 = 0, c0 = 0, t1 = 0, c1 = 0, reaped = 0;
+    uint32_t end = 0;
     bool ok = true;
-    const uint32_t end = post_one(l, s, bbs, inl != 0, p, l[kDstAddr], l[kSrcAddr]);
-    if (mode == 0) {
-      t1 = globaltimer();
-      c1 = clock64_now();
-      ok = wait_retired(c, sel, l, s, end, reaped);
-    } else if (mode == 1) {
-      ok = wait_retired(c, sel, l, s, end, reaped);
-      if (ok && scope_all) {
-        for (int k = 0; k < nlanes && ok; ++k) {
-          if (k == sel) continue;
-          const Lane o = lane_at(lanes, k);
-          ok = quiet_from_memory(c, k, o, state_of(states, o));
+    if (t == 0) {
+      // Untimed: room for the WQE (the previous one is retired: one outstanding at most).
+      ok = own_room(c, sel, l, s, s->pub + bbs, reaped);
+      if (ok) {
+        if (!inl) store_seq(src + size - 8, seq);  // the NIC reads the payload from memory
+        t0 = globaltimer();
+        c0 = clock64_now();
+        end = post_one(l, s, bbs, inl != 0, Payload{src, size, inl != 0, seq}, l[kDstAddr],
+                       l[kSrcAddr]);
+        if (mode == 0) {
+          t1 = globaltimer();
+          c1 = clock64_now();
         }
       }
-      t1 = globaltimer();
-      c1 = clock64_now();
-    } else {
-      Wait w(c);
-      const uint8_t* word = reply + size - 8;
-      uint64_t seen;
-      while ((seen = load_seq(word)) != seq) {
-        if (!try_reap(c, sel, l, s, reaped) || !w.tick(sel, &l, s, seen, seq)) {
-          ok = false;
-          break;
-        }
-      }
-      t1 = globaltimer();
-      c1 = clock64_now();
-      ok = ok && wait_retired(c, sel, l, s, end, reaped);
     }
+    ok = __shfl_sync(all, ok, 0);  // posted: the helpers' quiet starts now, inside the interval
+    if (ok && t == 0) {
+      if (mode == 0) {
+        ok = own_retired(c, sel, l, s, end, reaped);
+      } else if (mode == 1) {
+        ok = own_retired(c, sel, l, s, end, reaped);
+        if (ok && quiet && helpers == 0) {
+          for (int k = 0; k < nlanes && ok; ++k) {
+            if (k == sel) continue;
+            const Lane o = lane_at(lanes, k);
+            ok = quiet_from_memory(c, k, o, state_of(states, o));
+          }
+        }
+      } else {
+        Wait w(c);
+        const uint8_t* word = reply + size - 8;
+        uint64_t seen;
+        while ((seen = load_seq(word)) != seq) {
+          if ((!kExpectedPoll && !try_reap(c, sel, l, s, reaped)) ||
+              !w.tick(sel, &l, s, seen, seq)) {
+            ok = false;
+            break;
+          }
+        }
+        t1 = globaltimer();
+        c1 = clock64_now();
+        ok = ok && own_retired(c, sel, l, s, end, reaped);
+      }
+    } else if (ok && quiet) {
+      // Helper t quiets the other QPs j = t-1, t-1+helpers, ... (j counts the lanes but sel; their
+      // state is theirs alone in this kernel). Every helper takes its first QP in the same loop
+      // iteration, so the helpers stay converged and their PCIe reads are in flight together (a
+      // loop over all lanes that skipped the others' QPs ran them one after another).
+      for (int j = t - 1; j < nlanes - 1 && ok; j += helpers) {
+        const int k = j < sel ? j : j + 1;
+        const Lane o = lane_at(lanes, k);
+        ok = quiet_from_memory(c, k, o, state_of(states, o));
+      }
+    }
+    ok = __all_sync(all, ok);
     if (!ok) {
-      status[kStDone] = i;
+      if (t == 0) status[kStDone] = i;
       return;
     }
-    if (i >= warmup) {
-      samples[i - warmup] = static_cast<int64_t>(t1 - t0);
-      cycles[i - warmup] = static_cast<int64_t>(c1 - c0);
+    if (t == 0) {
+      if (mode == 1) {
+        t1 = globaltimer();
+        c1 = clock64_now();
+      }
+      if (i >= warmup) {
+        samples[i - warmup] = static_cast<int64_t>(t1 - t0);
+        cycles[i - warmup] = static_cast<int64_t>(c1 - c0);
+      }
     }
   }
-  status[kStDone] = total;
+  if (t == 0) status[kStDone] = total;
 }
 
 // ---- round-trip responder ------------------------------------------------------------------------
@@ -291,11 +407,11 @@ extern "C" __global__ void gda_respond(const uint64_t* lanes, QpState* states, u
     uint64_t seen, reaped = 0;
     while ((seen = load_seq(word)) != seq)
       if (!w.tick(0, &l, s, seen, seq)) return;
-    if (!wait_room(c, 0, l, s, s->pub + bbs, reaped)) return;
+    if (!own_room(c, 0, l, s, s->pub + bbs, reaped)) return;
     if (!inl) store_seq(src + size - 8, seq);
     const uint32_t end = post_one(l, s, bbs, inl != 0, Payload{src, size, inl != 0, seq},
                                   l[kDstAddr], l[kSrcAddr]);
-    if (!wait_retired(c, 0, l, s, end, reaped)) return;
+    if (!own_retired(c, 0, l, s, end, reaped)) return;
   }
   status[kStDone] = count;
 }
@@ -345,6 +461,7 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
     const uint32_t bbs = ld_volatile32(&s->bbs);
     const uint32_t base = ld_volatile32(&s->base);
     const uint32_t lane_wqes = static_cast<uint32_t>(l[kLaneWqes]);
+    const bool host_db = l[kReady] != 0;
     const uint32_t count = static_cast<uint32_t>(total - posted < batch ? total - posted : batch);
     uint32_t start = 0;
     // reserve (and, for the lock, take it)
@@ -383,14 +500,18 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
       const uint64_t off = (k % slots) * size;
       const Payload p{reinterpret_cast<const uint8_t*>(l[kSrcDev]) + off, size, false, 0};
       db = build_write(l, pi, l[kDstAddr] + off, inl != 0, p, l[kSrcAddr] + off, sig);
+      if (host_db) mark_wqe_ready(l, pi, bbs);  // each builder publishes its own WQE
     }
-    if (warp_mode) {
+    if (warp_mode && !host_db) {
       db = __shfl_sync(mask, db, (count - 1) % usize);
       __syncwarp(mask);
     }
     const uint32_t end = start + count * bbs;
     if (leader) {
-      if (pub_mode != 2) {  // hand-off: publish after every earlier reservation
+      if (host_db) {
+        // the host thread rings: no hand-off; pub only feeds diagnostics (the furthest end)
+        atomicMax(&s->pub, end);  // doorbells: the host thread counts the rings
+      } else if (pub_mode != 2) {  // hand-off: publish after every earlier reservation
         Wait w(c);
         while (ld_acquire_gpu32(&s->pub) != start)
           if (!w.tick(li, &l, s)) {
@@ -398,7 +519,7 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
             break;
           }
       }
-      if (ok) {
+      if (ok && !host_db) {
         publish(l.dbrec(), l.doorbell(), end, db);
         st_release_gpu32(&s->pub, end);
         ++doorbells;
@@ -417,7 +538,7 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
         t_window = t;
         next_window += win;
       }
-      ok = ok && try_reap(c, li, l, s, reaped);
+      if constexpr (!kExpectedPoll) ok = ok && try_reap(c, li, l, s, reaped);
     } else {
       posted += count;
     }

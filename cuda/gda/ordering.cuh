@@ -13,13 +13,22 @@
 //
 // CQ polling: none reads op_own with a volatile load; the GPU-scope orderings with ld.acquire.gpu;
 // threadfence with a volatile load followed by __threadfence(); the system-scope ones with
-// ld.acquire.sys. Names and numbers are the order of gicbench.submit.gpu.ORDERINGS.
+// ld.acquire.sys. With -DGDA_CQ_POLL=1 (`--cq-poll expected`) each poll is a relaxed load at the
+// same scope (volatile for none/threadfence) and one fence at that scope follows a hit only, as
+// DOCA GPUNetIO's poll does. Names and numbers are the order of gicbench.submit.gpu.ORDERINGS.
+//
+// The host-forwarded doorbell (`--doorbell host`) replaces the record and the doorbell by one
+// store per WQE into its slot of a ready array in host memory (mark_ready), ordered after the WQE
+// stores by the same ordering; a host thread rings (proxy/src/gda_forward.cpp).
 #pragma once
 
 #include "gda/scope.cuh"
 
 #ifndef GDA_ORDERING
 #define GDA_ORDERING 1
+#endif
+#ifndef GDA_CQ_POLL
+#define GDA_CQ_POLL 1  // 0 scan (reap every CQE present, record at every reap), 1 expected
 #endif
 
 namespace gicbench {
@@ -37,6 +46,9 @@ enum Ordering : int {
 
 constexpr Ordering kOrdering = static_cast<Ordering>(GDA_ORDERING);
 static_assert(GDA_ORDERING >= 0 && GDA_ORDERING <= 6, "GDA_ORDERING must be 0..6");
+constexpr bool kExpectedPoll = GDA_CQ_POLL == 1;
+static_assert(GDA_CQ_POLL == 0 || GDA_CQ_POLL == 1, "GDA_CQ_POLL must be 0 or 1");
+constexpr bool kSysScope = kOrdering == kSysReleaseStore || kOrdering == kSysFence;
 
 // Publish a producer index: the doorbell record (BE32 of pi's low 16 bits in slot kSndDbr) then
 // the 8-byte doorbell register. `db` is the value, composed in registers (never read back from
@@ -73,6 +85,49 @@ __device__ __forceinline__ void publish(uint32_t* dbrec, uint64_t* doorbell, uin
     st_volatile32(rec, v);
     fence_acq_rel_sys();
     st_volatile64(doorbell, db);
+  }
+}
+
+// Host-forwarded doorbell: publish one WQE by storing `v` (the producer index after it) into its
+// ready slot, ordered after the WQE stores as the ordering orders the record.
+__device__ __forceinline__ void mark_ready(uint64_t* slot, uint64_t v) {
+  if constexpr (kOrdering == kNone) {
+    st_volatile64(slot, v);
+  } else if constexpr (kOrdering == kGpuFence || kOrdering == kGpuFenceDbrec) {
+    fence_acq_rel_gpu();
+    st_volatile64(slot, v);
+  } else if constexpr (kOrdering == kGpuReleaseStore) {
+    st_release_gpu64(slot, v);
+  } else if constexpr (kOrdering == kThreadfence) {
+    __threadfence();
+    st_volatile64(slot, v);
+  } else if constexpr (kOrdering == kSysReleaseStore) {
+    st_release_sys64(slot, v);
+  } else {
+    fence_acq_rel_sys();
+    st_volatile64(slot, v);
+  }
+}
+
+// --cq-poll expected: the CQE's last word with a relaxed load at the ordering's scope (no acquire
+// per poll); acquire_after_hit() once the owner bit says the CQE is there.
+__device__ __forceinline__ uint32_t poll_word_relaxed(const void* p) {
+  if constexpr (kOrdering == kNone || kOrdering == kThreadfence) {
+    return ld_volatile32(p);
+  } else if constexpr (kSysScope) {
+    return ld_relaxed_sys32(p);
+  } else {
+    return ld_relaxed_gpu32(p);
+  }
+}
+__device__ __forceinline__ void acquire_after_hit() {
+  if constexpr (kOrdering == kNone) {
+  } else if constexpr (kOrdering == kThreadfence) {
+    __threadfence();
+  } else if constexpr (kSysScope) {
+    fence_acq_rel_sys();
+  } else {
+    fence_acq_rel_gpu();
   }
 }
 

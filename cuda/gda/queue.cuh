@@ -37,6 +37,7 @@ enum LaneCol : int {
   kDcKey,
   kDctn,
   kLid,
+  kReady,     // --doorbell host: device address of the QP's ready array (0: the GPU rings)
   kLaneCols
 };
 
@@ -51,7 +52,11 @@ struct QpState {
   uint32_t lock;     // doorbell lock (publish=lock)
   uint32_t cq_lock;  // one poller at a time
   uint32_t bbs;      // WQEBBs per WQE of the current call
+  uint32_t cq_pub;   // CQ consumer index last stored in the CQ's doorbell record
+  uint32_t cq_slack; // consumed CQEs the record may lag by (publish_cq_ci)
+  uint32_t pad[6];   // one 64-byte row (gicbench.submit.gpu.submitter.STATE_WORDS)
 };
+static_assert(sizeof(QpState) == 64, "QpState is one 64-byte row of the submitter's states");
 
 // Status of a call, written once by the first thread that fails (gicbench.submit.gpu.status).
 enum StatusWord : int {
@@ -87,6 +92,7 @@ struct Lane {
   __device__ uint8_t* cq() const { return reinterpret_cast<uint8_t*>(c[kCqBuf]); }
   __device__ uint32_t ncqe() const { return static_cast<uint32_t>(c[kCqNcqe]); }
   __device__ uint32_t* cq_dbrec() const { return reinterpret_cast<uint32_t*>(c[kCqDbrec]); }
+  __device__ uint64_t* ready() const { return reinterpret_cast<uint64_t*>(c[kReady]); }
 };
 
 // ---- WQE construction (word stores) ---------------------------------------------------------
@@ -188,13 +194,19 @@ struct Cqe {
 };
 
 // Take the CQE at consumer index `ci` if the NIC has written it (owner bit for this pass).
+// Expected poll: a relaxed load of the CQE's last word, one acquire on a hit (ordering.cuh).
 __device__ __forceinline__ bool poll_cqe(const Lane& l, uint32_t ci, Cqe& out) {
   const uint8_t* cqe = l.cq() + (ci & (l.ncqe() - 1)) * m5::kCqeBytes;
-  const uint32_t w = poll_word(cqe + m5::kCqeWqeCounter);
+  const uint32_t w =
+      kExpectedPoll ? poll_word_relaxed(cqe + m5::kCqeWqeCounter) : poll_word(cqe + m5::kCqeWqeCounter);
   const uint8_t op_own = static_cast<uint8_t>(w >> 24);
   if ((op_own >> 4) == m5::kCqeInvalid || (op_own & 1) != m5::cqe_owner_for(ci, l.ncqe()))
     return false;
-  acquire_after_poll();
+  if constexpr (kExpectedPoll) {
+    acquire_after_hit();
+  } else {
+    acquire_after_poll();
+  }
   out.opcode = op_own >> 4;
   out.wqe_counter = static_cast<uint16_t>(((w & 0xff) << 8) | ((w >> 8) & 0xff));
   const bool err = out.opcode == m5::kCqeReqErr || out.opcode == m5::kCqeRespErr;
@@ -206,9 +218,29 @@ __device__ __forceinline__ void set_cq_ci(const Lane& l, uint32_t ci) {
   st_volatile32(l.cq_dbrec() + m5::kCqSetCi, m5::cq_ci_value(ci));
 }
 
-// The full producer index of a completed WQE from its 16-bit counter (it lies below `pub`).
-__device__ __forceinline__ uint32_t full_index(uint32_t pub, uint16_t wc) {
-  return pub - static_cast<uint16_t>(static_cast<uint16_t>(pub) - wc);
+// After reaping up to `ci` (the caller owns the CQ): store the consumer index in the CQ's record
+// when the record lags by more than cq_slack. The NIC refuses a CQE past record + ncqe (overrun);
+// with at most M signaled WQEs in flight on the QP and slack = ncqe - M, the next CQE's index is
+// below ci + M <= record + ncqe, so no CQE can overrun. Slack 0: at every reap (--cq-poll scan).
+__device__ __forceinline__ void publish_cq_ci(const Lane& l, QpState* s, uint32_t ci) {
+  const uint32_t pub = ld_volatile32(&s->cq_pub);
+  if (ci - pub > ld_volatile32(&s->cq_slack)) {
+    set_cq_ci(l, ci);
+    st_volatile32(&s->cq_pub, ci);
+  }
+}
+
+// The full producer index of a completed WQE from its 16-bit counter: it is not retired yet, so
+// it lies in [retired, retired + SQ size), and an SQ holds at most 32,768 WQEBBs.
+__device__ __forceinline__ uint32_t full_index(uint32_t retired, uint16_t wc) {
+  return retired + static_cast<uint16_t>(wc - static_cast<uint16_t>(retired));
+}
+
+// Host-forwarded doorbell: the WQE at `pi` (of `bbs` WQEBBs) is ready; its slot (the slot of its
+// first WQEBB) gets the producer index after it. The host thread advances its ready prefix from
+// slot to slot (proxy/src/ready_prefix.hpp).
+__device__ __forceinline__ void mark_wqe_ready(const Lane& l, uint32_t pi, uint32_t bbs) {
+  mark_ready(l.ready() + (pi & (l.wqebbs() - 1)), static_cast<uint64_t>(pi + bbs));
 }
 
 }  // namespace gda

@@ -48,6 +48,11 @@ __device__ __forceinline__ uint32_t ld_relaxed_gpu32(const void* p) {
   asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
+__device__ __forceinline__ uint32_t ld_relaxed_sys32(const void* p) {
+  uint32_t v;
+  asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
 
 // ---- stores --------------------------------------------------------------------------------------
 __device__ __forceinline__ void st_volatile32(void* p, uint32_t v) {

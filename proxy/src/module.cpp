@@ -10,6 +10,7 @@ NB_MODULE(_native, m) {
   gicbench::bind_host(m.def_submodule("host", "host submitter: native posting and polling loops"));
   gicbench::bind_doca(m.def_submodule("doca", "DOCA GPUNetIO: host threads of the CPU proxy handlers"));
   gicbench::bind_proxy(m.def_submodule("proxy", "mini-proxy: request rings, CPU workers, host producers"));
+  gicbench::bind_gda(m.def_submodule("gda", "mini-gda: the host-forwarded doorbell's thread"));
 #ifdef GICBENCH_HAVE_VERBS
   gicbench::bind_verbs(m.def_submodule("verbs", "verbs provider: libibverbs objects and loops"));
 #endif

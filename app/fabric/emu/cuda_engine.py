@@ -44,6 +44,12 @@ DEFAULT_CTAS = 16
 # diagnostic). GICBENCH_CUDA_ENGINE_TIMEOUT_S raises both, e.g. under compute-sanitizer.
 ACK_TIMEOUT_S = float(os.environ.get("GICBENCH_CUDA_ENGINE_TIMEOUT_S", "10"))
 STOP_TIMEOUT_S = ACK_TIMEOUT_S
+# MiB of GPU memory reserved before the launch, from which device objects (queues, CQs, MRs,
+# doorbell registers) are carved: compute-sanitizer memcheck checks a kernel's accesses against
+# the allocations that existed at its launch, so only then is its report on the engine clean.
+# 0 (default): each object is its own cudaMalloc, made when it is created.
+ARENA_ENV = "GICBENCH_CUDA_ENGINE_ARENA_MB"
+ARENA_ALIGN = 256  # what cudaMalloc gives: rings, CQs and MRs keep their alignment
 MAX_RANKS = 256
 KERNEL, SIZES = "gicbench_emu_engine", "gicbench_emu_engine_sizes"
 SOURCES = ("emu_engine.cu", "emu_core.cuh", "mlx5.cuh", "emu_layout.hpp")
@@ -57,10 +63,27 @@ ACK_WORDS = 8  # 32 bytes
 PLACE_BYTES = 24  # QpPlace: ring, dbrec, doorbell
 DEVCQ_BYTES = 48  # DevCq: buf, ci_rec, lock, status, pi, dropped, ncqe, flags, cqn, pad
 CQ_SET_CI = 0  # mlx5: the consumer index word of a CQ's record
+# Peers (CUDA IPC): ranges of other processes' GPU memory mapped here (emu_engine.cu's PeerMap).
+MAX_PEER_RANGES = 4096
+PEER_RANGE_BYTES = 32  # PeerRange: lo, len, local, rank, pad
+_IPC_LAZY_ENABLE_PEER_ACCESS = 1  # cudaIpcMemLazyEnablePeerAccess
 
 
 def cuda_dir() -> Path:
     return Path(str(importlib.resources.files("gicbench") / "cuda"))
+
+
+def arena_bytes() -> int:
+    """GICBENCH_CUDA_ENGINE_ARENA_MB in bytes (ConfigError unless an int >= 0)."""
+    raw = os.environ.get(ARENA_ENV, "0")
+    try:
+        mb = int(raw)
+    except ValueError:
+        mb = -1
+    if mb < 0:
+        raise ConfigError(ARENA_ENV, raw, "an int >= 0 (MiB of GPU memory the engine reserves "
+                          "before its launch; 0: none)")  # fmt: skip
+    return mb << 20
 
 
 def _nvcc() -> str:
@@ -124,17 +147,43 @@ def _blocks_per_sm(cp: Any, kernel: Any, threads: int) -> int:
     return max(0, min(by_regs, by_threads, attrs.get("MaxBlocksPerMultiprocessor", 32)))
 
 
+def module_loading() -> str:
+    """CUDA's module loading mode in this process ("eager", "lazy", or "unknown" where the driver
+    cannot say): cuModuleGetLoadingMode."""
+    import ctypes
+
+    try:
+        fn = ctypes.CDLL("libcuda.so.1").cuModuleGetLoadingMode
+    except (OSError, AttributeError):
+        return "unknown"
+    mode = ctypes.c_int(0)
+    if fn(ctypes.byref(mode)) != 0:
+        return "unknown"
+    return {1: "eager", 2: "lazy"}.get(mode.value, "unknown")  # CU_MODULE_{EAGER,LAZY}_LOADING
+
+
 class CudaEngine:
     """The persistent engine kernel serving rank `nic`'s QPs (see the module docstring)."""
 
     _ctas_launched: ClassVar[int] = 0  # engine CTAs resident in this process
     _modules: ClassVar[dict[str, Any]] = {}  # arch -> (module, kernel, sizes): loaded once
+    # Exported allocations of closed engines: cudaFree waits for the device, so they are freed
+    # only once no engine kernel of this process is running.
+    _deferred: ClassVar[list[Any]] = []
 
     def __init__(self, nic: Any, rank: int, world: int, max_qps: int, max_mrs: int,
                  max_cqs: int, ctas: int = DEFAULT_CTAS) -> None:  # fmt: skip
         if not isinstance(ctas, int) or not 1 <= ctas <= MAX_CTAS:
             raise ConfigError("engine_ctas (--engine-ctas)", ctas, f"an int in 1..{MAX_CTAS}")
+        arena = arena_bytes()
         cp = _cupy()
+        if module_loading() == "lazy":
+            raise UnsupportedError(
+                "the CUDA engine needs CUDA_MODULE_LOADING=EAGER in the environment before CUDA "
+                "initialises (importing gicbench.fabric.emu sets it; here CUDA was initialised "
+                "first): with lazy loading, a kernel loaded after the engine started may wait "
+                "for the engine's persistent kernel forever"
+            )
         self.cp, rt = cp, cp.cuda.runtime
         self.rank, self.world, self.ctas = rank, world, ctas
         self.max_qps, self.max_mrs = max_qps, max_mrs
@@ -188,8 +237,17 @@ class CudaEngine:
         self.words = cp.zeros(2, dtype=cp.uint32)  # mr_count, n_qps
         self.cq_dev = cp.zeros(max_cqs, dtype=cp.uint64)  # own CQ slot -> its DevCq (0: none)
         self.ctl_mirror = cp.zeros(8, dtype=cp.uint32)  # the control block as warps read it
+        # Peers: n, shared, then MAX_PEER_RANGES PeerRanges (written by ipc_import).
+        self.peer_map = cp.zeros(8 + MAX_PEER_RANGES * PEER_RANGE_BYTES, dtype=cp.uint8)
+        self._exports: list[dict[str, Any]] = []  # GPU memory peers may map (ipc_export)
+        self._opened: dict[tuple[int, int], int] = {}  # (rank, owner address) -> mapped here
+        self._n_ranges = 0
         self._dev_bufs: list[Any] = []  # GPU memory handed out (kept until close)
         self._db_page: Any = None  # GPU doorbell registers, one per QP slot, made on demand
+        # The arena (ARENA_ENV), allocated before the launch; alloc() carves from it.
+        self._arena: Any = cp.cuda.alloc(arena) if arena else None
+        self._arena_at = int(self._arena.ptr) if arena else 0
+        self._arena_end = self._arena_at + arena
         cfg = np.zeros(cfg_b // 8, np.uint64)
         cfg[rank] = self.base_dev
         meta = cfg[MAX_RANKS:]
@@ -197,8 +255,9 @@ class CudaEngine:
         meta.view(np.uint32)[2:4] = (os.getpid() & 0xFFFFFFFF, max_qps)
         ptrs = [self._ctl_dev(), self._acks_dev(), self.place.data.ptr, self.qps.data.ptr,
                 self.mr_mirror.data.ptr, self.words.data.ptr, self.words.data.ptr + 4,
-                self.cq_dev.data.ptr, self.ctl_mirror.data.ptr]  # fmt: skip
-        meta[2:11] = ptrs
+                self.cq_dev.data.ptr, self.ctl_mirror.data.ptr,
+                self.peer_map.data.ptr]  # fmt: skip
+        meta[2:12] = ptrs
         self.cfg = cp.asarray(cfg)
         cp.cuda.Stream.null.synchronize()  # in place before the launch (never the device: other
         self.ctl_stream.synchronize()  # engines of this process may be running)
@@ -221,27 +280,50 @@ class CudaEngine:
         """The GPU address of an address inside this rank's segment."""
         return self.base_dev + (host_addr - self.base)
 
-    def alloc(self, nbytes: int, init: bytes | None = None) -> int:
-        """GPU memory (zeroed, or `init`), kept until close; returns its address."""
-        mem = self.cp.cuda.alloc(max(nbytes, 64))
-        self._dev_bufs.append(mem)
+    def alloc(self, nbytes: int, init: bytes | None = None, export: str = "") -> int:
+        """GPU memory (zeroed, or `init`), kept until close; returns its address. From the arena
+        when there is one (ARENA_ENV), else CuPy's pool. export: what it is (e.g. "MR key
+        0x103"): an allocation of its own (cudaMalloc, not the pool or the arena, so its IPC
+        handle maps exactly it) that peers in other processes map (ipc_export)."""
+        if export:
+            mem = self.cp.cuda.memory.Memory(max(nbytes, 64))
+            self._exports.append({"addr": int(mem.ptr), "bytes": max(nbytes, 64),
+                                  "what": export, "handle": None})  # fmt: skip
+            self._dev_bufs.append(mem)
+            ptr = int(mem.ptr)
+        elif self._arena is not None:
+            ptr = -(-self._arena_at // ARENA_ALIGN) * ARENA_ALIGN
+            if ptr + max(nbytes, 64) > self._arena_end:
+                raise UnsupportedError(
+                    f"{ARENA_ENV}={os.environ.get(ARENA_ENV)}: the CUDA engine's GPU arena is "
+                    f"full ({nbytes} more bytes wanted, {self._arena_end - self._arena_at} left);"
+                    f" raise {ARENA_ENV}"
+                )
+            self._arena_at = ptr + max(nbytes, 64)
+        else:
+            mem = self.cp.cuda.alloc(max(nbytes, 64))
+            self._dev_bufs.append(mem)
+            ptr = int(mem.ptr)
         rt = self.cp.cuda.runtime
         if init is None:
-            rt.memsetAsync(mem.ptr, 0, nbytes, self.ctl_stream.ptr)
+            rt.memsetAsync(ptr, 0, nbytes, self.ctl_stream.ptr)
         else:
             host = np.frombuffer(init, np.uint8)
-            rt.memcpyAsync(mem.ptr, host.ctypes.data, len(init), 1, self.ctl_stream.ptr)
+            rt.memcpyAsync(ptr, host.ctypes.data, len(init), 1, self.ctl_stream.ptr)
         self.ctl_stream.synchronize()
-        return int(mem.ptr)
+        return ptr
 
     def device_cq(self, cqn: int, ncqe: int, flags: int, init: bytes) -> tuple[int, int, int]:
-        """A CQ's ring, record and DevCq in GPU memory; returns (ring, record, DevCq)."""
-        ring = self.alloc(ncqe * 64, init=init)
-        dbrec = self.alloc(64)
+        """A CQ's ring, record and DevCq in GPU memory, one allocation (one IPC handle: peers'
+        engines write responder CQEs here); returns (ring, record, DevCq)."""
+        n = ncqe * 64
+        ring = self.alloc(n + 64 + DEVCQ_BYTES, init=init + bytes(64 + DEVCQ_BYTES),
+                          export=f"CQ {cqn:#x}")  # fmt: skip
+        dbrec, dev = ring + n, ring + n + 64
         d = np.zeros(DEVCQ_BYTES // 4, np.uint32)
         d.view(np.uint64)[:2] = (ring, dbrec + 4 * CQ_SET_CI)
         d[8:11] = (ncqe, flags, cqn)  # lock, status, pi, dropped start at 0
-        dev = self.alloc(DEVCQ_BYTES, init=d.tobytes())
+        self.write(dev, d)
         self.write(self.cq_dev.data.ptr + 8 * (cqn & 0xFFFF), np.array([dev], np.uint64))
         return ring, dbrec, dev
 
@@ -283,8 +365,69 @@ class CudaEngine:
 
     def add_peer_mapped(self, rank: int, addr: int) -> None:
         """Rank `rank`'s segment at GPU address `addr` (bit 0: another process's)."""
+        if addr & 1:  # peers in other processes may lock our CQs: system-scope hand-offs
+            self.write(self.peer_map.data.ptr + 4, np.array([1], np.uint32))
         self.write(self.cfg.data.ptr + 8 * rank, np.array([addr], np.uint64))
         self.sync()
+
+    # ---- peers in other processes: CUDA IPC ------------------------------------------------------
+    def ipc_export(self) -> list[dict[str, Any]]:
+        """Every GPU allocation peers must reach (device MRs; device CQs with their engine
+        words), with its cudaIpcGetMemHandle as hex: plain data for local_info()."""
+        rt = self.cp.cuda.runtime
+        out = []
+        for e in self._exports:
+            if e["handle"] is None:
+                try:
+                    e["handle"] = bytes(rt.ipcGetMemHandle(e["addr"])).hex()
+                except Exception as err:  # CUDARuntimeError
+                    raise FabricError(f"emu rank {self.rank}: cudaIpcGetMemHandle of its "
+                                      f"{e['what']} at {e['addr']:#x}: {err}") from err  # fmt: skip
+            out.append({k: e[k] for k in ("addr", "bytes", "what", "handle")})
+        return out
+
+    def ipc_import(self, rank: int, exports: list[dict[str, Any]]) -> int:
+        """Open rank `rank`'s exported allocations (another process's; cudaIpcOpenMemHandle:
+        NVLink peer access to another GPU, or the same GPU) and add them to the engine's peer
+        map; ones already open are skipped. Returns how many were opened now."""
+        rt = self.cp.cuda.runtime
+        new = []
+        for e in exports:
+            key = (rank, int(e["addr"]))
+            if key in self._opened:
+                continue
+            if self._n_ranges + len(new) >= MAX_PEER_RANGES:
+                raise FabricError(
+                    f"emu rank {self.rank}: rank {rank}'s {e['what']}: the CUDA engine's peer map "
+                    f"is full ({MAX_PEER_RANGES} GPU allocations of other processes' ranks)"
+                )
+            try:
+                local = int(rt.ipcOpenMemHandle(bytes.fromhex(e["handle"]),
+                                                _IPC_LAZY_ENABLE_PEER_ACCESS))  # fmt: skip
+            except Exception as err:  # CUDARuntimeError
+                raise FabricError(
+                    f"emu rank {self.rank}: cudaIpcOpenMemHandle of rank {rank}'s {e['what']} "
+                    f"({e['bytes']} bytes at {int(e['addr']):#x} there): {err}"
+                ) from err
+            self._opened[key] = local
+            new.append((int(e["addr"]), int(e["bytes"]), local, rank))
+        if not new:
+            return 0
+        ranges = np.zeros(len(new) * 4, np.uint64)
+        for k, (lo, n, local, r) in enumerate(new):
+            ranges[4 * k : 4 * k + 4] = (lo, n, local, r)
+        self.write(self.peer_map.data.ptr + 8 + self._n_ranges * PEER_RANGE_BYTES, ranges)
+        self._n_ranges += len(new)  # the entries land before the count that covers them
+        self.write(self.peer_map.data.ptr, np.array([self._n_ranges], np.uint32))
+        return len(new)
+
+    def ipc_close(self) -> None:
+        """Close every peer mapping (after the kernel stopped: nothing reads them then)."""
+        rt = self.cp.cuda.runtime
+        for local in self._opened.values():
+            with contextlib.suppress(Exception):
+                rt.ipcCloseMemHandle(local)
+        self._opened = {}
 
     def _ctl_dev(self) -> int:
         return self._host_mapped(self._ctl_mem.ptr)
@@ -402,9 +545,17 @@ class CudaEngine:
     def close(self) -> None:
         """Stop the kernel, then unregister host memory and free GPU memory."""
         self.stop()
+        self.ipc_close()
         rt = self.cp.cuda.runtime
         for a in self._registered:
             with contextlib.suppress(Exception):
                 rt.hostUnregister(a)
         self._registered = []
+        own = [m for m in self._dev_bufs if isinstance(m, self.cp.cuda.memory.Memory)]
+        CudaEngine._deferred.extend(own)  # freeing these now would wait for running engines
         self._dev_bufs = []
+        if self._arena is not None:  # carved objects may still be read by running engines
+            CudaEngine._deferred.append(self._arena)
+        self._arena = None
+        if CudaEngine._ctas_launched == 0:
+            CudaEngine._deferred = []

@@ -62,6 +62,13 @@ from ..base import (
 from .janitor import janitor, segment_name
 from .params import ENGINES, QUEUE_PLACEMENTS  # declared once, with the knobs
 
+# The CUDA engine is a persistent kernel: with CUDA's lazy module loading (the default since
+# CUDA 12.2) a kernel loaded after it started (a GPU submitter's, CuPy's own) may need a
+# context synchronisation, which waits for the engine forever (the `gicbench run --engine cuda`
+# hang of 2026-11-30). Eager loading has to be chosen before CUDA initialises, so here, on the
+# import every EmuFabric user and the emu provider make; cuda_engine.py refuses lazy mode.
+os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
+
 ProgressMode = Literal["thread", "inline"]
 PROGRESS_MODES = ("thread", "inline")
 DEFAULT_SEGMENT_BYTES = 256 << 20  # sparse: only touched pages cost memory
@@ -157,6 +164,19 @@ _CUDA_HOST_REGISTER_PORTABLE = 0x01
 _CUDA_HOST_REGISTER_MAPPED = 0x02
 
 
+def page_spans(ranges: list[tuple[int, int]], page: int = 4096) -> list[tuple[int, int]]:
+    """The pages covering (address, length) ranges as disjoint [lo, hi) spans, sorted: ranges
+    sharing or touching a page are merged."""
+    spans: list[tuple[int, int]] = []
+    for addr, n in sorted(ranges):
+        lo, hi = addr & ~(page - 1), (addr + n + page - 1) & ~(page - 1)
+        if spans and lo <= spans[-1][1]:
+            spans[-1] = (spans[-1][0], max(spans[-1][1], hi))
+        else:
+            spans.append((lo, hi))
+    return spans
+
+
 class EmuFabric(Fabric):
     """The software NIC of `rank` (of `world_size`, all on this node) for job `job`."""
 
@@ -236,6 +256,7 @@ class EmuFabric(Fabric):
         self._cuda_ranges: list[int] = []  # host addresses registered with CUDA
         self._dev_objs: dict[int, tuple[int, int, int]] = {}  # QP slot -> GPU ring, dbrec, db
         self._devcq: dict[int, int] = {}  # CQN -> its DevCq (GPU memory)
+        self._exported = 0  # GPU allocations peers knew of at the last exchange
         EmuFabric._install_exit_hooks()
         EmuFabric._open.add(self)
         if engine == "cuda":
@@ -291,7 +312,19 @@ class EmuFabric(Fabric):
             "pid": os.getpid(),
             "lid": self.rank + 1,
             "host": socket.gethostname(),
+            **self._ipc_info(),
         }
+
+    def _ipc_info(self) -> dict[str, Any]:
+        """The CUDA engine's GPU allocations peers of other processes map (CUDA IPC handles of
+        device MRs and CQs) and this rank's GPU, for local_info()."""
+        if self._cuda is None:
+            return {}
+        import cupy
+
+        dev = cupy.cuda.Device()
+        return {"ipc": self._cuda.ipc_export(), "gpu": dev.id,
+                "gpu_bus": cupy.cuda.runtime.deviceGetPCIBusId(dev.id)}  # fmt: skip
 
     def add_peers(self, infos: list[dict[str, Any]]) -> None:
         nic = self._live()
@@ -315,17 +348,47 @@ class EmuFabric(Fabric):
                 if self._cuda is not None:
                     self._cuda_peer(r, info)
         self._peers_added = True
+        self._exported = len(self._cuda.ipc_export()) if self._cuda is not None else 0
+
+    def update_peers(self, infos: list[dict[str, Any]]) -> int:
+        """After add_peers(): map the GPU memory objects other processes' ranks created since
+        (infos[r]: their local_info() now, exchanged by the caller, e.g. an allgather). Until
+        then a WQE of ours aimed at such an object completes with REMOTE_ACCESS (a receive into
+        such a CQ: RNR). Returns the allocations mapped now."""
+        self._live()
+        if not self._peers_added:
+            raise FabricError(f"emu rank {self.rank}: update_peers() before add_peers()")
+        if len(infos) != self.world_size:
+            raise ConfigError("infos", f"{len(infos)} entries", f"{self.world_size} (one per rank)")
+        if self._cuda is None:
+            return 0
+        n = 0
+        for r, info in enumerate(infos):
+            if r != self.rank and int(info.get("pid", -1)) != os.getpid():
+                n += self._cuda.ipc_import(r, info.get("ipc", []))
+        self._exported = len(self._cuda.ipc_export())
+        return n
+
+    def unexchanged(self) -> list[str]:
+        """GPU memory objects created after the last add_peers()/update_peers(): peers in other
+        processes cannot reach them yet (empty without the CUDA engine or before add_peers)."""
+        if self._cuda is None or not self._peers_added:
+            return []
+        return [e["what"] for e in self._cuda.ipc_export()[self._exported :]]
 
     def _cuda_peer(self, r: int, info: dict[str, Any]) -> None:
         """Give the CUDA engine rank r's segment. A rank of this process: its owner's mapping,
         already registered, where its GPU-memory objects' offsets point; another process's: our
-        mapping, registered now, marked foreign (its GPU memory is out of reach)."""
+        mapping, registered now, marked foreign, and its GPU memory objects (device MRs and
+        CQs) opened from the CUDA IPC handles in its info (NVLink peer access to another GPU, or
+        the same GPU under MPS)."""
         if int(info.get("pid", -1)) == os.getpid():
             owner = next((f for f in EmuFabric._open if f.job == self.job and f.rank == r), None)
             if owner is not None and owner._cuda is not None:
                 self._cuda.add_peer_mapped(r, owner._cuda.base_dev)
                 return
         self._cuda.add_peer(r, int(self._nic.seg_base(r)), int(info["bytes"]), foreign=True)
+        self._cuda.ipc_import(r, info.get("ipc", []))
 
     def seal(self) -> None:
         """Every rank has attached (the caller passed a barrier): unlink our segment's name."""
@@ -350,7 +413,7 @@ class EmuFabric(Fabric):
         if self._cuda is not None:
             if dom == MemoryDomain.DEVICE:
                 # GPU memory: WQEs name it by its GPU address (addr = device_addr).
-                addr = dev = self._cuda.alloc(n)
+                addr = dev = self._cuda.alloc(n, export=f"MR key {key:#x}")
                 with _checked("relocate MR to GPU memory", self.rank):
                     self._nic.relocate_mr(key, dev, self._cuda.base_dev)
             else:
@@ -583,16 +646,20 @@ class EmuFabric(Fabric):
             }  # fmt: skip
         for cq in self._cqs.values():
             out["cqs"][cq.cqn] = {"buf": d(cq.buf), "dbrec": d(cq.dbrec)}
-        page = 4096
-        for (kind, addr), dom in self._domains.items():
-            if kind == "mr" and dom == "host-mapped":
-                lo = addr & ~(page - 1)
-                mr_len = self._mr_len[addr]
-                hi = (addr + mr_len + page - 1) & ~(page - 1)
-                if lo not in self._cuda_ranges:
-                    runtime.hostRegister(lo, hi - lo, flags)
-                    self._cuda_ranges.append(lo)
-                out["mrs"][addr] = device_pointer(runtime, lo) + (addr - lo)
+        mapped = [
+            (addr, self._mr_len[addr])
+            for (kind, addr), dom in self._domains.items()
+            if kind == "mr" and dom == "host-mapped"
+        ]
+        # MRs are 64-byte aligned, so neighbours can share a page: each page is registered once
+        # (CUDA refuses a range that overlaps a registered one).
+        for lo, hi in page_spans(mapped):
+            runtime.hostRegister(lo, hi - lo, flags)
+            self._cuda_ranges.append(lo)
+            dev_lo = device_pointer(runtime, lo)
+            for addr, _ in mapped:
+                if lo <= addr < hi:
+                    out["mrs"][addr] = dev_lo + (addr - lo)
         return out
 
     def _cuda_addresses(self) -> dict[str, Any]:

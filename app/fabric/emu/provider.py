@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...errors import UnsupportedError
-from ...platform import MPS_START, Probe
+from ...platform import MPS_RULE, Probe
 from ..base import Fabric, MemoryDomain, Posting, ProviderCaps
 from ..registry import FabricPlan, Provider, register
 from .fabric import PROGRESS_MODES
@@ -73,18 +73,8 @@ def check_cuda_engine(plan: FabricPlan, probes: Mapping[str, Probe]) -> None:
         ngpu = min(ngpu, len([v for v in visible.split(",") if v.strip()]))
     if plan.local_size > ngpu and not probes["mps"].ok:
         raise UnsupportedError(
-            f"--engine cuda with {plan.local_size} ranks on {ngpu} GPU(s): ranks sharing a GPU "
-            "need CUDA MPS (without it their engine kernels time-slice, milliseconds a turn), "
-            f"and it is not running ({probes['mps'].detail.split(';')[0]}). Start it: "
-            f"{MPS_START}; or run one rank per GPU"
-        )
-    if plan.local_size > ngpu:
-        # Seen on the H200 (2026-11-30): two ranks on one GPU under MPS, each with its engine
-        # kernel, never finished bring-up; not diagnosed. Refused rather than left to hang.
-        raise UnsupportedError(
-            f"--engine cuda with {plan.local_size} ranks on {ngpu} GPU(s) under MPS: two ranks' "
-            "engines sharing one GPU hung at bring-up on the H200 (not yet diagnosed); run one "
-            "rank per GPU, or --engine cpu (which serves GPU submitters through mapped queues)"
+            f"--engine cuda with {plan.local_size} ranks on {ngpu} GPU(s), and MPS is not "
+            f"running ({probes['mps'].detail.split(';')[0]}): {MPS_RULE}"
         )
 
 

@@ -21,17 +21,22 @@ import numpy as np
 from ...errors import UnsupportedError
 from .build import compile_cubin
 from .layout import (
+    CQE_OP_OWN,
+    DOCA_CQE_INIT,
     JOB_DTYPE,
     LANE_DTYPE,
     QP_BYTES,
     QUEUE_DTYPE,
     RESULT_DTYPE,
+    SHAPES,
     NicHandler,
     Scope,
     Sharing,
     kernel_name,
     units,
 )
+
+_MODULES: dict[tuple[str, int], Any] = {}  # (cubin, device) -> RawModule
 
 
 def _cupy() -> Any:
@@ -49,7 +54,12 @@ class DocaDevice:
             arch = f"sm_{cp.cuda.Device().compute_capability}"
         self.arch = arch
         self.cubin, self.headers = compile_cubin(arch)
-        self.module = cp.RawModule(path=str(self.cubin))
+        # One module per cubin and device for the process: the functions preload() loaded
+        # stay loaded (a fresh module would load them again, under a running engine).
+        key = (str(self.cubin), cp.cuda.runtime.getDevice())
+        if key not in _MODULES:
+            _MODULES[key] = cp.RawModule(path=str(self.cubin))
+        self.module = _MODULES[key]
 
     def build(self, queues: np.ndarray) -> Any:
         """DOCA QP structures (n x QP_BYTES bytes of GPU memory) from QUEUE_DTYPE records."""
@@ -62,6 +72,50 @@ class DocaDevice:
         init(((n + 127) // 128,), (128,), (src, np.int32(n), out))
         cp.cuda.get_current_stream().synchronize()  # not the device: an engine kernel may run
         return out
+
+    def kernel_names(self) -> list[str]:
+        """Every kernel of the module: the posting variants and the QP-structure builder."""
+        return ["gicbench_doca_init"] + [
+            kernel_name(h, s, e, shape)
+            for h in NicHandler
+            for s in Sharing
+            for e in Scope
+            for shape in SHAPES
+        ]
+
+    def preload(self) -> None:
+        """Load every kernel this submitter launches into the current context now: the
+        module's functions (cuModuleGetFunction loads a function under CUDA's lazy loading) and
+        the CuPy kernels the loops use (gather and scatter of QP structures, the strided CQ
+        fill), each run once on a stream of its own. Called before emu's CUDA engine starts:
+        with lazy loading, loading a kernel while the engine's persistent kernel runs may need
+        a context synchronisation that never comes (CUDA guide, "Lazy Loading": concurrent
+        execution)."""
+        cp = _cupy()
+        for name in self.kernel_names():
+            self.module.get_function(name)
+        stream = cp.cuda.Stream(non_blocking=True)
+        with stream:
+            qps = cp.zeros((2, QP_BYTES), cp.uint8)
+            rows = cp.asarray(np.array([1, 0], np.int64))
+            arr = cp.ascontiguousarray(qps[rows])
+            qps[rows] = arr
+            ring = cp.zeros((2, 64), cp.uint8)
+            ring[:, CQE_OP_OWN] = DOCA_CQE_INIT
+        stream.synchronize()
+
+    def init_cq(self, cq: Any) -> None:
+        """layout.init_cq for a ring in GPU memory (the CUDA engine's --queues device): every
+        CQE's op_own = 0xF1, written by a CuPy kernel on a stream of its own, waited on alone
+        (the engine kernel runs until its fabric closes: never synchronise the device)."""
+        cp = _cupy()
+        addr, n = int(cq.device_buf or cq.buf), int(cq.ncqe)
+        mem = cp.cuda.UnownedMemory(addr, n * 64, owner=cq)
+        ring = cp.ndarray((n, 64), cp.uint8, cp.cuda.MemoryPointer(mem, 0))
+        stream = cp.cuda.Stream(non_blocking=True)
+        with stream:
+            ring[:, CQE_OP_OWN] = DOCA_CQE_INIT
+        stream.synchronize()
 
     def latency(
         self,

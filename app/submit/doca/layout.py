@@ -86,7 +86,15 @@ class Op(enum.IntEnum):
     SIGNAL = 4
 
 
-STATUS = {0: "ok", 1: "unsupported", 2: "timed out", 3: "error CQE", 4: "bad arguments"}
+STATUS = {
+    0: "ok",
+    1: "unsupported",
+    2: "timed out",
+    3: "error CQE",
+    4: "bad arguments",
+    5: "no sequence word from the peer",
+}
+ENOSEQ = 5
 
 QUEUE_DTYPE = np.dtype([
     ("sq_buf", "<u8"), ("sq_dbrec", "<u8"), ("sq_db", "<u8"), ("cq_buf", "<u8"),
@@ -102,8 +110,12 @@ LANE_DTYPE = np.dtype([
 JOB_DTYPE = np.dtype([
     ("op", "<u4"), ("size", "<u4"), ("iters", "<u4"), ("nqps", "<u4"), ("seed", "<u8"),
     ("sig_val", "<u8"), ("timeout_ns", "<u8"), ("first", "<u4"), ("slots", "<u4"), ("flags", "<u4"),
-    ("nquiet", "<u4"), ("window", "<u4"), ("max_windows", "<u4"),
+    ("nquiet", "<u4"), ("window", "<u4"), ("max_windows", "<u4"), ("reply", "<u8"),
+    ("mode", "<u4"), ("reserved", "<u4"),
 ])  # fmt: skip
+# gicbench_doca_job.mode of the latency kernel: post and wait the ticket; post and wait for the
+# peer's reply (round trip); wait for the peer's request, then post the answer (responder)
+MODE_LATENCY, MODE_RTT, MODE_RESPOND = 0, 1, 2
 VALUE_FROM_SRC = 1  # p writes the source's 8 bytes at the op's offset (msg-rate)
 SEQ = 2  # the op number + 1 is stamped in the message's last 8 bytes and is p's value (single-op)
 RESULT_DTYPE = np.dtype([
@@ -111,7 +123,7 @@ RESULT_DTYPE = np.dtype([
     ("total_ns", "<u8"),
 ])  # fmt: skip
 assert (QUEUE_DTYPE.itemsize, LANE_DTYPE.itemsize, JOB_DTYPE.itemsize, RESULT_DTYPE.itemsize) == (
-    80, 56, 64, 32)  # fmt: skip
+    80, 56, 80, 32)  # fmt: skip
 
 
 def be32(v: int) -> int:
@@ -242,7 +254,8 @@ def lane_record(
 
 def job_record(op: Op, size: int, iters: int, nqps: int, *, seed: int = 0, sig_val: int = 1,
                timeout_ns: int = 5_000_000_000, first: int = 0, slots: int = 0, flags: int = 0,
-               nquiet: int = 0, window: int = 0, max_windows: int = 0) -> np.ndarray:  # fmt: skip
+               nquiet: int = 0, window: int = 0, max_windows: int = 0, reply: int = 0,
+               mode: int = MODE_LATENCY) -> np.ndarray:  # fmt: skip
     o = Op(op)
     if o in (Op.P, Op.P_SIGNAL) and size != 8:
         raise ConfigError("size", size, "8 for p/p-signal (one inline uint64)")
@@ -255,6 +268,12 @@ def job_record(op: Op, size: int, iters: int, nqps: int, *, seed: int = 0, sig_v
         raise ConfigError("flags", flags, "a combination of VALUE_FROM_SRC and SEQ")
     rec["first"], rec["slots"], rec["flags"], rec["nquiet"] = first, slots, flags, nquiet
     rec["window"], rec["max_windows"] = window, max_windows
+    if mode not in (MODE_LATENCY, MODE_RTT, MODE_RESPOND):
+        raise ConfigError("mode", mode, "MODE_LATENCY, MODE_RTT or MODE_RESPOND")
+    if mode != MODE_LATENCY and (not reply or not flags & SEQ):
+        raise ConfigError("reply", reply, "the GPU address of the landing buffer, with flag SEQ, "
+                          "for a round trip or a responder")  # fmt: skip
+    rec["reply"], rec["mode"] = reply, mode
     return rec
 
 

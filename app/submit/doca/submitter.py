@@ -26,14 +26,27 @@ from typing import Any
 import numpy as np
 
 from ...errors import CompletionError, CompletionTimeout, ConfigError, FabricError, UnsupportedError
-from ...fabric.base import Access, Posting, QueuePair
+from ...fabric.base import Access, MemoryDomain, Posting, QueuePair
 from ...fabric.registry import QueueOptions
 from ...platform import Probe
-from ..base import Lane, LatencyWork, RateResult, RateWork, Shape, Submitter, register
+from ..base import (
+    Lane,
+    LatencyWork,
+    RateResult,
+    RateWork,
+    RespondWork,
+    Shape,
+    Submitter,
+    register,
+)
 from ..gpu import smclock
 from ..gpu.device import DeviceMap, stage
 from .layout import (
+    ENOSEQ,
     LANE_DTYPE,
+    MODE_LATENCY,
+    MODE_RESPOND,
+    MODE_RTT,
     QP_BYTES,
     SEQ,
     STATUS,
@@ -52,6 +65,7 @@ from .layout import (
 )
 from .params import EARLY_RING_HANDLERS, DocaParams
 
+MODES = ("issue", "put_completion", "round_trip")
 ENGINE_COUNTERS = ("stale_wqes", "dbrec_lag", "bad_doorbells")  # recorded on every call
 MAX_BLOCK = 1024
 BF_MAX_BLOCK = 512  # gpu-sm-bf thread scope: 64 B of shared memory per thread (<= 32 KB a block)
@@ -91,8 +105,6 @@ def refusal(params: DocaParams, exp: str, point: Mapping[str, Any]) -> str | Non
         return (
             f"--payload {payload} with --doca-handler {h.cli} --doca-scope {e.name.lower()}: {why}"
         )
-    if point.get("mode") == "round_trip":
-        return "--modes round_trip: the doca submitter has no responder loop (issue,put_completion)"
     if exp == "msg-rate":
         if int(point["batch"]) != 1:
             return (
@@ -115,6 +127,23 @@ def refusal(params: DocaParams, exp: str, point: Mapping[str, Any]) -> str | Non
     return None
 
 
+def queues_refusal(params: DocaParams, queues: str) -> str | None:
+    """Why these knobs cannot run on queues placed at `queues` ("host" or "device"), else None.
+    The host-thread handlers (cpu-proxy, cpu-proxy-free-flow) store the SQ's doorbell record and
+    ring its doorbell register from a CPU thread: both must be host-visible, and with --queues
+    device they are GPU memory (cudaMalloc), which a CPU store cannot reach. The GPU_SM_*
+    handlers ring from the GPU and run on either placement."""
+    h = params.nic_handler
+    if queues == "device" and h.host_thread:
+        return (
+            f"--doca-handler {h.cli} with --queues device: its host thread stores the doorbell "
+            "record and rings the doorbell register, which --queues device puts in GPU memory "
+            "(a CPU store cannot reach it); use --queues host (either engine) or a gpu-sm-* "
+            "handler"
+        )
+    return None
+
+
 @register
 class DocaSubmitter(Submitter):
     name = "doca"
@@ -122,7 +151,7 @@ class DocaSubmitter(Submitter):
         "DOCA GPUNetIO device verbs (GDAKI: NVSHMEM/NCCL GIN's GPU-initiated path) on "
         "gicbench's queues; every NIC handler"
     )
-    shapes = frozenset({Shape.LATENCY, Shape.RATE})
+    shapes = frozenset({Shape.LATENCY, Shape.RESPOND, Shape.RATE})
     posting = (Posting.MLX5_QUEUES.value,)
     needs_gpu = True
     cpu_progress = False
@@ -148,6 +177,34 @@ class DocaSubmitter(Submitter):
         p = params if isinstance(params, DocaParams) else DocaParams()
         q = queue_kwargs(p.nic_handler, p.cq_type, sq_depth)
         return QueueOptions(qp=q.qp, cq=q.cq, scratch_per_qp=proxy_bytes(p.nic_handler, sq_depth))
+
+    @classmethod
+    def preload(cls, params: Any, local_rank: int) -> None:
+        """Compile and load every kernel on this rank's GPU before the NIC opens (see
+        Submitter.preload): the DOCA module, the CuPy kernels of the loops, the SM clock's."""
+        import cupy as cp
+
+        from .device import DocaDevice
+
+        n = cp.cuda.runtime.getDeviceCount()
+        if n < 1:
+            raise UnsupportedError("the doca submitter needs a CUDA GPU: none found")
+        with cp.cuda.Device(local_rank % n):
+            DocaDevice().preload()
+            smclock.measure(cp, ns=1000)
+
+    @classmethod
+    def check_provider(
+        cls,
+        params: Any,
+        points: Sequence[tuple[str, Mapping[str, Any]]],
+        provider: str,
+        caps: Any,
+        provider_params: Any,
+    ) -> None:
+        why = queues_refusal(params, getattr(provider_params, "queues", "host"))
+        if why is not None:
+            raise UnsupportedError(f"--submitter doca with --provider {provider}: {why}")
 
     @classmethod
     def check_points(cls, params: Any, points: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
@@ -184,14 +241,19 @@ class DocaSubmitter(Submitter):
         rc = [q for q in qps if not q.dci]
         if len(rc) != len(qps):
             raise UnsupportedError("the doca submitter drives RC QPs only (no DCIs)")
+        if self.handler.host_thread and any(q.sq.domain == MemoryDomain.DEVICE for q in rc):
+            raise UnsupportedError(str(queues_refusal(self.params, "device")))
         need = proxy_bytes(self.handler, max((q.sq.wqebb_cnt for q in rc), default=0))
         scratch = None
         if self.handler.host_thread and rc:
             scratch = self.fabric.register(  # type: ignore[call-arg]
                 need * len(rc), Access.LOCAL_WRITE, domain="host-mapped"
             )
-        for q in rc:
-            init_cq(q.sq.cq)  # before the first post: owner-1 CQEs (DOCA's sm_90 poll)
+        for q in rc:  # before the first post: owner-1 CQEs (DOCA's sm_90 poll)
+            if q.sq.cq.domain == MemoryDomain.DEVICE:
+                self.dev.init_cq(q.sq.cq)  # GPU memory (CUDA engine, --queues device)
+            else:
+                init_cq(q.sq.cq)
         self.dm = DeviceMap.of(self.fabric)
         device = {"qps": self.dm.qps, "cqs": self.dm.cqs}
         recs = []
@@ -226,11 +288,17 @@ class DocaSubmitter(Submitter):
         except KeyError as e:
             raise FabricError(f"QP {e} was not attached to the doca submitter") from e
 
+    def _counters(self) -> dict[str, int]:
+        """The engine's counters with every rung doorbell executed (the CUDA engine adds its
+        warps' counts to the segment at quiesce; the CPU engine's are current anyway)."""
+        self.fabric.quiesce()
+        return dict(self.fabric.counters())
+
     @contextlib.contextmanager
     def _launching(self, rows: Any) -> Iterator[Any]:
         """The lanes' DOCA QP structures as one launch array, written back after the launch;
         the host ringer runs around it; the engine's fidelity counters are checked."""
-        before = self.fabric.counters()
+        before = self._counters()
         arr = self.cp.ascontiguousarray(self.qps[rows])
         if self.ringer is not None:
             self.ringer.start()
@@ -243,7 +311,7 @@ class DocaSubmitter(Submitter):
                 self.ringer.stop()
         # the kernel has finished (DocaDevice waits for its stream): keep DOCA's indices
         self.qps[rows] = arr
-        after = self.fabric.counters()
+        after = self._counters()
         delta = {k: int(after.get(k, 0)) - int(before.get(k, 0)) for k in ENGINE_COUNTERS}
         self.details.update({f"emu_{k}": v for k, v in delta.items()})
         self.details["doorbells"] = int(after.get("doorbells", 0)) - int(before.get("doorbells", 0))
@@ -267,6 +335,11 @@ class DocaSubmitter(Submitter):
                 f"rank {self.rank}, {what} (doca {self.handler.cli}), unit {u}: last "
                 f"ticket {int(r['ticket'])}, DOCA poll returned {int(r['cq_status'])}"
             )
+            if st == ENOSEQ:
+                raise CompletionTimeout(
+                    f"no sequence word from the peer within {self.timeout_ns / 1e9:g} s ({where};"
+                    f" the word held {int(r['post_ns'])})"
+                )
             if st == 2:
                 raise CompletionTimeout(
                     f"no completion within {self.timeout_ns / 1e9:g} s ({where})"
@@ -289,13 +362,20 @@ class DocaSubmitter(Submitter):
 
     # ---- loops ---------------------------------------------------------------------------------
     def latency(self, work: LatencyWork) -> np.ndarray:
-        if work.mode not in ("issue", "put_completion"):
-            raise ConfigError("modes (--modes)", work.mode, "issue or put_completion (doca)")
+        if work.mode not in MODES:
+            raise ConfigError("modes (--modes)", work.mode, ", ".join(MODES))
         op = op_for("inline" if work.inline else "pointer", work.size)
         # the selected lane first: the one unit posts on QP 0, the quiet walks them all
         order = [work.lanes[work.selected]] + [
             ln for i, ln in enumerate(work.lanes) if i != work.selected
         ]
+        rtt = work.mode == "round_trip"
+        reply = 0
+        if rtt:
+            if work.reply is None:
+                raise ConfigError("reply", None, "the buffer a round trip's answer lands in")
+            assert self.dm is not None
+            reply = self.dm.local(work.reply.addr, "reply buffer")
         total = work.iters + work.warmup
         job = job_record(
             op,
@@ -305,16 +385,11 @@ class DocaSubmitter(Submitter):
             timeout_ns=self.timeout_ns,
             slots=1,
             flags=SEQ,
-            nquiet=len(order) if work.scope_all else 0,
+            nquiet=len(order) if work.scope_all and not rtt else 0,
+            reply=reply,
+            mode=MODE_RTT if rtt else MODE_LATENCY,
         )
-        threads = 32 if self.scope == Scope.WARP else 1
-        lanes = self._lanes(order[:1])
-        self.details = self._base_details()
-        with self._launching(self._rows(order)) as qps:
-            res, cyc = self.dev.latency(
-                qps, lanes, job, self.handler, self.sharing, self.scope, 1, threads
-            )
-        self._raise_for(res, f"single-op {work.mode}")
+        _, cyc = self._one_unit(order, job, f"single-op {work.mode}")
         hz = smclock.measure(self.cp)
         self.sm_clock_hz = hz
         col = 0 if work.mode == "issue" else 1
@@ -323,6 +398,38 @@ class DocaSubmitter(Submitter):
             sm_clock_hz=hz, issue_cycles_p50=float(np.median(cyc[0, work.warmup :, 0]))
         )
         return smclock.cycles_to_ns(c, hz)
+
+    def respond(self, work: RespondWork) -> None:
+        """The far side of a round trip: for request n (its sequence word n + 1 in the last 8
+        bytes of work.watch), post the answer (stamped n + 1) through DOCA on work.lane and wait
+        its completion; mini-gda's protocol (gda_respond), so the two interoperate."""
+        assert self.dm is not None
+        op = op_for("inline" if work.inline else "pointer", work.size)
+        job = job_record(
+            op,
+            work.size if op == Op.PUT else 8,
+            work.count,
+            1,
+            timeout_ns=self.timeout_ns,
+            slots=1,
+            flags=SEQ,
+            reply=self.dm.local(work.watch.addr, "watched buffer"),
+            mode=MODE_RESPOND,
+        )
+        self._one_unit([work.lane], job, "round-trip responder")
+
+    def _one_unit(self, order: Sequence[Lane], job: np.ndarray, what: str) -> tuple[Any, Any]:
+        """One issuing unit (a thread, or a warp in warp scope) on order[0] with the latency
+        kernel; order[1:] are the QPs an all-QP quiet walks. Raises on a failed unit."""
+        threads = 32 if self.scope == Scope.WARP else 1
+        lanes = self._lanes(order[:1])
+        self.details = self._base_details()
+        with self._launching(self._rows(order)) as qps:
+            res, cyc = self.dev.latency(
+                qps, lanes, job, self.handler, self.sharing, self.scope, 1, threads
+            )
+        self._raise_for(res, what)
+        return res, cyc
 
     def _rate_shape(self, nlanes: int, threads: int) -> tuple[int, int]:
         """(blocks, threads per block) of a rate launch over `nlanes` QPs."""
@@ -379,9 +486,9 @@ class DocaSubmitter(Submitter):
                 r = self.dev.post(qps, lanes, warm, *args)
                 self._raise_for(r, "msg-rate warm-up")
             job = job_record(op, size, M, L, first=W, window=win, max_windows=max_windows, **common)
-            c0 = self.fabric.counters()  # doorbells and CQEs of the measured launch only
+            c0 = self._counters()  # doorbells and CQEs of the measured launch only
             res, marks = self.dev.post(qps, lanes, job, *args, marks=True)
-            c1 = self.fabric.counters()
+            c1 = self._counters()
         del keep
         self._raise_for(res, "msg-rate")
         windows = []

@@ -1,4 +1,5 @@
-"""Kernel build cache: cuda/gda/kernels.cu compiled once per ordering (and device) through CuPy's
+"""Kernel build cache: cuda/gda/kernels.cu compiled once per ordering and CQ polling (and device)
+through CuPy's
 RawModule (NVRTC); CuPy picks the architecture of the current device (-arch from the device)
 and keeps its own on-disk cache, so a second run loads the cubin without compiling."""
 
@@ -8,10 +9,12 @@ import importlib.resources
 from pathlib import Path
 from typing import Any
 
-from .params import ORDERINGS
+from .params import CQ_POLLS, ORDERINGS
 
-KERNELS = ("gda_prepare", "gda_single_op", "gda_respond", "gda_msg_rate", "gda_clock")
-_MODULES: dict[tuple[str, int], Any] = {}
+KERNELS = (
+    "gda_prepare", "gda_finish", "gda_single_op", "gda_respond", "gda_msg_rate", "gda_clock",
+)  # fmt: skip
+_MODULES: dict[tuple[str, str, int], Any] = {}
 
 
 def cuda_dir() -> Path:
@@ -19,30 +22,38 @@ def cuda_dir() -> Path:
     return Path(str(importlib.resources.files("gicbench") / "cuda"))
 
 
-def build_options(ordering: str, root: Path) -> tuple[str, ...]:
-    """NVRTC options of one ordering's module (the same defines tests give nvcc)."""
+def build_options(ordering: str, root: Path, cq_poll: str = "expected") -> tuple[str, ...]:
+    """NVRTC options of one variant's module (the same defines tests give nvcc)."""
     if ordering not in ORDERINGS:
         raise ValueError(f"ordering {ordering!r} is not one of {ORDERINGS}")
-    return (f"-I{root}", "--std=c++17", f"-DGDA_ORDERING={ORDERINGS.index(ordering)}")
+    if cq_poll not in CQ_POLLS:
+        raise ValueError(f"cq_poll {cq_poll!r} is not one of {CQ_POLLS}")
+    return (
+        f"-I{root}",
+        "--std=c++17",
+        f"-DGDA_ORDERING={ORDERINGS.index(ordering)}",
+        f"-DGDA_CQ_POLL={CQ_POLLS.index(cq_poll)}",
+    )
 
 
-def module(ordering: str) -> Any:
-    """The compiled module of `ordering` on the current device (cached per process)."""
+def module(ordering: str, cq_poll: str = "expected") -> Any:
+    """The compiled module of one variant on the current device (cached per process)."""
     import cupy as cp
 
     dev = cp.cuda.runtime.getDevice()
-    key = (ordering, dev)
+    key = (ordering, cq_poll, dev)
     if key not in _MODULES:
         root = cuda_dir()
         src = (root / "gda" / "kernels.cu").read_text()
-        mod = cp.RawModule(code=src, options=build_options(ordering, root), name_expressions=None)
+        opts = build_options(ordering, root, cq_poll)
+        mod = cp.RawModule(code=src, options=opts, name_expressions=None)
         mod.compile()
         _MODULES[key] = mod
     return _MODULES[key]
 
 
-def kernels(ordering: str) -> dict[str, Any]:
-    mod = module(ordering)
+def kernels(ordering: str, cq_poll: str = "expected") -> dict[str, Any]:
+    mod = module(ordering, cq_poll)
     return {name: mod.get_function(name) for name in KERNELS}
 
 

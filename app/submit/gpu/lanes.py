@@ -13,12 +13,15 @@ from .device import DeviceMap
 COLUMNS = (
     "sq_buf", "sq_wqebbs", "sq_dbrec", "sq_doorbell", "qpn", "cq_buf", "cq_ncqe", "cq_dbrec",
     "src_dev", "src_addr", "lkey", "dst_addr", "rkey", "region", "state", "lane_wqes",
-    "dc", "dc_key", "dctn", "lid",
+    "dc", "dc_key", "dctn", "lid", "ready",
 )  # fmt: skip
 COL = {name: i for i, name in enumerate(COLUMNS)}
 
 
-def lane_row(dm: DeviceMap, lane: Lane, state: int, src_dev: int, lane_wqes: int = 0) -> list[int]:
+def lane_row(
+    dm: DeviceMap, lane: Lane, state: int, src_dev: int, lane_wqes: int = 0, ready: int = 0
+) -> list[int]:
+    """One lane's row; `ready`: the device address of its QP's ready array (--doorbell host)."""
     sq, cq = lane.qp.sq, lane.qp.sq.cq
     sq_buf, sq_dbrec, sq_db = dm.sq(sq)
     cq_buf, cq_dbrec = dm.cq(cq)
@@ -27,7 +30,7 @@ def lane_row(dm: DeviceMap, lane: Lane, state: int, src_dev: int, lane_wqes: int
         sq_buf, sq.wqebb_cnt, sq_dbrec, sq_db, lane.qp.qpn, cq_buf, cq.ncqe, cq_dbrec,
         src_dev, lane.src.addr, lane.src.key, lane.dst.addr, lane.dst.key,
         min(lane.src.length, lane.dst.length), state, lane_wqes,
-        1 if dc else 0, dc.dc_key if dc else 0, dc.dctn if dc else 0, dc.lid if dc else 0,
+        1 if dc else 0, dc.dc_key if dc else 0, dc.dctn if dc else 0, dc.lid if dc else 0, ready,
     ]  # fmt: skip
 
 
@@ -76,3 +79,16 @@ def signal_every(wqebb_cnt: int, bbs: int, batch: int) -> int:
     loop's plan_reclaim)."""
     max_wqes = wqebb_cnt // bbs
     return max(1, min(wqebb_cnt // (4 * bbs), max_wqes - batch + 1))
+
+
+def max_inflight_cqes(wqebb_cnt: int, bbs: int, signal_every: int) -> int:
+    """The most CQEs one QP can owe in a msg-rate call: its signaled WQEs in flight when the SQ is
+    full (every signal_every-th WQE, plus the lane's last)."""
+    max_wqes = wqebb_cnt // bbs
+    return min(max_wqes, -(-max_wqes // signal_every) + 1)
+
+
+def cq_slack(ncqe: int, inflight: int) -> int:
+    """Consumed CQEs the CQ record may lag by so that no CQE can pass record + ncqe (the NIC's
+    overrun rule): ncqe - inflight (0: store the record at every reap)."""
+    return max(0, ncqe - inflight)

@@ -1,5 +1,6 @@
 """The GPU submitter's knobs: the ordering before the doorbell (the paper's Table 4, a build-time
-choice of the kernels) and how threads sharing a QP publish their WQEs in msg-rate."""
+choice of the kernels), how threads sharing a QP publish their WQEs in msg-rate, who rings the
+doorbell (the GPU, or a host thread forwarding ready marks), and how CQs are polled."""
 
 from __future__ import annotations
 
@@ -31,6 +32,18 @@ PUBLISH = ("thread", "warp", "lock")
 PUBLISH_CODES = {"thread": 0, "warp": 1, "lock": 2}
 
 
+# Who rings: the GPU threads themselves (record + doorbell per publication), or a host thread that
+# advances each QP's ready prefix (GPU threads release-store every WQE's slot in a ready array in
+# host memory): the second paper's "GDAKI Free Flow", the first paper's CPU-assisted doorbell.
+DOORBELLS = ("gpu", "host")
+
+# CQ polling (a build-time choice, GDA_CQ_POLL): scan (every wait reaps all CQEs present under the
+# QP's CQ lock with an acquire load per poll, the CQ record stored at every reap, msg-rate reaps
+# after every doorbell: the first mini-gda) or expected (the next CQE only, relaxed loads and one
+# acquire on the hit, the record stored only when its lag could overrun the CQ).
+CQ_POLLS = ("scan", "expected")
+
+
 @dataclass(frozen=True)
 class GpuParams:
     ordering: str = knob(
@@ -47,4 +60,20 @@ class GpuParams:
         choices=PUBLISH,
         help="msg-rate: thread (slot handoff in reservation order), warp (cooperative), "
         "lock (one doorbell lock per WQE)",
+    )
+    doorbell: str = knob(
+        "gpu",
+        flag="--doorbell",
+        kind=KIND_STR,
+        choices=DOORBELLS,
+        help="who rings: gpu (the GPU stores the record and the doorbell) or host (GPU threads "
+        "mark WQEs ready in host memory, a host thread rings: GDAKI Free Flow)",
+    )
+    cq_poll: str = knob(
+        "expected",
+        flag="--cq-poll",
+        kind=KIND_STR,
+        choices=CQ_POLLS,
+        help="CQ polling: expected (the next CQE only, record stored when needed) or scan (all "
+        "CQEs present, record stored at every reap: the first mini-gda)",
     )

@@ -6,12 +6,14 @@ device copy of the source bytes inline payloads are read from), launches one ker
 waits for it without blocking signals: a signal sets a host-mapped abort word the kernel polls,
 so it ends within a few microseconds. Every kernel wait has a deadline (globaltimer); a failure is
 reported through the status words as CompletionTimeout / CompletionError / LoopInterrupted.
+With `--doorbell host` a native thread rings for the kernels while each call runs (forward.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -32,15 +34,16 @@ from ..base import (
 )
 from . import build, lanes, smclock, status
 from .device import DeviceMap, stage
-from .params import ORDERINGS, PUBLISH_CODES, UNSAFE_ORDERINGS, GpuParams
+from .forward import Forwarder
+from .params import CQ_POLLS, DOORBELLS, ORDERINGS, PUBLISH_CODES, UNSAFE_ORDERINGS, GpuParams
 
 MODE_CODES = {"issue": 0, "put_completion": 1, "round_trip": 2}
 MAX_QP_STATES = 8192
-STATE_WORDS = 8  # uint32 words of cuda/gda/queue.cuh QpState
+STATE_WORDS = 16  # uint32 words of cuda/gda/queue.cuh QpState (one 64-byte row)
 MAX_DS = 63  # segments of one WQE (ds is 6 bits)
 BLOCK = 128  # msg-rate threads per block (whole warps)
+QUIET_BLOCK = 32  # single-op with --scope all and --cq-poll expected: lanes 1..31 quiet the rest
 _CUDA_HOST_ALLOC_PORTABLE_MAPPED = 0x01 | 0x02
-
 
 
 # One pinned, GPU-mapped abort page per process and GPU, kept until exit: freeing pinned memory
@@ -56,6 +59,7 @@ def _abort_page(cp: Any, device: int) -> tuple[int, int]:
         get = getattr(rt, "hostGetDevicePointer", None)
         _ABORT_PAGES[device] = (host, int(get(host, 0)) if get else host)
     return _ABORT_PAGES[device]
+
 
 @register
 class GpuSubmitter(Submitter):
@@ -75,6 +79,48 @@ class GpuSubmitter(Submitter):
             return f"the GPU submitter (mini-gda) needs an NVIDIA GPU and CuPy ({cupy.detail})"
         return None
 
+    @classmethod
+    def check_provider(
+        cls,
+        params: GpuParams,
+        points: Sequence[tuple[str, Mapping[str, Any]]],
+        provider: str,
+        caps: Any,
+        provider_params: Any,
+    ) -> None:
+        """Pre-flight (app/plan.py, before anything exists): refuse what these knobs cannot do on
+        this provider. --doorbell host needs the doorbell record and doorbell in host memory: a
+        host thread stores them (emu --queues device puts them in GPU memory)."""
+        if params.doorbell == "host" and getattr(provider_params, "queues", "host") == "device":
+            raise ConfigError(
+                "doorbell (--doorbell)",
+                params.doorbell,
+                "gpu with --queues device (the host thread that forwards the doorbell stores the "
+                "record and the doorbell, which --queues device keeps in GPU memory; use --queues "
+                "host for --doorbell host)",
+            )
+
+    @classmethod
+    def preload(cls, params: Any, local_rank: int) -> None:
+        """Compile and load every kernel mini-gda launches on this rank's GPU before the NIC
+        opens (see Submitter.preload): the ordering's module, loaded-rtt's, the SM clock's and
+        the CuPy reduction the rate loop sums its counts with."""
+        import cupy as cp
+
+        from . import loaded
+
+        n = cp.cuda.runtime.getDeviceCount()
+        if n < 1:
+            raise UnsupportedError("the GPU submitter needs a CUDA GPU: none found")
+        p = params if isinstance(params, GpuParams) else GpuParams()
+        with cp.cuda.Device(local_rank % n):
+            k = build.kernels(p.ordering, p.cq_poll)
+            loaded.kernels(p.ordering)
+            stream = cp.cuda.Stream(non_blocking=True)
+            with stream:
+                int(cp.zeros((2, 5), dtype=cp.int64)[:, 3].sum())
+                smclock.measure(cp, k["gda_clock"], ns=1000)
+
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         import cupy as cp
@@ -88,7 +134,13 @@ class GpuSubmitter(Submitter):
         self.ordering = self.params.ordering
         if self.ordering not in ORDERINGS:
             raise ConfigError("ordering (--ordering)", self.ordering, " | ".join(ORDERINGS))
-        self.k = build.kernels(self.ordering)
+        if self.params.doorbell not in DOORBELLS:
+            raise ConfigError("doorbell (--doorbell)", self.params.doorbell, " | ".join(DOORBELLS))
+        if self.params.cq_poll not in CQ_POLLS:
+            raise ConfigError("cq_poll (--cq-poll)", self.params.cq_poll, " | ".join(CQ_POLLS))
+        self.k = build.kernels(self.ordering, self.params.cq_poll)
+        host_db = self.params.doorbell == "host"
+        self.fwd = Forwarder(cp, self.rank, self.timeout_ns / 1e9) if host_db else None
         self.dm = DeviceMap.of(self.fabric)
         self.states = cp.zeros((MAX_QP_STATES, STATE_WORDS), dtype=cp.uint32)
         self.slots: dict[int, int] = {}  # qpn -> QpState row
@@ -97,6 +149,8 @@ class GpuSubmitter(Submitter):
         self._abort = host_view(self._abort_host, 4096, np.uint32)
         self._abort[:] = 0
         self.stale_seen = 0
+        self.host_rings = 0  # doorbells the host thread rang in the last call (--doorbell host)
+        self._call: tuple[Any, int] = (None, 0)
         self.details: dict[str, float] = {"sm_clock_hz": float("nan")}
         self.sm_clock_hz = self.measure_clock()
 
@@ -117,35 +171,63 @@ class GpuSubmitter(Submitter):
         """Device copies of source slices (inline payloads are read from GPU memory)."""
         return stage(self.cp, bufs)
 
-    def _prepare(self, work_lanes: tuple, bbs: int, src_dev: list[int], wqes: list[int]) -> Any:
-        rows, attach = [], []
+    def _prepare(
+        self, work_lanes: tuple, bbs: int, src_dev: list[int], wqes: list[int], inflight: int
+    ) -> Any:
+        """The lane table of a call, its QPs attached; `inflight`: the most CQEs one QP can owe
+        in the call (how far the CQ record may lag: lanes.cq_slack)."""
+        rows, attach, slack = [], [], []
         for lane, src, n in zip(work_lanes, src_dev, wqes, strict=True):
             slot, fresh = self._slot(lane.qp.qpn)
-            rows.append(lanes.lane_row(self.dm, lane, slot, src, n))
+            ready = self.fwd.ready(lane.qp) if self.fwd is not None else 0
+            rows.append(lanes.lane_row(self.dm, lane, slot, src, n, ready))
             attach.append(1 if fresh else 0)
+            slack.append(lanes.cq_slack(lane.qp.sq.cq.ncqe, inflight))
         tab = self.cp.asarray(lanes.table(rows))
         att = self.cp.asarray(np.array(attach, dtype=np.uint8))
         n = len(rows)
+        # scan: the record at every reap, as the first mini-gda
+        cq_slack = min(slack) if self.params.cq_poll == "expected" else 0
         self.k["gda_prepare"](
-            ((n + 127) // 128,), (128,), (tab, np.int32(n), self.states, att, np.uint32(bbs))
+            ((n + 127) // 128,),
+            (128,),
+            (tab, np.int32(n), self.states, att, np.uint32(bbs), np.uint32(cq_slack)),
         )
+        self._call = (tab, n)
         return tab
 
-    def _run(self, fn: str, grid: tuple, block: tuple, args: tuple, what: str, total: int) -> None:
+    def _run(
+        self,
+        fn: str,
+        grid: tuple,
+        block: tuple,
+        args: tuple,
+        what: str,
+        total: int,
+        expect: list[tuple[int, int]] | None = None,
+    ) -> None:
         """Launch and wait; a signal (an exception raised by the harness' handler while we
-        sleep) sets the abort word, lets the kernel stop, and propagates."""
+        sleep) sets the abort word, lets the kernel stop, and propagates. `expect`: (qpn,
+        WQEBBs) each QP is marked up to (--doorbell host: the host thread runs meanwhile)."""
         self.status.fill(0)
         self._abort[0] = 0
-        self.k[fn](grid, block, args)
-        ev = self.cp.cuda.Event()
-        ev.record()
-        try:
-            while not ev.done:
-                time.sleep(20e-6)
-        except BaseException:
-            self._abort[0] = 1
-            ev.synchronize()
-            raise
+        fwd = self.fwd.call(expect or []) if self.fwd is not None else contextlib.nullcontext()
+        rings = self.fwd.rings() if self.fwd is not None else 0
+        with fwd:
+            self.k[fn](grid, block, args)
+            ev = self.cp.cuda.Event()
+            ev.record()
+            try:
+                while not ev.done:
+                    time.sleep(20e-6)
+            except BaseException:
+                self._abort[0] = 1
+                ev.synchronize()
+                raise
+            finally:
+                tab, n = self._call
+                self.k["gda_finish"](((n + 127) // 128,), (128,), (tab, np.int32(n), self.states))
+        self.host_rings = self.fwd.rings() - rings if self.fwd is not None else 0
         st = self.status.get()
         status.raise_for(st, self.rank, what, self.timeout_ns / 1e9, total)
         self._check_stale()
@@ -179,7 +261,7 @@ class GpuSubmitter(Submitter):
         src_dev = staged[0] if work.inline else self.dm.local(sel.src.addr, "source buffer")
         srcs = [0] * len(work.lanes)
         srcs[work.selected] = src_dev
-        tab = self._prepare(work.lanes, bbs, srcs, [0] * len(work.lanes))
+        tab = self._prepare(work.lanes, bbs, srcs, [0] * len(work.lanes), 1)
         reply = work.reply if work.reply is not None else sel.src
         reply_dev = self.dm.local(reply.addr, "reply buffer") if work.mode == "round_trip" else 0
         samples = self.cp.zeros(work.iters, dtype=self.cp.int64)
@@ -191,8 +273,11 @@ class GpuSubmitter(Submitter):
             np.uint32(work.iters), np.uint32(work.warmup), np.uint64(self.timeout_ns),
             samples, cycles, self.status, np.uint64(self._abort_dev),
         )  # fmt: skip
-        self._run("gda_single_op", (1,), (1,), args, f"single-op {work.mode}",
-                  work.iters + work.warmup)  # fmt: skip
+        quiet = work.scope_all and work.mode == "put_completion" and len(work.lanes) > 1
+        block = QUIET_BLOCK if quiet and self.params.cq_poll == "expected" else 1
+        n_ops = work.iters + work.warmup
+        self._run("gda_single_op", (1,), (block,), args, f"single-op {work.mode}", n_ops,
+                  [(sel.qp.qpn, n_ops * bbs)])  # fmt: skip
         del keep
         ns = samples.get()
         cyc = cycles.get()
@@ -200,6 +285,7 @@ class GpuSubmitter(Submitter):
         self.details = {
             "sm_clock_hz": float(cyc.sum()) / total_ns * 1e9 if total_ns > 0 else float("nan"),
             "issue_cycles_p50": float(np.median(cyc)) if cyc.size else float("nan"),
+            **self._doorbell_details(),
         }
         return ns
 
@@ -208,16 +294,17 @@ class GpuSubmitter(Submitter):
         bbs = self._bbs(work.inline, work.size, lane.dc is not None)
         keep, staged = self._stage([lane.src]) if work.inline else (None, [])
         src_dev = staged[0] if work.inline else self.dm.local(lane.src.addr, "source buffer")
-        tab = self._prepare((lane,), bbs, [src_dev], [0])
+        tab = self._prepare((lane,), bbs, [src_dev], [0], 1)
         watch = self.dm.local(work.watch.addr, "watched buffer")
         args = (
             tab, self.states, np.uint32(work.size), np.int32(work.inline), np.uint64(src_dev),
             np.uint64(watch), np.uint32(work.count), np.uint64(self.timeout_ns), self.status,
             np.uint64(self._abort_dev),
         )  # fmt: skip
-        self._run("gda_respond", (1,), (1,), args, "round-trip responder", work.count)
+        self._run("gda_respond", (1,), (1,), args, "round-trip responder", work.count,
+                  [(lane.qp.qpn, work.count * bbs)])  # fmt: skip
         del keep
-        self.details = {}
+        self.details = self._doorbell_details()
 
     def rate_lane_messages(
         self, nlanes: int, threads: int, batch: int, per_thread: int
@@ -237,13 +324,14 @@ class GpuSubmitter(Submitter):
             )
         se = lanes.signal_every(depth, bbs, work.batch)
         max_wqes = depth // bbs
-        if min(max_wqes, -(-max_wqes // se) + 1) > ncqe:
+        inflight = lanes.max_inflight_cqes(depth, bbs, se)
+        if inflight > ncqe:
             raise ConfigError("lanes", ncqe, f"CQs of at least {-(-max_wqes // se) + 1} entries")
         total = work.messages_per_thread + work.warmup_per_thread
         per_lane = lanes.lane_messages(L, work.threads, publish, work.batch, total)
         keep, staged = self._stage([lane.src for lane in work.lanes]) if work.inline else (None, [])
         srcs = staged if work.inline else [0] * L
-        tab = self._prepare(work.lanes, bbs, srcs, per_lane)
+        tab = self._prepare(work.lanes, bbs, srcs, per_lane, inflight)
         nunits = len(lanes.units(work.threads, publish))
         max_windows = work.messages_per_thread // work.window + 3
         unit_out = self.cp.zeros((nunits, 5), dtype=self.cp.int64)
@@ -258,20 +346,36 @@ class GpuSubmitter(Submitter):
             np.uint64(self.timeout_ns), unit_out, windows, np.uint32(max_windows),
             self.status, np.uint64(self._abort_dev),
         )  # fmt: skip
-        self._run("gda_msg_rate", (grid,), (block,), args, "msg-rate", total * work.threads)
+        expect = [(lane.qp.qpn, n * bbs) for lane, n in zip(work.lanes, per_lane, strict=True)]
+        self._run("gda_msg_rate", (grid,), (block,), args, "msg-rate", total * work.threads,
+                  expect)  # fmt: skip
         del keep
         out = unit_out.get()
         win = windows.get()
         wins = np.concatenate([win[u, : int(out[u, 4])] for u in range(nunits)])
         elapsed = int((out[:, 1] - out[:, 0]).max())
-        self.details = {"signal_every": float(se), "units": float(nunits)}
+        self.details = {
+            "signal_every": float(se),
+            "units": float(nunits),
+            **self._doorbell_details(),
+        }
         return RateResult(
             windows_ns=wins.astype(np.int64),
             elapsed_ns=elapsed,
             messages=work.messages_per_thread * work.threads,
-            doorbells=int(out[:, 2].sum()),
+            doorbells=self.host_rings if self.fwd is not None else int(out[:, 2].sum()),
             cqes=int(out[:, 3].sum()),
         )
+
+    def loaded(self, work: Any) -> Any:
+        """loaded-rtt's probe under background load (app/submit/gpu/loaded.py)."""
+        from .loaded import run
+
+        return run(self, work)
+
+    def _doorbell_details(self) -> dict[str, float]:
+        """--doorbell host: the doorbells the host thread rang in the call (the GPU rang none)."""
+        return {"host_doorbells": float(self.host_rings)} if self.fwd is not None else {}
 
     def point_details(self) -> dict[str, float]:
         """What the last call measured besides its samples (the harness adds it to the point's
@@ -281,6 +385,8 @@ class GpuSubmitter(Submitter):
         return d
 
     def close(self) -> None:
+        if getattr(self, "fwd", None) is not None:
+            self.fwd.close()
         if getattr(self, "_abort_host", 0):
             # Our kernels run on the current stream; the page itself stays (see _abort_page).
             self.cp.cuda.get_current_stream().synchronize()

@@ -203,6 +203,7 @@ class ProxySubmitter(Submitter):
         points: Sequence[tuple[str, Mapping[str, Any]]],
         provider: str,
         caps: Any,
+        provider_params: Any = None,
     ) -> None:
         why = refusal(points, provider, tuple(caps.posting))
         if why is not None:

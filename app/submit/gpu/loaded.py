@@ -1,0 +1,208 @@
+"""loaded-rtt on mini-gda: a probe's round trip while background CTAs load the endpoint with
+bulk writes (the paper, arXiv 2610.01380, §4.2, Figure 6, Table 11), the probe on a QP shared
+with the background or on a private QP (mini-gda's analogue of mini-proxy's shared and reserved
+rings). Kernels: cuda/gda/loaded.cu.
+
+Lanes: lane 0 is the probe's. Shared: background CTA c posts on lane c (CTA 0 shares lane 0 with
+the probe, as the paper's shared GDAKI context is one background CTA's); private: on lane c + 1.
+Either way C background QPs carry the load, so only the probe's queue differs.
+
+The background runs on its own stream, the probe on another; the probe waits until every
+background CTA runs, and however it ends it sets the stop word the CTAs poll (GPU memory), so they
+finish their batch, drain it and exit. A signal sets the host-mapped abort word both poll; a
+background that outlives the probe by the timeout is aborted and reported with its counters.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ...errors import CompletionTimeout, ConfigError
+from ..base import Buffer, Lane
+from . import build, status
+
+if TYPE_CHECKING:
+    from .submitter import GpuSubmitter
+
+KERNELS = ("gda_load_background", "gda_load_probe")
+LOAD_WORDS = 8  # cuda/gda/loaded.cu LoadWord
+STARTED, T0, T1, BACKGROUND, PROBES = 1, 2, 3, 4, 5
+CTA_WORDS = 3  # posted, doorbells, cqes
+WARP = 32  # a background CTA is one warp: its batch is built in lockstep
+MAX_BATCH = WARP
+MAX_INLINE = 512
+_MODULES: dict[tuple[str, int], Any] = {}
+
+
+@dataclass(frozen=True)
+class GpuLoadedWork:
+    """`background` CTAs post batches of `batch` inline writes of `size` bytes (paced to
+    `pace_mps` per endpoint when > 0); one thread round trips (requester) or answers the probe
+    on lane 0, `shared` with background CTA 0 or private. `reply`: the landing slice the answer
+    (requester) or the request (responder) arrives in."""
+
+    lanes: tuple[Lane, ...]  # background + 1: lane 0 the probe's
+    requester: bool
+    shared: bool
+    background: int
+    batch: int
+    pace_mps: float
+    size: int
+    reply: Buffer
+    iters: int
+    warmup: int
+
+
+@dataclass
+class GpuLoadedResult:
+    rtt_ns: np.ndarray  # requester only
+    background: int  # background writes retired while the measured probes ran
+    probe_ns: int  # the measured probes' span (GPU globaltimer)
+    posted: int  # background writes posted over the whole call
+    doorbells: int
+    cqes: int
+
+
+def lanes_needed(background: int) -> int:
+    """Lanes per peer: the probe's private QP and one QP per background CTA."""
+    return background + 1
+
+
+def check(work: GpuLoadedWork, bbs: int) -> None:
+    """What the kernels rely on, refused before anything is launched."""
+    if not 8 <= work.size <= MAX_INLINE:
+        raise ConfigError("size", work.size, f"8..{MAX_INLINE} (an inline probe)")
+    if not 1 <= work.batch <= MAX_BATCH:
+        raise ConfigError("batch (--batch)", work.batch, f"1..{MAX_BATCH} with --submitter gpu")
+    if len(work.lanes) != lanes_needed(work.background):
+        raise ConfigError(
+            "lanes", len(work.lanes), f"{lanes_needed(work.background)} (--background + 1)"
+        )
+    for i, lane in enumerate(work.lanes):
+        depth = lane.qp.sq.wqebb_cnt
+        if (work.batch + 1) * bbs > depth:  # a batch and the probe's WQE fit the SQ
+            raise ConfigError(
+                "batch (--batch)", work.batch, f"<= {depth // bbs - 1} with an SQ of {depth}"
+            )
+        if min(lane.src.length, lane.dst.length) // work.size < 2:
+            raise ConfigError(
+                "landing_bytes (--landing-bytes)",
+                min(lane.src.length, lane.dst.length),
+                f">= {2 * work.size} per lane slice (lane {i}: slot 0 is the probe's, the "
+                "background writes slots 1..)",
+            )
+
+
+def module(ordering: str) -> Any:
+    """cuda/gda/loaded.cu for `ordering` on the current device (cached per process)."""
+    import cupy as cp
+
+    key = (ordering, cp.cuda.runtime.getDevice())
+    if key not in _MODULES:
+        root = build.cuda_dir()
+        src = (root / "gda" / "loaded.cu").read_text()
+        mod = cp.RawModule(code=src, options=build.build_options(ordering, root))
+        mod.compile()
+        _MODULES[key] = mod
+    return _MODULES[key]
+
+
+def kernels(ordering: str) -> dict[str, Any]:
+    mod = module(ordering)
+    return {name: mod.get_function(name) for name in KERNELS}
+
+
+def pace_ps(background: int, pace_mps: float) -> int:
+    """Picoseconds per message of one CTA when `background` CTAs share `pace_mps` M msg/s."""
+    return round(background * 1e6 / pace_mps) if pace_mps > 0 else 0
+
+
+def run(sub: GpuSubmitter, work: GpuLoadedWork) -> GpuLoadedResult:
+    cp = sub.cp
+    bbs = sub._bbs(True, work.size, False)
+    check(work, bbs)
+    if any(lane.dc is not None for lane in work.lanes):
+        raise ConfigError("transport (--transport)", "dc", "rc for loaded-rtt")
+    k = kernels(sub.ordering)
+    keep, srcs = sub._stage([lane.src for lane in work.lanes])
+    tab = sub._prepare(work.lanes, bbs, srcs, [0] * len(work.lanes))
+    watch = sub.dm.local(work.reply.addr, "reply buffer")
+    C = work.background
+    first = 0 if work.shared else 1
+    lw = cp.zeros(LOAD_WORDS, dtype=cp.uint64)
+    cta_out = cp.zeros((C, CTA_WORDS), dtype=cp.int64)
+    snap = cp.zeros(C, dtype=cp.uint32)
+    samples = cp.zeros(max(1, work.iters), dtype=cp.int64)
+    sub.status.fill(0)
+    sub._abort[0] = 0
+    cp.cuda.get_current_stream().synchronize()  # prepare and staging, before other streams
+    bg = cp.cuda.Stream(non_blocking=True)
+    pr = cp.cuda.Stream(non_blocking=True)
+    what = "loaded round trip" if work.requester else "loaded responder"
+    with bg:
+        k["gda_load_background"](
+            (C,), (WARP,),
+            (tab, np.int32(first), sub.states, np.uint32(work.batch), np.uint32(work.size),
+             np.uint64(pace_ps(C, work.pace_mps)), np.uint64(sub.timeout_ns), lw, cta_out,
+             sub.status, np.uint64(sub._abort_dev)),
+        )  # fmt: skip
+    with pr:
+        k["gda_load_probe"](
+            (1,), (1,),
+            (tab, np.int32(first), np.int32(C), sub.states, np.int32(work.requester),
+             np.uint32(work.size), np.uint64(srcs[0]), np.uint64(watch), np.uint32(work.iters),
+             np.uint32(work.warmup), np.uint32(C), np.uint64(sub.timeout_ns), lw, snap, samples,
+             sub.status, np.uint64(sub._abort_dev)),
+        )  # fmt: skip
+    _wait(sub, pr, bg, lw, cta_out, what)
+    del keep
+    st = sub.status.get()
+    status.raise_for(st, sub.rank, what, sub.timeout_ns / 1e9, work.iters + work.warmup)
+    sub._check_stale()
+    words = lw.get()
+    out = cta_out.get()
+    retired_bbs = int(words[BACKGROUND])
+    background = retired_bbs // bbs - (work.iters if work.shared else 0)
+    res = GpuLoadedResult(
+        rtt_ns=samples.get()[: work.iters] if work.requester else np.array([], dtype=np.int64),
+        background=max(0, background),
+        probe_ns=int(words[T1]) - int(words[T0]),
+        posted=int(out[:, 0].sum()),
+        doorbells=int(out[:, 1].sum()),
+        cqes=int(out[:, 2].sum()),
+    )
+    sub.details = {"background_ctas": float(C), "background_posted": float(res.posted)}
+    return res
+
+
+def _wait(sub: GpuSubmitter, pr: Any, bg: Any, lw: Any, cta_out: Any, what: str) -> None:
+    """Wait for the probe, then the background; a signal aborts both (and propagates); a
+    background still running `timeout` after the probe ended is aborted and reported."""
+    ev_pr, ev_bg = sub.cp.cuda.Event(), sub.cp.cuda.Event()
+    ev_pr.record(pr)
+    ev_bg.record(bg)
+    deadline = None
+    try:
+        while not (ev_pr.done and ev_bg.done):
+            if ev_pr.done and deadline is None:
+                deadline = time.monotonic() + sub.timeout_ns / 1e9
+            if deadline is not None and time.monotonic() > deadline:
+                sub._abort[0] = 1
+                ev_bg.synchronize()
+                words, out = lw.get(), cta_out.get()
+                raise CompletionTimeout(
+                    f"rank {sub.rank}, {what} (GPU): the background did not stop within "
+                    f"{sub.timeout_ns / 1e9:g} s of the probe's end (aborted; "
+                    f"{int(words[STARTED])} CTAs started, {int(out[:, 0].sum())} writes posted, "
+                    f"{int(words[PROBES])} probes done)"
+                )
+            time.sleep(20e-6)
+    except BaseException:
+        sub._abort[0] = 1
+        ev_pr.synchronize()
+        ev_bg.synchronize()
+        raise

@@ -1,0 +1,77 @@
+"""One MPS rule, said the same everywhere: `gicbench doctor`'s mps probe, the CUDA engine's
+pre-flight and the Slurm job scripts (which start MPS themselves when tasks outnumber GPUs) tell
+that several ranks on one GPU need MPS, how to start it, or to run one rank per GPU; and
+the pre-flight rule for several ranks on one GPU as it now is (MPS needed; under MPS still
+refused until the eager-loading fix is seen to work on the device)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gicbench.errors import UnsupportedError
+from gicbench.fabric.emu.params import EmuParams
+from gicbench.fabric.emu.provider import check_cuda_engine
+from gicbench.fabric.registry import FabricPlan
+from gicbench.platform import MPS_RULE, Probe, probe_mps
+
+PLAN = FabricPlan(world_size=2, local_size=2, nodes=1, rc_peers=1, rc_qps_per_peer=1, dcis=0,
+                  dcts=0, sq_depth=64, mr_sizes=(4096, 4096), progress="auto",
+                  autonomous_progress=True,
+                  params=EmuParams(engine="cuda", queues="device"))  # fmt: skip
+
+
+def probes(ngpu: int, mps: bool) -> dict[str, Probe]:
+    gpus = [{"index": i} for i in range(ngpu)]
+    return {
+        "gpus": Probe("gpus", ngpu > 0, f"{ngpu} GPU(s)", {"gpus": gpus}),
+        "cupy": Probe("cupy", True, "CuPy"),
+        "nvcc": Probe("nvcc", True, "nvcc"),
+        "mps": Probe("mps", mps, "MPS running" if mps else "MPS not running; ..."),
+    }
+
+
+def test_job_scripts_say_the_mps_rule() -> None:
+    from gicbench.cli.jobs import RenderOptions, render
+
+    shared = render("single-node", RenderOptions(ntasks_per_node=8, gpus_per_node=2))
+    for words in ("several ranks on one GPU need CUDA MPS", "time-slice", "one rank per GPU",
+                  "nvidia-cuda-mps-control -d", "echo quit | nvidia-cuda-mps-control"):  # fmt: skip
+        assert words in shared
+    for words in ("several ranks on one GPU need CUDA MPS", "time-slice", "one rank per GPU"):
+        assert words in MPS_RULE
+    assert "MPS" not in render("single-node", RenderOptions(ntasks_per_node=2, gpus_per_node=2))
+
+
+def test_doctor_and_preflight_say_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path / "none"))
+    p = probe_mps()
+    if not p.ok:  # no MPS daemon on this machine
+        assert MPS_RULE in p.detail
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    with pytest.raises(UnsupportedError) as e:
+        check_cuda_engine(PLAN, probes(1, mps=False))
+    assert MPS_RULE in str(e.value)
+
+
+def test_two_ranks_on_one_gpu_run_under_mps(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    # Two engines on one H200 under MPS ran once modules loaded eagerly (2026-11-30, ipc_*_1g).
+    check_cuda_engine(PLAN, probes(1, mps=True))
+    check_cuda_engine(PLAN, probes(2, mps=False))  # one rank per GPU: no MPS needed
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    with pytest.raises(UnsupportedError, match="MPS is not running"):
+        check_cuda_engine(PLAN, probes(2, mps=False))
+
+
+def test_importing_emu_chooses_eager_module_loading(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_MODULE_LOADING"}
+    out = subprocess.run([sys.executable, "-c", "import os, gicbench.fabric.emu; "
+                          "print(os.environ['CUDA_MODULE_LOADING'])"],
+                         env=env, capture_output=True, text=True, check=True)  # fmt: skip
+    assert out.stdout.strip() == "EAGER"
