@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -102,14 +103,15 @@ def _producers(ctl: np.ndarray, obeys: int):
     p = object.__new__(gpu.GpuProducers)
     p.cp = SimpleNamespace(cuda=SimpleNamespace(Event=lambda: _Event(ctl, obeys)))
     p.consts = _native.proxy
+    p.host = SimpleNamespace(interrupted=lambda: False)
     eng = SimpleNamespace(
         sub=SimpleNamespace(rank=1, timeout_ns=50_000_000),
-        native=SimpleNamespace(rings=lambda: 0),
+        native=SimpleNamespace(rings=lambda: 0, failed=lambda: False),
     )
     return p, eng
 
 
-def test_background_stop_is_bounded() -> None:
+def test_background_stop_is_bounded(monkeypatch) -> None:
     """The loaded loop used to wait for the background kernel with an unbounded
     stream.synchronize() after setting the stop bit: blocks that never obeyed it kept the host
     waiting forever. Now: stop, wait up to the timeout, then abort and name it."""
@@ -123,6 +125,15 @@ def test_background_stop_is_bounded() -> None:
     ctl[0] = 0
     p, eng = _producers(ctl, ABORT)  # ignores stop: aborted at the deadline, and named
     with pytest.raises(CompletionTimeout, match="background producers did not stop"):
+        p._stop_background(eng, None, ctl)
+    assert int(ctl[0]) == STOP | ABORT
+    # a signal (or a failed engine) aborts at once, without waiting out the timeout
+    ctl[0] = 0
+    p, eng = _producers(ctl, ABORT)
+    p.host.interrupted = lambda: True
+    eng.sub.timeout_ns = 60_000_000_000
+    monkeypatch.setattr(time, "sleep", lambda s: pytest.fail("waited after a signal"))
+    with pytest.raises(CompletionTimeout):
         p._stop_background(eng, None, ctl)
     assert int(ctl[0]) == STOP | ABORT
 

@@ -423,6 +423,8 @@ class GpuProducers:
         ev.record(stream)
         deadline = time.monotonic() + eng.sub.timeout_ns / 1e9
         while not ev.done and time.monotonic() < deadline:
+            if self.host.interrupted() or eng.native.failed():  # abort at once
+                break
             time.sleep(0.0002)
         if ev.done:
             return
