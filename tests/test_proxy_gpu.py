@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -102,14 +103,15 @@ def _producers(ctl: np.ndarray, obeys: int):
     p = object.__new__(gpu.GpuProducers)
     p.cp = SimpleNamespace(cuda=SimpleNamespace(Event=lambda: _Event(ctl, obeys)))
     p.consts = _native.proxy
+    p.host = SimpleNamespace(interrupted=lambda: False)
     eng = SimpleNamespace(
         sub=SimpleNamespace(rank=1, timeout_ns=50_000_000),
-        native=SimpleNamespace(rings=lambda: 0),
+        native=SimpleNamespace(rings=lambda: 0, failed=lambda: False),
     )
     return p, eng
 
 
-def test_background_stop_is_bounded() -> None:
+def test_background_stop_is_bounded(monkeypatch) -> None:
     """The loaded loop used to wait for the background kernel with an unbounded
     stream.synchronize() after setting the stop bit: blocks that never obeyed it kept the host
     waiting forever. Now: stop, wait up to the timeout, then abort and name it."""
@@ -123,6 +125,15 @@ def test_background_stop_is_bounded() -> None:
     ctl[0] = 0
     p, eng = _producers(ctl, ABORT)  # ignores stop: aborted at the deadline, and named
     with pytest.raises(CompletionTimeout, match="background producers did not stop"):
+        p._stop_background(eng, None, ctl)
+    assert int(ctl[0]) == STOP | ABORT
+    # a signal (or a failed engine) aborts at once, without waiting out the timeout
+    ctl[0] = 0
+    p, eng = _producers(ctl, ABORT)
+    p.host.interrupted = lambda: True
+    eng.sub.timeout_ns = 60_000_000_000
+    monkeypatch.setattr(time, "sleep", lambda s: pytest.fail("waited after a signal"))
+    with pytest.raises(CompletionTimeout):
         p._stop_background(eng, None, ctl)
     assert int(ctl[0]) == STOP | ABORT
 
@@ -179,3 +190,96 @@ def test_gpu_loaded_reserved_two_ranks(handoff) -> None:
         assert w.landing(0)[0:8].view(np.uint64)[0] == 110  # the last answer's sequence
         assert w.landing(1)[0:8].view(np.uint64)[0] == 110
     assert _native.proxy.live_rings() == 0
+
+
+def test_gpu_loaded_refuses_before_launch_what_px_background_cannot_do() -> None:
+    """px_background writes slot (1 + index mod (slots - 1)): one slot per lane divided by zero
+    on the GPU; two tuned CTAs on one ring published the same indices. Both are refused before
+    anything is mapped or launched (the host loop refuses them the same way)."""
+    from types import SimpleNamespace
+
+    from gicbench.errors import ConfigError
+    from gicbench.submit.base import Lane
+    from gicbench.submit.proxy.work import LoadedWork
+
+    p, eng = _producers(np.zeros(1, dtype=np.uint64), 0)
+    eng.native = SimpleNamespace(rings=lambda: 2, ring_lane=lambda r: 0)
+    p._ring_range = lambda e: range(2)
+
+    def work(region: int, background: int) -> LoadedWork:
+        lane = Lane(None, 1, Buffer(0x1000, 1, region), Buffer(0x2000, 2, region))  # type: ignore[arg-type]
+        return LoadedWork((lane,), True, True, 1, 2, 16, background, 0.0, 8,
+                          Buffer(0x3000, 3, 8), 10, 1)  # fmt: skip
+
+    with pytest.raises(ConfigError) as e:
+        p.loaded(eng, work(8, 1), 1)
+    assert e.value.field == "size"
+    with pytest.raises(ConfigError) as e:
+        p.loaded(eng, work(4096, 2), 1)  # tuned: 2 CTAs for the one non-probe ring
+    assert e.value.field == "background (--background)"
+
+
+def test_every_producer_kernel_is_loaded_once_before_any_launch(monkeypatch) -> None:
+    """Under lazy module loading px_probe, first loaded at its launch while px_background runs,
+    could wait for a context synchronisation px_background never allows (it stops after the
+    probe): every kernel is loaded when the module is, once per process and device, and
+    ProxySubmitter.preload does it before the NIC opens."""
+    from contextlib import nullcontext
+    from types import SimpleNamespace
+
+    from gicbench.submit.proxy import gpu
+    from gicbench.submit.proxy.submitter import ProxySubmitter
+
+    loaded: list[str] = []
+    launched: list[str] = []
+
+    class Fn:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        @property
+        def num_regs(self) -> int:
+            loaded.append(self.name)
+            return 32
+
+        def __call__(self, grid, block, args) -> None:
+            assert self.name in loaded, f"{self.name} launched before it was loaded"
+            launched.append(self.name)
+            args[1][:] = [2_000_000, 1_000_000]  # px_clock: cycles, ns
+
+    class Module:
+        def __init__(self, code: str, options: tuple) -> None:
+            assert "px_background" in code
+
+        def get_function(self, name: str) -> Fn:
+            return Fn(name)
+
+    device = {"id": 0}
+    monkeypatch.setattr(gpu, "_CU_FUNC_LOAD", False)
+    monkeypatch.setattr(gpu, "_LOADED", {})
+    monkeypatch.setattr(gpu, "_measure_clock", lambda cp, fn: fn((1,), (1,), (0, [0, 0])) or 1.5e9)
+
+    class Cp:
+        RawModule = Module
+
+        class cuda:
+            @staticmethod
+            def Device(i=None):
+                if i is not None:
+                    device["id"] = i
+                    return nullcontext()
+                return SimpleNamespace(id=device["id"])
+
+            runtime = SimpleNamespace(getDeviceCount=lambda: 2)
+
+    _mod, fns, hz = gpu.load_kernels(Cp, _native.proxy)
+    assert sorted(loaded) == sorted(gpu.KERNELS) and launched == ["px_clock"] and hz == 1.5e9
+    assert gpu.load_kernels(Cp, _native.proxy)[1] is fns  # once per device
+    assert len(loaded) == len(gpu.KERNELS)
+    import sys
+
+    monkeypatch.setitem(sys.modules, "cupy", Cp)
+    ProxySubmitter.preload(SimpleNamespace(producer="gpu"), 3)  # local rank 3: GPU 1 of 2
+    assert device["id"] == 1 and len(loaded) == 2 * len(gpu.KERNELS)
+    ProxySubmitter.preload(SimpleNamespace(producer="host"), 0)  # nothing for host producers
+    assert len(loaded) == 2 * len(gpu.KERNELS)

@@ -35,6 +35,12 @@ def test_inline_beyond_the_verbs_qps_is_refused_in_pre_flight() -> None:
     assert "pointer for sizes above 64 B" in str(e.value) and "128 B" in str(e.value)
     plan(provider="verbs", experiments=["single-op"], max_size=128, payload="pointer")
     plan(provider="emu", experiments=["single-op"], max_size=128)  # emu copies up to 512 B
+    # loaded-rtt's probe and background are always inline: refused too (was refused after
+    # bring-up, by the lane check)
+    with pytest.raises(ConfigError) as e:
+        plan(provider="verbs", experiments=["loaded-rtt"], max_size=128, handoff="baseline",
+             rings=4)  # fmt: skip
+    assert e.value.field == "max_size (-e)" and "loaded-rtt" in str(e.value)
 
 
 def test_refusal_only_on_post_send_providers() -> None:

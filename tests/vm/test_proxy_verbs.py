@@ -26,7 +26,7 @@ def test_single_op_and_proxy_rate_through_ibv_post_send(tmp_path: Path) -> None:
     out = tmp_path / "proxy"
     r = launch(
         2, "run", "single-op", "proxy-rate", *PROXY, "-b", "8", "-e", "8",
-        "-n", "100", "-w", "10", "--messages", "2000", "--sweep-workers", "1,2",
+        "-n", "50", "-w", "5", "--messages", "1000", "--sweep-workers", "1,2",
         "--sweep-rings", "4", "--sweep-batch", "1,16", "--quiet", "--json", "-o", str(out),
         timeout=900,
     )  # fmt: skip

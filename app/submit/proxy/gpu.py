@@ -26,8 +26,62 @@ STOP, ABORT = 1, 2
 STATUS = {1: "timeout", 2: "aborted by the host"}
 
 
+KERNELS = ("px_clock", "px_latency", "px_rate", "px_background", "px_probe")
+# cuFuncLoad (CUDA >= 12.4): loads a function now where module loading is lazy.
+_CU_FUNC_LOAD: Any = None
+# Per process and device: (module, functions, SM clock Hz), compiled and loaded once.
+_LOADED: dict[int, tuple[Any, dict[str, Any], float]] = {}
+
+
+def _force_load(fn: Any, name: str) -> None:
+    """Load `fn` into the context now. px_background runs until the host sets the stop bit
+    after px_probe, launched after it, ends; under CUDA's lazy loading a kernel first loaded at
+    its launch may need a context synchronisation, which would wait for px_background forever
+    (and the host, inside the launch call, would never set the abort bit). Likewise for a
+    provider's persistent engine kernel (Submitter.preload)."""
+    import ctypes
+
+    global _CU_FUNC_LOAD
+    if _CU_FUNC_LOAD is None:
+        try:
+            _CU_FUNC_LOAD = ctypes.CDLL("libcuda.so.1").cuFuncLoad
+        except (OSError, AttributeError):
+            _CU_FUNC_LOAD = False
+    ptr = getattr(fn, "ptr", None)
+    if _CU_FUNC_LOAD and ptr:
+        rc = _CU_FUNC_LOAD(ctypes.c_void_p(int(ptr)))
+        if rc != 0:
+            raise FabricError(f"cuFuncLoad({name}) failed: CUresult {rc}")
+    else:
+        int(fn.num_regs)  # cuFuncGetAttribute needs the function loaded
+
+
+def load_kernels(cp: Any, consts: Any) -> tuple[Any, dict[str, Any], float]:
+    """The producers' module on the current device, compiled, every kernel loaded, and the SM
+    clock measured (px_clock) — once per process and device (ProxySubmitter.preload calls it
+    before the NIC opens)."""
+    dev = int(cp.cuda.Device().id)
+    if dev not in _LOADED:
+        module = cp.RawModule(code=source(consts), options=("-std=c++17",))
+        fns = {n: module.get_function(n) for n in KERNELS}
+        for n, fn in fns.items():
+            _force_load(fn, n)
+        _LOADED[dev] = (module, fns, _measure_clock(cp, fns["px_clock"]))
+    return _LOADED[dev]
+
+
+def _measure_clock(cp: Any, fn: Any) -> float:
+    stream = cp.cuda.Stream(non_blocking=True)  # never the legacy stream: it waits for others
+    with stream:
+        out = cp.zeros(2, dtype=cp.int64)
+        fn((1,), (1,), (np.int64(20_000_000), out))
+        stream.synchronize()
+        cycles, ns = (int(v) for v in out.get())
+    return cycles / ns * 1e9
+
+
 class GpuProducers:
-    def __init__(self, params: ProxyParams) -> None:
+    def __init__(self, params: ProxyParams, device: int = 0) -> None:
         import cupy
         from cupy.cuda import runtime
 
@@ -36,22 +90,13 @@ class GpuProducers:
         self.cp, self.rt, self.params = cupy, runtime, params
         self.consts = _native.proxy
         self.host = _native.host
-        self.device = cupy.cuda.Device()
+        n = runtime.getDeviceCount()
+        self.device = cupy.cuda.Device(device % n)  # node-local rank i: GPU i mod count
+        self.device.use()
         self.pci_bus_id: str | None = self.device.pci_bus_id
-        self.module = cupy.RawModule(code=source(self.consts), options=("-std=c++17",))
-        self.fn = {
-            n: self.module.get_function(n)
-            for n in ("px_clock", "px_latency", "px_rate", "px_background", "px_probe")
-        }
-        self.sm_hz = self._measure_clock()
+        self.module, self.fn, self.sm_hz = load_kernels(cupy, self.consts)
 
     # ---- plumbing --------------------------------------------------------------------------
-    def _measure_clock(self) -> float:
-        out = self.cp.zeros(2, dtype=self.cp.int64)
-        self.fn["px_clock"]((1,), (1,), (np.int64(20_000_000), out))
-        cycles, ns = (int(v) for v in out.get())
-        return cycles / ns * 1e9
-
     @contextmanager
     def mapped(self, addr: int, nbytes: int) -> Iterator[int]:
         """The device address of host bytes [addr, addr + nbytes), registered for the block
@@ -261,6 +306,12 @@ class GpuProducers:
     def loaded(self, eng: Any, work: LoadedWork, handoff: int) -> tuple[np.ndarray, dict]:
         cp = self.cp
         check_background(handoff == 1, work.background, eng.native.rings(), work.reserved)
+        for r in self._ring_range(eng):  # slot 0 is the probe's; px_background cycles over 1..
+            ln = work.lanes[eng.native.ring_lane(r)]
+            if min(ln.src.length, ln.dst.length) // work.size < 2:
+                raise ConfigError(
+                    "size", work.size, "a size that leaves two slots per lane (probe, background)"
+                )
         lane0 = work.lanes[eng.native.ring_lane(0)]
         with ExitStack() as stack:
             rings = self._rings(eng, stack)
@@ -372,6 +423,8 @@ class GpuProducers:
         ev.record(stream)
         deadline = time.monotonic() + eng.sub.timeout_ns / 1e9
         while not ev.done and time.monotonic() < deadline:
+            if self.host.interrupted() or eng.native.failed():  # abort at once
+                break
             time.sleep(0.0002)
         if ev.done:
             return

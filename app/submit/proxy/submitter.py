@@ -209,6 +209,20 @@ class ProxySubmitter(Submitter):
         if why is not None:
             raise why
 
+    @classmethod
+    def preload(cls, params: Any, local_rank: int) -> None:
+        """GPU producers: compile the kernels and load every one of them on this rank's GPU
+        before the NIC opens (Submitter.preload; gpu.py's _force_load says why)."""
+        if getattr(params, "producer", "host") != "gpu":
+            return
+        import cupy as cp
+
+        from .gpu import load_kernels
+
+        n = cp.cuda.runtime.getDeviceCount()
+        with cp.cuda.Device(local_rank % n):
+            load_kernels(cp, _native_proxy())
+
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self.last_workers: list[dict[str, Any]] = []
@@ -217,7 +231,7 @@ class ProxySubmitter(Submitter):
         if self.params.producer == "gpu":
             from .gpu import GpuProducers
 
-            self.gpu = GpuProducers(self.params)
+            self.gpu = GpuProducers(self.params, local_rank(self.rank))
             self.device_bus_id = self.gpu.pci_bus_id
 
     @property

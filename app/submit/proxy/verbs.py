@@ -29,7 +29,16 @@ def refusal(
     if Posting.MLX5_QUEUES.value in posting:
         return None
     for exp, pt in points:
-        if pt.get("payload") == "inline" and int(pt.get("size", 8)) > MAX_INLINE:
+        size = int(pt.get("size", 8))
+        if "payload" not in pt and size > MAX_INLINE:
+            # no payload knob (loaded-rtt): probe and background are inline (ProxySubmitter.loaded)
+            return ConfigError(
+                "max_size (-e)",
+                size,
+                f"<= {MAX_INLINE} B for {exp} with --submitter proxy --provider {provider} "
+                "(its probe and background are written inline)",
+            )
+        if pt.get("payload") == "inline" and size > MAX_INLINE:
             return ConfigError(
                 "payload (--payload)",
                 "inline",
