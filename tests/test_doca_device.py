@@ -19,6 +19,7 @@ from contextlib import ExitStack, contextmanager
 
 import numpy as np
 import pytest
+from gpu_helpers import cupy_or_skip
 
 from gicbench.fabric.base import Access, host_view
 from gicbench.fabric.emu import EmuFabric
@@ -45,12 +46,7 @@ REPORT: list[dict] = []
 
 
 def _gpu() -> None:
-    cp = pytest.importorskip("cupy")
-    try:
-        if cp.cuda.runtime.getDeviceCount() < 1:
-            pytest.skip("no CUDA device")
-    except cp.cuda.runtime.CUDARuntimeError as e:
-        pytest.skip(f"no usable CUDA device: {e}")
+    cupy_or_skip()
 
 
 @contextmanager

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gpu_helpers import cupy_or_skip
 
 from gicbench.fabric.base import Access, host_view
 from gicbench.fabric.emu import EmuFabric
@@ -27,12 +28,7 @@ DEPTH = 256
 
 
 def _gpu() -> None:
-    cp = pytest.importorskip("cupy", reason="CuPy is needed for GPU tests")
-    try:
-        if cp.cuda.runtime.getDeviceCount() < 1:
-            pytest.skip("no CUDA GPU")
-    except cp.cuda.runtime.CUDARuntimeError as e:
-        pytest.skip(f"no usable CUDA GPU: {e}")
+    cupy_or_skip()
     from gicbench.submit.doca.headers import find, unavailable_reason
 
     if find() is None:

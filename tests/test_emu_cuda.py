@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from gpu_helpers import cupy_or_skip
 
 from gicbench.errors import UnsupportedError
 from gicbench.fabric.emu import EmuFabric, segment_bytes_for
@@ -20,13 +21,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module")
 def cp() -> Any:
-    cupy = pytest.importorskip("cupy")
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            pytest.skip("no CUDA device")
-    except cupy.cuda.runtime.CUDARuntimeError as e:
-        pytest.skip(f"no usable CUDA device: {e}")
-    return cupy
+    return cupy_or_skip()
 
 
 @pytest.fixture(scope="module")

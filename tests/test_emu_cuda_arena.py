@@ -9,6 +9,7 @@ import uuid
 from typing import Any
 
 import pytest
+from gpu_helpers import cupy_or_skip
 
 from gicbench.errors import ConfigError, UnsupportedError
 from gicbench.fabric.emu import EmuFabric, segment_bytes_for
@@ -43,13 +44,7 @@ def test_a_bad_arena_setting_is_refused_before_any_gpu_work(
 
 @pytest.fixture(scope="module")
 def cp() -> Any:
-    cupy = pytest.importorskip("cupy")
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            pytest.skip("no CUDA device")
-    except cupy.cuda.runtime.CUDARuntimeError as e:
-        pytest.skip(f"no usable CUDA device: {e}")
-    return cupy
+    return cupy_or_skip()
 
 
 @pytest.mark.gpu

@@ -11,6 +11,7 @@ import uuid
 
 import numpy as np
 import pytest
+from gpu_helpers import cupy_or_skip
 
 from gicbench.errors import CompletionTimeout
 from gicbench.fabric.base import Access, host_view
@@ -25,12 +26,7 @@ CTAS = 4
 
 
 def _gpu() -> None:
-    cp = pytest.importorskip("cupy", reason="CuPy is needed for GPU tests")
-    try:
-        if cp.cuda.runtime.getDeviceCount() < 1:
-            pytest.skip("no CUDA GPU")
-    except cp.cuda.runtime.CUDARuntimeError as e:
-        pytest.skip(f"no usable CUDA GPU: {e}")
+    cupy_or_skip()
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from gpu_helpers import cupy_or_skip
 
 from gicbench.fabric.base import Access, host_view
 from gicbench.fabric.emu import EmuFabric, segment_bytes_for
@@ -38,13 +39,7 @@ NQ = 3  # QPs: the main one, one aimed at a late MR, one after update_peers()
 
 @pytest.fixture
 def cp() -> Any:
-    cupy = pytest.importorskip("cupy", reason="CuPy is needed for GPU tests")
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            pytest.skip("no CUDA GPU")
-    except cupy.cuda.runtime.CUDARuntimeError as e:
-        pytest.skip(f"no usable CUDA GPU: {e}")
-    return cupy
+    return cupy_or_skip()
 
 
 @pytest.fixture
