@@ -162,13 +162,7 @@ void Engine::fill_ring(EngineError& e, uint32_t r) const {
 
 bool Engine::init(EngineError& err) {
   auto refuse = [&](const std::string& field, const std::string& allowed, const std::string& m) {
-    err.failed = true;
-    err.kind = "bad_arguments";
-    err.who = "engine";
-    err.field = field;
-    err.allowed = allowed;
-    err.message = m;
-    return false;
+    return err.refuse(field, allowed, m);
   };
   const auto& c = cfg_;
   if (c.workers < 1 || c.workers > 8)

@@ -70,6 +70,18 @@ struct EngineError {
   int wc_status = -1;
   uint32_t vendor_err = 0;
   uint64_t wr_id = 0;
+
+  // The engine's configuration refused: `field`, what it allows, the value given. Always false
+  // (init's return value).
+  bool refuse(const std::string& f, const std::string& allowed_, const std::string& m) {
+    failed = true;
+    kind = "bad_arguments";
+    who = "engine";
+    field = f;
+    allowed = allowed_;
+    message = m;
+    return false;
+  }
 };
 
 struct WorkerStats {

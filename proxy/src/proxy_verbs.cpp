@@ -120,13 +120,7 @@ struct VerbsPoster {
 
 bool Engine::init_verbs(EngineError& err) {
   auto refuse = [&](const std::string& field, const std::string& allowed, const std::string& m) {
-    err.failed = true;
-    err.kind = "bad_arguments";
-    err.who = "engine";
-    err.field = field;
-    err.allowed = allowed;
-    err.message = m;
-    return false;
+    return err.refuse(field, allowed, m);
   };
   const auto& c = cfg_;
   for (size_t i = 0; i < lanes_.size(); ++i) {
