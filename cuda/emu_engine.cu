@@ -103,15 +103,18 @@ struct Config {  // device memory, written by the host before launch (seg[] also
 };
 static_assert(sizeof(Config) == 8 * el::kMaxRanks + 16 + 9 * 8, "Config layout");
 
-// One QP as its warp serves it (device memory; only the owning warp touches it).
-struct EngineQp {
+// One QP as its warp serves it (device memory; only the owning warp touches it). What a pass
+// reads of every owned QP comes first, in one 32-byte sector: a warp owning many idle QPs
+// (16,384 configured) then costs L2 two sectors a QP a pass (this and the doorbell), not four.
+struct alignas(32) EngineQp {
+  const uint64_t* doorbell;
+  uint64_t last_db;
+  uint32_t live;
+  uint32_t want;  // e.pending as the last serve left it
   ec::SqParams q;
   ec::SqState e;
-  uint64_t last_db;
-  const uint64_t* doorbell;
   uint32_t state, type, send_cqn, remote_qpn;
   int32_t remote_rank;
-  uint32_t live;
   // counts not yet added to the segment's QpEntry
   uint32_t d_wqes, d_doorbells, d_errors, d_stale, d_lag, dirty;
 };
@@ -920,6 +923,7 @@ __device__ uint32_t serve_qp(const Config& cfg, const Seg& self, WarpCounters& w
   }
   if (lane == 0) {
     for (uint32_t c = 0; c < el::kNumCounters; ++c) wc.c[c] += env.cnt[c];
+    eq.want = eq.e.pending;
   }
   __syncwarp();
   return work;
@@ -948,6 +952,7 @@ __device__ void refresh(const Config& cfg, const Seg& self, uint32_t lo, uint32_
       const uint32_t st = ld_acq_sys(&qe.state);
       if (!eq.live || st == el::kReset) {
         eq.e = ec::SqState{};
+        eq.want = 0;
         eq.last_db = 0;
         eq.d_wqes = eq.d_doorbells = eq.d_errors = eq.d_stale = eq.d_lag = eq.dirty = 0;
       }
@@ -1097,32 +1102,45 @@ extern "C" __global__ void __launch_bounds__(256, 1) gicbench_emu_engine(const C
         ptr[g] = nullptr;
         last[g] = 0;
         pend[g] = false;
-        if (i < n) {
+        if (i < n) {  // the head's words at once, then decide (no load waits on `live`)
           const EngineQp& eq = cfg.qps[i];
-          if (eq.live) {
-            ptr[g] = eq.doorbell;
-            last[g] = eq.last_db;
-            pend[g] = eq.e.pending != 0;
-          }
+          const uint64_t* d = eq.doorbell;
+          const uint64_t l = eq.last_db;
+          const uint32_t lv = eq.live, wt = eq.want;
+          ptr[g] = lv ? d : nullptr;
+          last[g] = l;
+          pend[g] = lv && wt;
         }
       }
 #pragma unroll
       for (uint32_t g = 0; g < kScanGroups; ++g) db[g] = ptr[g] ? ld_vol(ptr[g]) : 0;
-      uint32_t want_m[kScanGroups], rung_m[kScanGroups];
+      uint32_t want_m[kScanGroups], rung_m[kScanGroups], groups = 0;  // groups: with work
 #pragma unroll
       for (uint32_t g = 0; g < kScanGroups; ++g) {
         const bool rung = ptr[g] && db[g] != last[g];
         rung_m[g] = __ballot_sync(0xffffffffu, rung);
         want_m[g] = __ballot_sync(0xffffffffu, rung || pend[g]);
+        if (want_m[g]) groups |= 1u << g;
       }
 #pragma unroll 1
-      for (uint32_t g = 0; g < kScanGroups; ++g) {  // one copy of the serve code, not four
+      for (; groups; groups &= groups - 1) {  // one copy of the serve code, not four
+        const uint32_t g = __ffs(groups) - 1;
+        uint32_t wm = 0, rm = 0;
+        uint64_t dbg = 0;
+#pragma unroll
+        for (uint32_t j = 0; j < kScanGroups; ++j) {  // registers, not a local-memory array
+          if (j == g) {
+            wm = want_m[j];
+            rm = rung_m[j];
+            dbg = db[j];
+          }
+        }
         const uint32_t base = base0 + g * stride;
-        for (uint32_t m = want_m[g]; m; m &= m - 1) {
+        for (uint32_t m = wm; m; m &= m - 1) {
           const int k = __ffs(m) - 1;
           const uint32_t qi = base + k * nw;
-          const uint64_t dbk = shfl64(db[g], k);
-          work += serve_qp(cfg, self, wc, qi, dbk, (rung_m[g] >> k) & 1, lane);
+          const uint64_t dbk = shfl64(dbg, k);
+          work += serve_qp(cfg, self, wc, qi, dbk, (rm >> k) & 1, lane);
           ++served;
           if (++since_flush >= kFlushServes) {
             since_flush = 0;
