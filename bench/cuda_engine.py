@@ -58,10 +58,18 @@ class Kernels:
 
 
 def variant_source(spec: str, tmp: Path) -> str:
-    """The engine source of a --variants entry: "rN" (this engine, N rounds), or a path."""
-    if spec[:1] == "r" and spec[1:].isdigit():
-        p = tmp / f"emu_engine_{spec}.cu"
-        p.write_text(f'#define GICBENCH_ENGINE_ROUNDS {spec[1:]}\n#include "emu_engine.cu"\n')
+    """The engine source of a --variants entry: "rN" (this engine, N rounds) with optional
+    "@MACRO=VALUE" defines (e.g. r4@GICBENCH_ENGINE_IDLE_PACE_NS=400), or a path."""
+    head, *defs = spec.split("@")
+    if head[:1] == "r" and head[1:].isdigit():
+        lines = [f"#define GICBENCH_ENGINE_ROUNDS {head[1:]}"]
+        for d in defs:
+            name, _, value = d.partition("=")
+            if not name.isidentifier() or not value:
+                raise SystemExit(f"--variants: {d!r} in {spec!r} is not MACRO=VALUE")
+            lines.append(f"#define {name} {value}")
+        p = tmp / f"emu_engine_{len(list(tmp.iterdir()))}.cu"
+        p.write_text("\n".join(lines) + '\n#include "emu_engine.cu"\n')
         return str(p)
     p = Path(spec).resolve()
     if not p.is_file():
@@ -278,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
             c = _ints(p[1], "+") if len(p) > 1 and p[1] else ctas_all
             q = _ints(p[2], "+") if len(p) > 2 and p[2] else qps_all
             name = p[0] if p[0][:1] == "r" else Path(p[0]).parent.name or p[0]
+            name = name.replace("GICBENCH_ENGINE_", "")
             variants.append((name, cubin, c, q))
     else:
         variants.append(("installed", None, ctas_all, qps_all))

@@ -57,6 +57,14 @@ constexpr uint32_t kBatch = 32;     // WQEs the core's serve (lane 0) may handle
 constexpr uint32_t kScanGroups = 4;  // groups of 32 doorbells a pass loads before serving any
 constexpr uint32_t kCtlPasses = 32;  // passes between reads of the control block
 constexpr uint32_t kIdleCtlPasses = 8;  // consecutive idle passes between reads of it
+// Idle pacing, an experiment (0: off, the measured engine): after an idle pass a warp sleeps this
+// many ns per 128 QPs it owns (fewer than 32: none), and the control-block warp, when it owns no
+// QP, 1 us. On the H200, 16,384 configured QPs polled at full rate slowed one QP's latency 1.88x,
+// and at 64 QPs the engines whose control-block warp owned no QP ran half as fast; untested fix.
+#ifndef GICBENCH_ENGINE_IDLE_PACE_NS
+#define GICBENCH_ENGINE_IDLE_PACE_NS 0
+#endif
+constexpr uint32_t kIdlePaceNs = GICBENCH_ENGINE_IDLE_PACE_NS;
 constexpr uint32_t kStateCheckPasses = 4096;  // passes between re-reads of QP states (peer ERR)
 constexpr uint32_t kFlushServes = 256;        // serves between counter flushes while busy
 constexpr uint64_t kLockSpins = 1ull << 20;   // CQ lock: take over after this many spins
@@ -131,15 +139,18 @@ struct Config {  // device memory, written by the host before launch (seg[] also
 };
 static_assert(sizeof(Config) == 8 * el::kMaxRanks + 16 + 10 * 8, "Config layout");
 
-// One QP as its warp serves it (device memory; only the owning warp touches it).
-struct EngineQp {
+// One QP as its warp serves it (device memory; only the owning warp touches it). What a pass
+// reads of every owned QP comes first, in one 32-byte sector: a warp owning many idle QPs
+// (16,384 configured) then costs L2 two sectors a QP a pass (this and the doorbell), not four.
+struct alignas(32) EngineQp {
+  const uint64_t* doorbell;
+  uint64_t last_db;
+  uint32_t live;
+  uint32_t want;  // e.pending as the last serve left it
   ec::SqParams q;
   ec::SqState e;
-  uint64_t last_db;
-  const uint64_t* doorbell;
   uint32_t state, type, send_cqn, remote_qpn;
   int32_t remote_rank;
-  uint32_t live;
   // counts not yet added to the segment's QpEntry
   uint32_t d_wqes, d_doorbells, d_errors, d_stale, d_lag, dirty;
 };
@@ -234,17 +245,22 @@ struct Seg {
   }
 };
 
+// MR translation (emu_engine.cpp's mr_ptr) through entry m, the table's entry key_index(key).
+__device__ __forceinline__ uint8_t* mr_check(const el::MrEntry& m, uint8_t* base, uint32_t key,
+                                             uint64_t addr, uint64_t len, uint32_t need,
+                                             uint32_t pd) {
+  if (m.key != key || m.pd != pd) return nullptr;
+  if (addr < m.addr || len > m.length || addr - m.addr > m.length - len) return nullptr;
+  if ((m.access & need) != need) return nullptr;
+  return base + m.offset + (addr - m.addr);
+}
 // MR translation (emu_engine.cpp's mr_ptr) over a table of n entries.
 __device__ __forceinline__ uint8_t* mr_translate(const el::MrEntry* t, uint32_t n, uint8_t* base,
                                                  uint32_t key, uint64_t addr, uint64_t len,
                                                  uint32_t need, uint32_t pd) {
   const uint32_t i = el::key_index(key);
   if (i == 0 || i >= n) return nullptr;
-  const el::MrEntry& m = t[i];
-  if (m.key != key || m.pd != pd) return nullptr;
-  if (addr < m.addr || len > m.length || addr - m.addr > m.length - len) return nullptr;
-  if ((m.access & need) != need) return nullptr;
-  return base + m.offset + (addr - m.addr);
+  return mr_check(t[i], base, key, addr, len, need, pd);
 }
 
 // ---- CQEs ------------------------------------------------------------------------------------
@@ -615,55 +631,67 @@ struct Lane {
   bool inl8;
   uint8_t opcode;
 };
-// What every lane needs of the QP being served (lane 0 reads it, the others get it by shuffle:
-// no second round trip to the EngineQp after the record's acquire).
+// What every lane needs of the QP being served, in registers (lane 0 reads it, the others get it
+// by shuffle): after the record's acquire has emptied L1, every dependent load costs an L2 round
+// trip, and the batch's per-WQE path does none.
 struct Fast {
   m5::SqRing ring;
-  uint32_t qpn, max_inline, pd, pad;
+  const el::MrEntry* mrs;  // the own MR table's GPU mirror
+  uint8_t* base;           // the own segment (MR offsets are relative to it)
+  uint32_t qpn, max_inline, pd, mr_n;
 };
 constexpr uint32_t kNopBytes = 0xffffffffu;  // a NOP in a lane's per-round byte count
 
-// Whether WQE `ci` (lane's) is a plain one the batch may execute: what execute() would do for it
-// succeeds and is a store (or nothing). Anything else is left to the core. The WQEBB's first 48
-// bytes are read at once, before any check (they are inside the ring whatever they hold).
-__device__ __forceinline__ Lane check_plain(Env& env, const Fast& f, const Env::Resp& resp,
-                                            bool resp_ok, uint32_t ci) {
-  Lane l{nullptr, nullptr, 0, 0, false, false, false, 0};
-  const uint32_t* w = reinterpret_cast<const uint32_t*>(f.ring.wqe(ci));
-  uint4 c, r, s;  // ctrl, raddr, the third segment
+// One WQEBB's first 48 bytes (ctrl, raddr, the third segment), read before any check (they are
+// inside the ring whatever they hold).
+struct Wqe {
+  uint4 c, r, s;
+};
+__device__ __forceinline__ Wqe load_wqe(const uint8_t* p) {
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(p);
   if ((reinterpret_cast<uint64_t>(w) & 15) == 0) {  // rings are page or cudaMalloc aligned
     const uint4* v = reinterpret_cast<const uint4*>(w);
-    c = v[0];
-    r = v[1];
-    s = v[2];
-  } else {
-    c = make_uint4(w[0], w[1], w[2], w[3]);
-    r = make_uint4(w[4], w[5], w[6], w[7]);
-    s = make_uint4(w[8], w[9], w[10], w[11]);
+    return Wqe{v[0], v[1], v[2]};
   }
-  const uint32_t c0 = c.x, c1 = c.y, c2 = c.z, r0 = r.x, r1 = r.y, r2 = r.z;
-  const uint32_t s0 = s.x, s1 = s.y, s2 = s.z, s3 = s.w;
-  const uint32_t w0 = m5::bswap32(c0), w1 = m5::bswap32(c1);
+  return Wqe{make_uint4(w[0], w[1], w[2], w[3]), make_uint4(w[4], w[5], w[6], w[7]),
+             make_uint4(w[8], w[9], w[10], w[11])};
+}
+
+// The MR entry the batch's first WQE names, read once per serve for every lane (a WQE naming
+// another key takes the full translation): `index` 0 when none was read.
+struct MrCache {
+  el::MrEntry m;
+  uint32_t index;
+};
+
+// Whether WQE `ci` (lane's; its words in `w`) is a plain one the batch may execute: what
+// execute() would do for it succeeds and is a store (or nothing). Anything else is left to the
+// core.
+__device__ __forceinline__ Lane check_plain(Env& env, const Fast& f, const Env::Resp& resp,
+                                            bool resp_ok, const MrCache& mc, uint32_t ci,
+                                            const Wqe& w) {
+  Lane l{nullptr, nullptr, 0, 0, false, false, false, 0};
+  const uint32_t w0 = m5::bswap32(w.c.x), w1 = m5::bswap32(w.c.y);
   const uint32_t ds = w1 & m5::kDsMask;
   // The ctrl segment as get_ctrl_seg reads it: opcode, wqe_index, qpn, ds; fm_ce_se is byte 11.
   if (((w0 >> 8) & 0xffff) != (ci & 0xffff) || (w1 >> 8) != f.qpn || ds == 0 || ds > 4) return l;
   l.opcode = static_cast<uint8_t>(w0 & 0xff);
-  l.signaled = ((c2 >> 24) & m5::kCqUpdate) != 0;
+  l.signaled = ((w.c.z >> 24) & m5::kCqUpdate) != 0;
   if (l.opcode == m5::kOpNop) {
     l.ok = true;
     return l;
   }
   if (l.opcode != m5::kOpRdmaWrite || !resp_ok || ds < 3) return l;
-  const uint64_t raddr = (static_cast<uint64_t>(m5::bswap32(r0)) << 32) | m5::bswap32(r1);
-  const uint32_t rkey = m5::bswap32(r2);
-  const uint32_t h = m5::bswap32(s0);
+  const uint64_t raddr = (static_cast<uint64_t>(m5::bswap32(w.r.x)) << 32) | m5::bswap32(w.r.y);
+  const uint32_t rkey = m5::bswap32(w.r.z);
+  const uint32_t h = m5::bswap32(w.s.x);
   uint32_t len;
   if (h & m5::kInlineFlag) {
     len = h & ~m5::kInlineFlag;
     if (2 + m5::inline_seg_ds(len) > ds || (f.max_inline && len > f.max_inline)) return l;
-    l.src = reinterpret_cast<const uint8_t*>(w + 8) + 4;  // one WQEBB: the payload does not wrap
+    l.src = f.ring.wqe(ci) + 36;  // the third segment + 4; one WQEBB: the payload does not wrap
     if (len == 8) {
-      l.val = s1 | (static_cast<uint64_t>(s2) << 32);
+      l.val = w.s.y | (static_cast<uint64_t>(w.s.z) << 32);
       l.inl8 = true;
     }
   } else {
@@ -671,13 +699,16 @@ __device__ __forceinline__ Lane check_plain(Env& env, const Fast& f, const Env::
     len = h;
     if (len > 0x80000000u) return l;  // the core's LOCAL_LENGTH (2 GiB: the largest message)
     if (len) {
-      const uint64_t addr = (static_cast<uint64_t>(m5::bswap32(s2)) << 32) | m5::bswap32(s3);
-      l.src = env.local(m5::bswap32(s1), addr, len, 0u, f.pd);
+      const uint64_t addr = (static_cast<uint64_t>(m5::bswap32(w.s.z)) << 32) | m5::bswap32(w.s.w);
+      l.src = env.local(m5::bswap32(w.s.y), addr, len, 0u, f.pd);
       if (!l.src) return l;
     }
   }
   if (len) {
-    l.dst = env.remote(resp, rkey, raddr, len, el::kRemoteWrite);
+    if (resp.own && mc.index && el::key_index(rkey) == mc.index)  // the own table's entry
+      l.dst = mr_check(mc.m, f.base, rkey, raddr, len, el::kRemoteWrite, resp.pd);
+    else
+      l.dst = env.remote(resp, rkey, raddr, len, el::kRemoteWrite);
     if (!l.dst) return l;
   }
   l.n = len;
@@ -732,15 +763,12 @@ __device__ __forceinline__ void store_round(const Lane& l, uint32_t lane, uint32
   }
 }
 
-__device__ __forceinline__ void prefetch_l1(const void* p) {
-  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
-}
-
 // Execute the leading run of plain WQEs from eq.e.ci (all lanes call): up to kRounds rounds of
-// 32, lane l taking WQE ci + 32r + l in round r; the payloads of a round are stored before the
-// next round's. Then, after a release fence, lane 0 writes the signaled WQEs' CQEs in WQE order
-// under one hold of the CQ's lock. Returns (lane-uniform) the WQEs executed; *more is set when
-// the run ended at a WQE the core must handle.
+// 32, lane l taking WQE ci + 32r + l in round r; every WQE of up to 4 rounds is read at once,
+// then the rounds are checked and their payloads stored in order (a round's before the next's).
+// Then, after a release fence, lane 0 writes the signaled WQEs' CQEs in WQE order under one hold
+// of the CQ's lock. Returns (lane-uniform) the WQEs executed; *more is set when the run ended at
+// a WQE the core must handle.
 __device__ uint32_t run_batch(Env& env, EngineQp& eq, uint32_t lane, bool* more) {
   uint32_t avail = 0, ci = 0;
   Env::Resp resp{};
@@ -752,7 +780,7 @@ __device__ uint32_t run_batch(Env& env, EngineQp& eq, uint32_t lane, bool* more)
     const bool fast = env.state == el::kRts && !(q.flags & (el::kQpNoDbr | el::kQpWqeSig)) &&
                       !q.dci && !eq.e.db_last_open;
     ci = eq.e.ci;
-    f = Fast{q.ring, q.qpn, q.max_inline, q.pd, 0};
+    f = Fast{q.ring, env.cfg.mr_mirror, env.self.base, q.qpn, q.max_inline, q.pd, env.mr_n};
     if (fast) {
       const uint32_t pi = m5::bswap32(ld_acq_sys(q.snd_dbrec)) & 0xffff;
       avail = (pi - ci) & 0xffff;
@@ -768,42 +796,56 @@ __device__ uint32_t run_batch(Env& env, EngineQp& eq, uint32_t lane, bool* more)
   shfl_struct(resp, 0);
   shfl_struct(f, 0);
   __syncwarp();  // lane 0's acquire of the record before every lane's reads of the WQEs
-#pragma unroll
-  for (uint32_t r = 1; r < kRounds; ++r) {
-    if (32 * r + lane < avail) {
-      const uint8_t* p = f.ring.wqe(ci + 32 * r + lane);
-      prefetch_l1(p);
-      prefetch_l1(p + 32);
-    }
-  }
+  constexpr uint32_t kChunk = kRounds < 4 ? kRounds : 4;  // rounds whose WQEs are read at once
   uint32_t run = 0, msgs = 0;
   uint64_t bytes = 0;
   uint32_t sig[kRounds], nb[kRounds];  // per round: signaled lanes; this lane's bytes (or NOP)
+  MrCache mc{};
   bool ended = false;
 #pragma unroll
-  for (uint32_t r = 0; r < kRounds; ++r) {
-    sig[r] = 0;
-    nb[r] = 0;
-    const uint32_t base = 32 * r;
-    if (ended || base >= avail) {
-      ended = true;
-      continue;
+  for (uint32_t r0 = 0; r0 < kRounds; r0 += kChunk) {
+    Wqe w[kChunk];
+#pragma unroll
+    for (uint32_t j = 0; j < kChunk; ++j) {
+      if (!ended && 32 * (r0 + j) + lane < avail)
+        w[j] = load_wqe(f.ring.wqe(ci + 32 * (r0 + j) + lane));
+      else
+        w[j] = Wqe{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
     }
-    const uint32_t cnt = min(avail - base, 32u);
-    Lane l{nullptr, nullptr, 0, 0, false, false, false, 0};
-    if (lane < cnt) l = check_plain(env, f, resp, resp_ok, ci + base + lane);
-    const uint32_t bad = ~__ballot_sync(0xffffffffu, l.ok) | (cnt < 32 ? ~0u << cnt : 0u);
-    const uint32_t rr = bad ? __ffs(bad) - 1 : 32;
-    if (rr < 32) ended = true;
-    if (rr == 0) continue;
-    store_round(l, lane, rr);
-    __syncwarp();  // this round's stores before the next round's: overlaps land in WQE order
-    const bool mine = lane < rr;
-    sig[r] = __ballot_sync(0xffffffffu, mine && l.signaled);
-    nb[r] = l.opcode == m5::kOpNop ? kNopBytes : l.n;
-    bytes += mine ? l.n : 0;
-    msgs += mine && l.opcode != m5::kOpNop ? 1 : 0;
-    run += rr;
+    if (r0 == 0) {
+      // The entry lane 0's first WQE names (rkey of an RDMA WRITE's raddr segment), for all.
+      const uint32_t i = el::key_index(__shfl_sync(0xffffffffu, m5::bswap32(w[0].r.z), 0));
+      if (resp_ok && resp.own && i != 0 && i < f.mr_n) {
+        mc.m = f.mrs[i];
+        mc.index = i;
+      }
+    }
+#pragma unroll
+    for (uint32_t j = 0; j < kChunk; ++j) {
+      const uint32_t r = r0 + j;
+      sig[r] = 0;
+      nb[r] = 0;
+      const uint32_t base = 32 * r;
+      if (ended || base >= avail) {
+        ended = true;
+        continue;
+      }
+      const uint32_t cnt = min(avail - base, 32u);
+      Lane l{nullptr, nullptr, 0, 0, false, false, false, 0};
+      if (lane < cnt) l = check_plain(env, f, resp, resp_ok, mc, ci + base + lane, w[j]);
+      const uint32_t bad = ~__ballot_sync(0xffffffffu, l.ok) | (cnt < 32 ? ~0u << cnt : 0u);
+      const uint32_t rr = bad ? __ffs(bad) - 1 : 32;
+      if (rr < 32) ended = true;
+      if (rr == 0) continue;
+      store_round(l, lane, rr);
+      __syncwarp();  // this round's stores before the next round's: overlaps land in WQE order
+      const bool mine = lane < rr;
+      sig[r] = __ballot_sync(0xffffffffu, mine && l.signaled);
+      nb[r] = l.opcode == m5::kOpNop ? kNopBytes : l.n;
+      bytes += mine ? l.n : 0;
+      msgs += mine && l.opcode != m5::kOpNop ? 1 : 0;
+      run += rr;
+    }
   }
   *more = run < avail;
   if (run == 0) return 0;
@@ -946,6 +988,7 @@ __device__ uint32_t serve_qp(const Config& cfg, const Seg& self, WarpCounters& w
   }
   if (lane == 0) {
     for (uint32_t c = 0; c < el::kNumCounters; ++c) wc.c[c] += env.cnt[c];
+    eq.want = eq.e.pending;
   }
   __syncwarp();
   return work;
@@ -974,6 +1017,7 @@ __device__ void refresh(const Config& cfg, const Seg& self, uint32_t lo, uint32_
       const uint32_t st = ld_acq_sys(&qe.state);
       if (!eq.live || st == el::kReset) {
         eq.e = ec::SqState{};
+        eq.want = 0;
         eq.last_db = 0;
         eq.d_wqes = eq.d_doorbells = eq.d_errors = eq.d_stale = eq.d_lag = eq.dirty = 0;
       }
@@ -1123,32 +1167,45 @@ extern "C" __global__ void __launch_bounds__(256, 1) gicbench_emu_engine(const C
         ptr[g] = nullptr;
         last[g] = 0;
         pend[g] = false;
-        if (i < n) {
+        if (i < n) {  // the head's words at once, then decide (no load waits on `live`)
           const EngineQp& eq = cfg.qps[i];
-          if (eq.live) {
-            ptr[g] = eq.doorbell;
-            last[g] = eq.last_db;
-            pend[g] = eq.e.pending != 0;
-          }
+          const uint64_t* d = eq.doorbell;
+          const uint64_t l = eq.last_db;
+          const uint32_t lv = eq.live, wt = eq.want;
+          ptr[g] = lv ? d : nullptr;
+          last[g] = l;
+          pend[g] = lv && wt;
         }
       }
 #pragma unroll
       for (uint32_t g = 0; g < kScanGroups; ++g) db[g] = ptr[g] ? ld_vol(ptr[g]) : 0;
-      uint32_t want_m[kScanGroups], rung_m[kScanGroups];
+      uint32_t want_m[kScanGroups], rung_m[kScanGroups], groups = 0;  // groups: with work
 #pragma unroll
       for (uint32_t g = 0; g < kScanGroups; ++g) {
         const bool rung = ptr[g] && db[g] != last[g];
         rung_m[g] = __ballot_sync(0xffffffffu, rung);
         want_m[g] = __ballot_sync(0xffffffffu, rung || pend[g]);
+        if (want_m[g]) groups |= 1u << g;
       }
 #pragma unroll 1
-      for (uint32_t g = 0; g < kScanGroups; ++g) {  // one copy of the serve code, not four
+      for (; groups; groups &= groups - 1) {  // one copy of the serve code, not four
+        const uint32_t g = __ffs(groups) - 1;
+        uint32_t wm = 0, rm = 0;
+        uint64_t dbg = 0;
+#pragma unroll
+        for (uint32_t j = 0; j < kScanGroups; ++j) {  // registers, not a local-memory array
+          if (j == g) {
+            wm = want_m[j];
+            rm = rung_m[j];
+            dbg = db[j];
+          }
+        }
         const uint32_t base = base0 + g * stride;
-        for (uint32_t m = want_m[g]; m; m &= m - 1) {
+        for (uint32_t m = wm; m; m &= m - 1) {
           const int k = __ffs(m) - 1;
           const uint32_t qi = base + k * nw;
-          const uint64_t dbk = shfl64(db[g], k);
-          work += serve_qp(cfg, self, wc, qi, dbk, (rung_m[g] >> k) & 1, lane);
+          const uint64_t dbk = shfl64(dbg, k);
+          work += serve_qp(cfg, self, wc, qi, dbk, (rm >> k) & 1, lane);
           ++served;
           if (++since_flush >= kFlushServes) {
             since_flush = 0;
@@ -1183,7 +1240,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) gicbench_emu_engine(const C
       q_pending = false;
     }
     // A warp that owns no QP only watches the control block: it need not spin at full rate.
-    if (idle && 1 + wq >= n && !q_pending && !mirror) __nanosleep(1000);
+    if (idle && 1 + wq >= n && !q_pending && (!mirror || kIdlePaceNs)) __nanosleep(1000);
+    if (kIdlePaceNs && idle && !q_pending && 1 + wq < n) {
+      const uint32_t owned = (n - 1 - wq + nw - 1) / nw;
+      if (owned >= 32) __nanosleep(kIdlePaceNs * owned / 128);
+    }
     ++pass;
   }
 }
