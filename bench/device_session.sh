@@ -174,10 +174,13 @@ cd "$ROOT" && step load_pytest 60 python3 -m pytest -p no:cacheprovider -q -rs -
 if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then echo quit | nvidia-cuda-mps-control 2>/dev/null; fi
 step doca_pytest_cuda 60 python3 -m pytest -p no:cacheprovider -q -rs -m gpu -o faulthandler_timeout=25 \
   tests/test_doca_submitter_gpu.py -k doca_cuda_engine
-step doca_cudaeng_gpu-sm-db 30 $D $DRT --engine cuda --queues device --submitter doca \
-  --doca-sharing gpu -o "$O/tr/doca_cudaeng_gpu-sm-db"
-step doca_cudaeng_cpu-proxy 30 $D $DRT --engine cuda --queues host --submitter doca \
-  --doca-handler cpu-proxy --doca-sharing gpu -o "$O/tr/doca_cudaeng_cpu-proxy"
+# Every handler on the CUDA engine: the GPU_SM_* ones with GPU-resident queues, the host-thread
+# ones with host queues (their thread stores the record and rings).
+for h in gpu-sm-db gpu-sm-no-dbr gpu-sm-bf cpu-proxy cpu-proxy-free-flow; do
+  case $h in cpu-*) q=host ;; *) q=device ;; esac
+  step "doca_cudaeng_$h" 30 $D $DRT --engine cuda --queues $q --submitter doca --doca-handler "$h" \
+    --doca-sharing gpu -o "$O/tr/doca_cudaeng_$h"
+done
 python3 bench/doca_vs_gda.py --session "$O/runs" "$O/doca_session" > "$O/doca_session.txt" 2>&1; pack
 # ipc_*: the CUDA engine through MPI with peers in other processes (CUDA IPC of device MRs and
 # CQs). IPC_GPUS=2 (default, nvidia-h200-x2): one rank per GPU, NVLink peer access, MPS stopped
