@@ -149,8 +149,11 @@ import concurrent.futures as cf
 from gicbench.submit.gpu.build import module
 from gicbench.submit.gpu.loaded import module as loaded
 with cf.ThreadPoolExecutor(2) as ex:
-    print([str(f.result())[:60] for f in (ex.submit(module, 'gpu-fence'), ex.submit(loaded, 'gpu-fence'))])"
-step load_rtt_gpu 40 $L $LR --submitter gpu -o "$O/tr/load_rtt_gpu"
+    fs = [ex.submit(f, o) for f in (module, loaded) for o in ('gpu-fence', 'sys-fence')]
+    print([str(f.result())[:60] for f in fs])"
+# sys-fence: with gpu-fence the CPU engine once read a stale WQE on a probe's private QP under
+# this load (docs/gpu-loaded.md); the system-scope ordering ran clean.
+step load_rtt_gpu 40 $L $LR --submitter gpu --ordering sys-fence -o "$O/tr/load_rtt_gpu"
 step load_rtt_proxy 40 $L $LR --submitter proxy --producer gpu --handoff baseline --workers 4 \
   --rings 32 -o "$O/tr/load_rtt_proxy"
 step load_payload_gpu 40 $L $PL --submitter gpu -o "$O/tr/load_payload_gpu"

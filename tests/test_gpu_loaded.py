@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pandas as pd
 import pytest
 from test_gpu_kernels_nvcc import CUDA, nvcc
@@ -165,3 +166,54 @@ def test_loaded_kernels_compile_for_sm90_with_every_ordering(ordering: str, tmp_
     ptx = out.read_text()
     for k in (*gl.KERNELS, *KERNELS):  # mini-gda's own kernels come with the include
         assert re.search(rf"\.entry {k}\(", ptx), f"{k} missing for {ordering}"
+
+
+def test_run_point_hands_mini_gda_its_lanes_and_records_the_background() -> None:
+    """The experiment's GPU path, with a submitter that records what it is given (the kernels
+    are the gpu-marked tests'): C + 1 lanes, lane 0 the probe's, the rate carried per endpoint."""
+    p = plan(experiments=["loaded-rtt"], background=4, batch=8)
+    (exp,) = p.experiments
+    (_, points) = p.points[0]
+    given = []
+
+    class Sub:
+        def loaded(self, work: gl.GpuLoadedWork) -> gl.GpuLoadedResult:
+            given.append(work)
+            rtt = np.arange(1, work.iters + 1, dtype=np.int64) if work.requester else None
+            return gl.GpuLoadedResult(
+                rtt_ns=rtt if rtt is not None else np.array([], dtype=np.int64),
+                background=3000,
+                probe_ns=1_000_000,
+                posted=4000,
+                doorbells=500,
+                cqes=500,
+            )
+
+    lanes_asked = []
+
+    def lanes_to(peer: int, transport: str, count: int):
+        lanes_asked.append((peer, transport, count))
+        return tuple(_lane(256, 512) for _ in range(count))
+
+    for sends in (True, False):
+        traffic = SimpleNamespace(
+            sends=sends,
+            sends_to=(1,) if sends else (),
+            receives_from=() if sends else (0,),
+            role="requester" if sends else "responder",
+        )
+        ctx = SimpleNamespace(
+            traffic=traffic,
+            submitter=Sub(),
+            lanes_to=lanes_to,
+            landing_from=lambda peer: Buffer(0x2000, 1, 512),
+        )
+        for pt in points:
+            res = exp.run_point(ctx, pt)
+            assert res.results["background_mps"] == pytest.approx(3.0)  # 3000 in 1 ms
+            assert res.results["background_posted"] == 4000
+            assert ("rtt_ns" in res.samples) == sends
+    assert lanes_asked == [(1, "rc", 5), (1, "rc", 5), (0, "rc", 5), (0, "rc", 5)]
+    assert [w.shared for w in given] == [True, False, True, False]
+    assert [w.requester for w in given] == [True, True, False, False]
+    assert {(w.background, w.batch, len(w.lanes)) for w in given} == {(4, 8, 5)}

@@ -183,12 +183,12 @@ class LoadedRtt(Experiment):
             (peer,) = t.receives_from
         else:
             return PointResult(role=t.role)
-        lanes = ctx.lanes_to(peer, "rc", point["workers"])
         # requester: the reply lands in our slice from the peer; responder: the request does
         reply = ctx.landing_from(peer)
-        sub = ctx.submitter
         if self.gpu:
             return self.run_gpu(ctx, point, peer, requester, reply)
+        lanes = ctx.lanes_to(peer, "rc", point["workers"])
+        sub = ctx.submitter
         res = sub.loaded(  # type: ignore[attr-defined]
             LoadedWork(
                 lanes=lanes,

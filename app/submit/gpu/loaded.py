@@ -122,61 +122,86 @@ def pace_ps(background: int, pace_mps: float) -> int:
 
 
 def run(sub: GpuSubmitter, work: GpuLoadedWork) -> GpuLoadedResult:
-    cp = sub.cp
-    bbs = sub._bbs(True, work.size, False)
-    check(work, bbs)
-    if any(lane.dc is not None for lane in work.lanes):
-        raise ConfigError("transport (--transport)", "dc", "rc for loaded-rtt")
-    k = kernels(sub.ordering)
-    keep, srcs = sub._stage([lane.src for lane in work.lanes])
-    tab = sub._prepare(work.lanes, bbs, srcs, [0] * len(work.lanes))
-    watch = sub.dm.local(work.reply.addr, "reply buffer")
-    C = work.background
-    first = 0 if work.shared else 1
-    lw = cp.zeros(LOAD_WORDS, dtype=cp.uint64)
-    cta_out = cp.zeros((C, CTA_WORDS), dtype=cp.int64)
-    snap = cp.zeros(C, dtype=cp.uint32)
-    samples = cp.zeros(max(1, work.iters), dtype=cp.int64)
-    sub.status.fill(0)
-    sub._abort[0] = 0
-    cp.cuda.get_current_stream().synchronize()  # prepare and staging, before other streams
-    bg = cp.cuda.Stream(non_blocking=True)
-    pr = cp.cuda.Stream(non_blocking=True)
-    what = "loaded round trip" if work.requester else "loaded responder"
-    with bg:
-        k["gda_load_background"](
-            (C,), (WARP,),
-            (tab, np.int32(first), sub.states, np.uint32(work.batch), np.uint32(work.size),
-             np.uint64(pace_ps(C, work.pace_mps)), np.uint64(sub.timeout_ns), lw, cta_out,
-             sub.status, np.uint64(sub._abort_dev)),
-        )  # fmt: skip
-    with pr:
-        k["gda_load_probe"](
-            (1,), (1,),
-            (tab, np.int32(first), np.int32(C), sub.states, np.int32(work.requester),
-             np.uint32(work.size), np.uint64(srcs[0]), np.uint64(watch), np.uint32(work.iters),
-             np.uint32(work.warmup), np.uint32(C), np.uint64(sub.timeout_ns), lw, snap, samples,
-             sub.status, np.uint64(sub._abort_dev)),
-        )  # fmt: skip
-    _wait(sub, pr, bg, lw, cta_out, what)
-    del keep
-    st = sub.status.get()
-    status.raise_for(st, sub.rank, what, sub.timeout_ns / 1e9, work.iters + work.warmup)
-    sub._check_stale()
-    words = lw.get()
-    out = cta_out.get()
-    retired_bbs = int(words[BACKGROUND])
-    background = retired_bbs // bbs - (work.iters if work.shared else 0)
-    res = GpuLoadedResult(
-        rtt_ns=samples.get()[: work.iters] if work.requester else np.array([], dtype=np.int64),
-        background=max(0, background),
-        probe_ns=int(words[T1]) - int(words[T0]),
-        posted=int(out[:, 0].sum()),
-        doorbells=int(out[:, 1].sum()),
-        cqes=int(out[:, 2].sum()),
-    )
-    sub.details = {"background_ctas": float(C), "background_posted": float(res.posted)}
-    return res
+    """One loaded round trip call: prepare, launch, wait."""
+    call = Call(sub, work)
+    call.start()
+    return call.finish()
+
+
+class Call:
+    """One call in three steps, so that two ranks in one process can prepare both before either
+    launches: a device allocation or copy waits for the kernels already running, and a probe
+    waiting for its peer's answer would then wait for that peer's preparation (until timeout)."""
+
+    def __init__(self, sub: GpuSubmitter, work: GpuLoadedWork) -> None:
+        cp = sub.cp
+        self.sub, self.work = sub, work
+        self.bbs = sub._bbs(True, work.size, False)
+        check(work, self.bbs)
+        if any(lane.dc is not None for lane in work.lanes):
+            raise ConfigError("transport (--transport)", "dc", "rc for loaded-rtt")
+        self.k = kernels(sub.ordering)
+        self.keep, self.srcs = sub._stage([lane.src for lane in work.lanes])
+        self.tab = sub._prepare(work.lanes, self.bbs, self.srcs, [0] * len(work.lanes))
+        self.watch = sub.dm.local(work.reply.addr, "reply buffer")
+        C = work.background
+        self.lw = cp.zeros(LOAD_WORDS, dtype=cp.uint64)
+        self.cta_out = cp.zeros((C, CTA_WORDS), dtype=cp.int64)
+        self.snap = cp.zeros(C, dtype=cp.uint32)
+        self.samples = cp.zeros(max(1, work.iters), dtype=cp.int64)
+        sub.status.fill(0)
+        cp.cuda.get_current_stream().synchronize()  # prepare and staging, before other streams
+        self.bg = cp.cuda.Stream(non_blocking=True)
+        self.pr = cp.cuda.Stream(non_blocking=True)
+        self.what = "loaded round trip" if work.requester else "loaded responder"
+
+    def start(self) -> None:
+        sub, work, C = self.sub, self.work, self.work.background
+        first = 0 if work.shared else 1
+        sub._abort[0] = 0
+        with self.bg:
+            self.k["gda_load_background"](
+                (C,), (WARP,),
+                (self.tab, np.int32(first), sub.states, np.uint32(work.batch),
+                 np.uint32(work.size), np.uint64(pace_ps(C, work.pace_mps)),
+                 np.uint64(sub.timeout_ns), self.lw, self.cta_out, sub.status,
+                 np.uint64(sub._abort_dev)),
+            )  # fmt: skip
+        with self.pr:
+            self.k["gda_load_probe"](
+                (1,), (1,),
+                (self.tab, np.int32(first), np.int32(C), sub.states, np.int32(work.requester),
+                 np.uint32(work.size), np.uint64(self.srcs[0]), np.uint64(self.watch),
+                 np.uint32(work.iters), np.uint32(work.warmup), np.uint32(C),
+                 np.uint64(sub.timeout_ns), self.lw, self.snap, self.samples, sub.status,
+                 np.uint64(sub._abort_dev)),
+            )  # fmt: skip
+
+    def finish(self) -> GpuLoadedResult:
+        sub, work = self.sub, self.work
+        _wait(sub, self.pr, self.bg, self.lw, self.cta_out, self.what)
+        st = sub.status.get()
+        status.raise_for(st, sub.rank, self.what, sub.timeout_ns / 1e9, work.iters + work.warmup)
+        sub._check_stale()
+        words = self.lw.get()
+        out = self.cta_out.get()
+        background = int(words[BACKGROUND]) // self.bbs - (work.iters if work.shared else 0)
+        res = GpuLoadedResult(
+            rtt_ns=self.samples.get()[: work.iters]
+            if work.requester
+            else np.array([], dtype=np.int64),
+            background=max(0, background),
+            probe_ns=int(words[T1]) - int(words[T0]),
+            posted=int(out[:, 0].sum()),
+            doorbells=int(out[:, 1].sum()),
+            cqes=int(out[:, 2].sum()),
+        )
+        self.keep = None
+        sub.details = {
+            "background_ctas": float(work.background),
+            "background_posted": float(res.posted),
+        }
+        return res
 
 
 def _wait(sub: GpuSubmitter, pr: Any, bg: Any, lw: Any, cta_out: Any, what: str) -> None:
