@@ -216,6 +216,9 @@ class GpuProducers:
         with ExitStack() as stack:
             rings = self._rings(eng, stack)
             ctl_dev = rings[0] + self.consts.CONTROL_OFF
+            # ring 0 writes slot 0 of the selected lane; its last word carries the sequence
+            sel = work.lanes[work.selected]
+            src = stack.enter_context(self.mapped(sel.src.addr + work.size - 8, 8))
             reserve = cp.zeros(1, dtype=cp.uint64)
             out = cp.zeros(max(1, work.iters), dtype=cp.int64)
             status = cp.zeros(1, dtype=cp.int32)
@@ -233,6 +236,7 @@ class GpuProducers:
                         np.uint32(eng.native.ring_lane(0)),
                         np.uint32(work.size),
                         np.int32(0 if work.mode == "issue" else 1),
+                        np.uint64(src),
                         np.uint32(work.iters),
                         np.uint32(work.warmup),
                         np.int64(eng.sub.timeout_ns),

@@ -113,9 +113,11 @@ __global__ void px_clock(i64 ns, i64* out) {
 
 // One thread: `warmup + iters` operations on ring 0 (its lane, slot 0). mode 0: the enqueue is
 // timed (completion waited untimed); mode 1: enqueue until the ring's counter shows it.
+// Each operation first stamps its sequence into the source's last word (`src_word`), as the
+// host producers do, so the landing says which write arrived last (single-op validates it).
 // Samples are clock64 cycles.
 __global__ void px_latency(unsigned char* ring, u64* reserve, int handoff, unsigned depth,
-                           unsigned lane, unsigned len, int mode, unsigned iters,
+                           unsigned lane, unsigned len, int mode, u64* src_word, unsigned iters,
                            unsigned warmup, i64 timeout_ns, const u64* control, i64* out,
                            int* status, u64* where) {
   Waiter w{gtime() + (u64)timeout_ns, control, ST_OK};
@@ -123,6 +125,11 @@ __global__ void px_latency(unsigned char* ring, u64* reserve, int handoff, unsig
   for (unsigned i = 0; i < warmup + iters; ++i) {
     w.deadline = gtime() + (u64)timeout_ns;
     u64 idx = 0;
+    asm volatile("st.volatile.global.u64 [%%0], %%1;" :: "l"(src_word), "l"((u64)i + 1)
+                 : "memory");
+    // The worker reads the payload when it takes the descriptor (see px_probe): tuned's plain
+    // 16-byte publish does not order the stamp before it, so tuned fences (outside the timing).
+    if (handoff != 0) __threadfence_system();
     const i64 t0 = clock64();
     bool ok = enqueue(ring, reserve, handoff, p, depth, lane, 0, 1, len, w, idx);
     i64 t1 = clock64();
