@@ -31,6 +31,10 @@ typedef long long i64;
 #define ST_TIMEOUT 1
 #define ST_ABORT 2
 
+// Every PTX instruction of the producers is in these five helpers, so a CPU build of this
+// source (tests/proxy_gpu_cpu.py: PX_CPU, the helpers over host atomics) runs the same kernels
+// against a real engine and checks what they make land.
+#ifndef PX_CPU
 __device__ __forceinline__ u64 ld_sys(const u64* p) {
   u64 v;
   asm volatile("ld.volatile.global.u64 %%0, [%%1];" : "=l"(v) : "l"(p) : "memory");
@@ -41,6 +45,18 @@ __device__ __forceinline__ u64 gtime() {
   asm volatile("mov.u64 %%0, %%globaltimer;" : "=l"(t));
   return t;
 }
+__device__ __forceinline__ void st_word(u64* p, u64 v) {
+  asm volatile("st.volatile.global.u64 [%%0], %%1;" :: "l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ void st_release_sys(u64* p, u64 v) {
+  asm volatile("st.release.sys.global.u64 [%%0], %%1;" :: "l"(p), "l"(v) : "memory");
+}
+// One 16-byte store of both descriptor words (tuned).
+__device__ __forceinline__ void st_pair(u64* p, u64 w0, u64 w1) {
+  asm volatile("st.volatile.global.v2.u64 [%%0], {%%1, %%2};" :: "l"(p), "l"(w0), "l"(w1)
+               : "memory");
+}
+#endif
 __device__ __forceinline__ u64* word(unsigned char* ring, int off) {
   return reinterpret_cast<u64*>(ring + off);
 }
@@ -84,11 +100,10 @@ __device__ bool enqueue(unsigned char* ring, u64* reserve, int handoff, Producer
   const u64 w1 = off | (((u64)len & MAX_LENGTH) << 32) | ((s & 0x7ffULL) << 53);
   u64* slot = reinterpret_cast<u64*>(ring + HEADER_BYTES + (idx & (depth - 1)) * 16);
   if (handoff == 0) {
-    asm volatile("st.volatile.global.u64 [%%0], %%1;" :: "l"(slot + 1), "l"(w1) : "memory");
-    asm volatile("st.release.sys.global.u64 [%%0], %%1;" :: "l"(slot), "l"(w0) : "memory");
+    st_word(slot + 1, w1);
+    st_release_sys(slot, w0);
   } else {
-    asm volatile("st.volatile.global.v2.u64 [%%0], {%%1, %%2};"
-                 :: "l"(slot), "l"(w0), "l"(w1) : "memory");
+    st_pair(slot, w0, w1);
   }
   return true;
 }
@@ -125,8 +140,7 @@ __global__ void px_latency(unsigned char* ring, u64* reserve, int handoff, unsig
   for (unsigned i = 0; i < warmup + iters; ++i) {
     w.deadline = gtime() + (u64)timeout_ns;
     u64 idx = 0;
-    asm volatile("st.volatile.global.u64 [%%0], %%1;" :: "l"(src_word), "l"((u64)i + 1)
-                 : "memory");
+    st_word(src_word, (u64)i + 1);
     // The worker reads the payload when it takes the descriptor (see px_probe): tuned's plain
     // 16-byte publish does not order the stamp before it, so tuned fences (outside the timing).
     if (handoff != 0) __threadfence_system();
@@ -234,7 +248,7 @@ __global__ void px_probe(unsigned char* ring, u64* reserve, int handoff, unsigne
       while (ok && ld_sys(reply_word) != seq) ok = w.ok();
     }
     if (ok) {
-      asm volatile("st.volatile.global.u64 [%%0], %%1;" :: "l"(src_word), "l"(seq) : "memory");
+      st_word(src_word, seq);
       // The worker copies the payload when it takes the descriptor: the payload's store must be
       // visible to the CPU first. baseline's system-scope release orders it; tuned's plain
       // 16-byte store does not, so tuned fences here (before t0: not part of the enqueue).
