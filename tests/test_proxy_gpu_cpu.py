@@ -77,13 +77,16 @@ def landing_of(run, build_dir: Path, **kw) -> dict[str, object]:
 
 
 @pytest.mark.parametrize("handoff", ["baseline", "tuned"])
-@pytest.mark.parametrize("mode", ["issue", "put_completion"])
-def test_single_op_lands_as_host_producers(build_dir, handoff, mode) -> None:
-    size, iters, warmup = 64, 20, 5
+@pytest.mark.parametrize(
+    ("mode", "size", "inline"),
+    [("issue", 64, True), ("put_completion", 64, True), ("put_completion", 8, False)],
+)
+def test_single_op_lands_as_host_producers(build_dir, handoff, mode, size, inline) -> None:
+    iters, warmup = 20, 5
 
     def run(sub, w):
         lanes = w.lanes(2)  # the selected lane is 0; lane 1 is configured, not written
-        work = LatencyWork(lanes, 0, mode, size, True, False, iters, warmup, None)
+        work = LatencyWork(lanes, 0, mode, size, inline, False, iters, warmup, None)
         return sub.latency(work)
 
     out = landing_of(run, build_dir, handoff=handoff)
@@ -134,13 +137,19 @@ def test_proxy_rate_lands_as_host_producers(build_dir, workers, rings, batch, pr
 
 
 @pytest.mark.parametrize(
-    ("lanes", "threads", "workers", "rings", "producers", "handoff"),
-    [(2, 1, 2, 2, 0, "tuned"), (4, 2, 2, 4, 0, "tuned"), (3, 1, 1, 4, 3, "baseline")],
+    ("lanes", "threads", "workers", "rings", "producers", "handoff", "size"),
+    [
+        (2, 1, 2, 2, 0, "tuned", 8),
+        (4, 2, 2, 4, 0, "tuned", 8),
+        (3, 1, 1, 4, 3, "baseline", 8),
+        (2, 1, 2, 2, 5, "baseline", 8),  # more producers than rings: shared rings
+        (2, 2, 2, 2, 0, "tuned", 256),  # payload-like: 4 slots a lane, written round and round
+    ],
 )
 def test_msg_rate_lands_as_host_producers(
-    build_dir, lanes, threads, workers, rings, producers, handoff
+    build_dir, lanes, threads, workers, rings, producers, handoff, size
 ) -> None:
-    size, per, warm, region = 8, 60, 5, 1024
+    per, warm, region = 60, 5, 1024
     knobs = {"workers": workers, "rings": rings, "producers": producers, "handoff": handoff}
 
     def run(sub, w):
