@@ -17,7 +17,7 @@ from host_world import SIZE, emu_world
 from proxy_gpu_cpu import compiler, cpu_producers
 
 from gicbench import _native
-from gicbench.submit.base import Buffer, Lane, LatencyWork, RateWork
+from gicbench.submit.base import Buffer, Lane, LatencyWork, RateWork, RespondWork
 from gicbench.submit.proxy import ProxySubmitter
 from gicbench.submit.proxy.params import ProxyParams
 from gicbench.submit.proxy.work import LoadedWork, ProxyRateWork, lane_counts, ring_counts
@@ -99,6 +99,66 @@ def test_single_op_lands_as_host_producers(build_dir, handoff, mode, size, inlin
     assert np.array_equal(h_land[:size], want)
     assert np.array_equal(g_land[:size], want), "GPU producers: not single-op's model"
     assert np.array_equal(g_land, h_land) and np.array_equal(g_src, h_src)
+
+
+@pytest.mark.parametrize("handoff", ["baseline", "tuned"])
+def test_single_op_scope_all_lands_as_host_producers(build_dir, handoff) -> None:
+    """--scope all (completion-scope's quiet): a ring per configured QP, the operations on the
+    selected one, every other ring's counter read; GPU producers were refused it."""
+    size, iters, warmup = 64, 20, 5
+
+    def run(sub, w):
+        work = LatencyWork(w.lanes(3), 0, "put_completion", size, True, True, iters, warmup, None)
+        return sub.latency(work), list(sub.gpu.fn["px_latency"].launches) if sub.gpu else []
+
+    out = landing_of(run, build_dir, handoff=handoff)
+    (h_land, _, (h_ns, _), _), (g_land, _, (g_ns, launches), _) = out["host"], out["gpu"]
+    assert h_ns.size == g_ns.size == iters
+    assert np.array_equal(g_land, h_land)
+    ((_grid, args),) = launches
+    others, nothers = args[8], int(args[9])
+    assert nothers == 2 and others.size == 2 and len(set(others.tolist())) == 2
+
+
+@pytest.mark.parametrize("handoff", ["baseline", "tuned"])
+@pytest.mark.parametrize("gpu_side", [(True, True), (True, False), (False, True)])
+def test_round_trip_lands_as_host_producers(build_dir, handoff, gpu_side) -> None:
+    """single-op's round trip with GPU producers (px_probe without background) on either or
+    both ends: each side's landing is the peer's pattern with the final sequence, as single-op's
+    expected_landing says (GPU producers were refused the round trip)."""
+    size, iters, warmup = 32, 20, 5
+    with emu_world(nqps=2, depth=64, timeout_s=5.0) as w:
+        srcs = [pattern(w, 0, 7), pattern(w, 1, 8)]
+        subs = [submitter(w, r, gpu_side[r], build_dir, handoff=handoff) for r in (0, 1)]
+        err: list[BaseException] = []
+
+        def answer() -> None:
+            try:
+                work = RespondWork(w.lanes(1, side=1)[0], Buffer.local(w.bufs[1][1]), size, True,
+                                   iters + warmup)  # fmt: skip
+                subs[1].respond(work)
+            except BaseException as e:
+                err.append(e)
+
+        t = threading.Thread(target=answer)
+        t.start()
+        work = LatencyWork(w.lanes(1), 0, "round_trip", size, True, False, iters, warmup,
+                           Buffer.local(w.bufs[0][1]))  # fmt: skip
+        try:
+            ns = subs[0].latency(work)
+        finally:
+            t.join(timeout=30)
+        assert not t.is_alive() and not err, err
+        for s in subs:
+            s.close()
+        assert ns.size == iters and (ns > 0).all()
+        seq = np.frombuffer(np.uint64(iters + warmup).tobytes(), np.uint8)
+        for side in (0, 1):  # rank side's writes land in the other rank's landing buffer
+            land = np.array(w.landing(1 - side))
+            want = np.concatenate([srcs[side][: size - 8], seq])
+            assert np.array_equal(land[:size], want), side
+            assert not land[size:].any()
+    assert PX.live_rings() == 0
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ import numpy as np
 
 from ...cuda_host import device_pointer
 from ...errors import CompletionTimeout, ConfigError, FabricError
-from ..base import LatencyWork
+from ..base import LatencyWork, RespondWork
 from .gpu_kernels import source
 from .params import ProxyParams
 from .work import LoadedWork, ProxyRateWork, check_background, ring_counts, rings_of
@@ -204,14 +204,14 @@ class GpuProducers:
             self.cp.asarray(np.array(slots, dtype=np.uint64)),
         )
 
-    # ---- single-op --------------------------------------------------------------------------
+    # ---- single-op ----------------------------------------------------------------------------
     def latency(self, eng: Any, work: LatencyWork, handoff: int) -> np.ndarray:
+        """issue and put+completion (px_latency; --scope all also reads the other configured
+        QPs' ring counters), round trip (px_probe, the peer answering): the host producers'
+        `latency` (proxy_host.cpp) operation for operation, ring 0 on the selected lane."""
         if work.mode == "round_trip":
-            raise ConfigError(
-                "modes (--modes)", "round_trip", "issue,put_completion with --producer gpu"
-            )
-        if work.scope_all:
-            raise ConfigError("scope (--scope)", "all", "selected with --producer gpu")
+            assert work.reply is not None
+            return self._probe(eng, work.lanes[work.selected], work.reply.addr, work, handoff)
         cp = self.cp
         with ExitStack() as stack:
             rings = self._rings(eng, stack)
@@ -219,6 +219,8 @@ class GpuProducers:
             # ring 0 writes slot 0 of the selected lane; its last word carries the sequence
             sel = work.lanes[work.selected]
             src = stack.enter_context(self.mapped(sel.src.addr + work.size - 8, 8))
+            others = rings[1:] if work.scope_all else []
+            others_dev = cp.asarray(np.array(others or [0], dtype=np.uint64))
             reserve = cp.zeros(1, dtype=cp.uint64)
             out = cp.zeros(max(1, work.iters), dtype=cp.int64)
             status = cp.zeros(1, dtype=cp.int32)
@@ -237,6 +239,8 @@ class GpuProducers:
                         np.uint32(work.size),
                         np.int32(0 if work.mode == "issue" else 1),
                         np.uint64(src),
+                        others_dev,
+                        np.uint32(len(others)),
                         np.uint32(work.iters),
                         np.uint32(work.warmup),
                         np.int64(eng.sub.timeout_ns),
@@ -254,6 +258,65 @@ class GpuProducers:
             )
             self._status(eng, f"single-op {work.mode}", status, where)
             return self._cycles_to_ns(out.get()[: work.iters])
+
+    def respond(self, eng: Any, work: RespondWork, handoff: int) -> None:
+        """The round trip's responder (px_probe answering): wait for request s in the watched
+        word, stamp s into the source's last word, write it back (proxy_host.cpp `respond`)."""
+        self._probe(eng, work.lane, work.watch.addr, work, handoff, responder=True)
+
+    def _probe(
+        self,
+        eng: Any,
+        lane: Any,
+        watch: int,
+        work: LatencyWork | RespondWork,
+        handoff: int,
+        responder: bool = False,
+    ) -> np.ndarray:
+        """px_probe alone on ring 0 (no background): the requester's round trips, or the
+        responder's answers (`work.count` of them)."""
+        cp = self.cp
+        size = work.size
+        iters, warmup = (work.count, 0) if responder else (work.iters, work.warmup)
+        what = "single-op round trip" + (" responder" if responder else "")
+        with ExitStack() as stack:
+            rings = self._rings(eng, stack)
+            ctl_dev = rings[0] + self.consts.CONTROL_OFF
+            src = stack.enter_context(self.mapped(lane.src.addr + size - 8, 8))
+            reply = stack.enter_context(self.mapped(watch + size - 8, 8))
+            reserve = cp.zeros(1, dtype=cp.uint64)
+            out = cp.zeros(1 if responder else max(1, iters), dtype=cp.int64)
+            status = cp.zeros(1, dtype=cp.int32)
+            where = cp.zeros(1, dtype=cp.uint64)
+            s = cp.cuda.Stream(non_blocking=True)
+            with s:
+                self.fn["px_probe"](
+                    (1,),
+                    (1,),
+                    (
+                        np.uint64(rings[0]),
+                        reserve,
+                        np.int32(handoff),
+                        np.uint32(self.params.ring_depth),
+                        np.uint32(eng.native.ring_lane(0)),
+                        np.uint32(size),
+                        np.int32(1 if responder else 0),
+                        np.uint64(src),
+                        np.uint64(reply),
+                        np.uint32(iters),
+                        np.uint32(warmup),
+                        np.int64(eng.sub.timeout_ns),
+                        np.uint64(ctl_dev),
+                        out,
+                        status,
+                        where,
+                    ),
+                )
+            self._watch(eng, s, f"{what} (GPU producer)", self._timeout_s(eng, iters + warmup))
+            self._status(eng, what, status, where)
+            if responder:
+                return np.array([], dtype=np.int64)
+            return self._cycles_to_ns(out.get()[:iters])
 
     # ---- rate -------------------------------------------------------------------------------
     def rate(self, eng: Any, work: ProxyRateWork, handoff: int) -> tuple[np.ndarray, dict]:

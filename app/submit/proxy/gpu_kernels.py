@@ -130,9 +130,12 @@ __global__ void px_clock(i64 ns, i64* out) {
 // timed (completion waited untimed); mode 1: enqueue until the ring's counter shows it.
 // Each operation first stamps its sequence into the source's last word (`src_word`), as the
 // host producers do, so the landing says which write arrived last (single-op validates it).
+// --scope all: mode 1 also reads the counters of the `nothers` rings of the other configured
+// QPs (given nothing, one read each), as the host producers' quiet does.
 // Samples are clock64 cycles.
 __global__ void px_latency(unsigned char* ring, u64* reserve, int handoff, unsigned depth,
-                           unsigned lane, unsigned len, int mode, u64* src_word, unsigned iters,
+                           unsigned lane, unsigned len, int mode, u64* src_word,
+                           unsigned char* const* others, unsigned nothers, unsigned iters,
                            unsigned warmup, i64 timeout_ns, const u64* control, i64* out,
                            int* status, u64* where) {
   Waiter w{gtime() + (u64)timeout_ns, control, ST_OK};
@@ -148,6 +151,7 @@ __global__ void px_latency(unsigned char* ring, u64* reserve, int handoff, unsig
     bool ok = enqueue(ring, reserve, handoff, p, depth, lane, 0, 1, len, w, idx);
     i64 t1 = clock64();
     if (ok) ok = wait_completed(ring, idx + 1, w);
+    for (unsigned r = 0; ok && mode == 1 && r < nothers; ++r) ok = wait_completed(others[r], 0, w);
     if (mode == 1) t1 = clock64();
     if (!ok) { status[0] = w.status; where[0] = i; return; }
     if (i >= warmup) out[i - warmup] = t1 - t0;
