@@ -183,8 +183,13 @@ def test_proxy_rate_lands_as_host_producers(build_dir, workers, rings, batch, pr
     out = landing_of(run, build_dir, handoff=handoff, workers=workers, rings=rings)
     (h_land, _, (h_res, h_rings), _), (g_land, _, (g_res, g_rings), _) = out["host"], out["gpu"]
     assert h_rings == g_rings == ring_counts(rings, producers, per + warm)
-    # the GPU stream is timed whole, warm-up included, and counts it (gpu.py's rate)
-    assert h_res.messages == per * producers and g_res.messages == (per + warm) * producers
+    # timed as the host loop: the warm-up out of messages and elapsed, windows of `window`
+    # descriptors per producer, the last closed by the drain (was: one sample, the whole
+    # stream with its warm-up and the launch, recorded as a window_ns sample)
+    assert h_res.messages == g_res.messages == per * producers
+    assert g_res.windows_ns.size == h_res.windows_ns.size == producers * (per // 4)
+    assert (g_res.windows_ns > 0).all() and 0 < g_res.elapsed_ns
+    assert g_res.windows_ns.max() <= g_res.elapsed_ns
     # proxy-rate's expected_landing: lane l's slots up to its busiest ring's count
     src = np.random.default_rng(7).integers(0, 256, SIZE, dtype=np.uint8)
     counts = ring_counts(rings, producers, per + warm)

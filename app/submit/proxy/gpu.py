@@ -320,7 +320,12 @@ class GpuProducers:
 
     # ---- rate -------------------------------------------------------------------------------
     def rate(self, eng: Any, work: ProxyRateWork, handoff: int) -> tuple[np.ndarray, dict]:
+        """px_rate, timed as the host producers' rate loop: windows of `work.window`
+        descriptors after the warm-up, the last one closed by the drain; elapsed from the first
+        timed descriptor to the drain; messages without the warm-up (globaltimer ns)."""
         cp = self.cp
+        if work.window < 1 or work.messages < 1:
+            raise ConfigError("messages", work.messages, "at least 1 message and 1 per window")
         with ExitStack() as stack:
             rings = self._rings(eng, stack)
             ctl_dev = rings[0] + self.consts.CONTROL_OFF
@@ -329,12 +334,15 @@ class GpuProducers:
             ring_ptrs = cp.asarray(np.array(rings, dtype=np.uint64))
             reserve = cp.zeros(nr, dtype=cp.uint64)
             P = work.producers
+            total = work.messages + work.warmup
+            given = ring_counts(nr, P, total)
+            max_windows = work.messages // work.window + 1
             sent = cp.zeros(P, dtype=cp.uint64)
             status = cp.zeros(P, dtype=cp.int32)
-            cycles = cp.zeros(P, dtype=cp.int64)
-            total = work.messages + work.warmup
+            t_start, t_open, t_end = (cp.zeros(P, dtype=cp.uint64) for _ in range(3))
+            windows = cp.zeros(P * max_windows, dtype=cp.int64)
+            nwin = cp.zeros(P, dtype=cp.uint32)
             s = cp.cuda.Stream(non_blocking=True)
-            t0 = time.perf_counter_ns()
             with s:
                 self.fn["px_rate"](
                     (P,),
@@ -348,24 +356,38 @@ class GpuProducers:
                         lanes,
                         slots,
                         np.uint32(work.size),
-                        np.uint64(total),
+                        np.uint64(work.warmup),
+                        np.uint64(work.messages),
+                        np.uint64(work.window),
+                        cp.asarray(np.array(given, dtype=np.uint64)),
+                        np.uint32(max_windows),
                         np.int64(eng.sub.timeout_ns),
                         np.uint64(ctl_dev),
                         sent,
                         status,
-                        cycles,
+                        t_start,
+                        t_open,
+                        t_end,
+                        windows,
+                        nwin,
                     ),
                 )
             self._watch(eng, s, "proxy rate (GPU producers)", self._timeout_s(eng, total))
             self._status(eng, "proxy rate", status)
-            given = ring_counts(nr, P, total)
-            for r in range(nr):
+            for r in range(nr):  # the kernel waited for these; a failed worker still says so
                 ok, err = eng.native.wait_completed(r, given[r], "drain")
                 eng.check("proxy rate drain", ok, err, {})
-            elapsed = time.perf_counter_ns() - t0
-        return np.array([elapsed], dtype=np.int64), {
+            end = int(t_end.get().max())
+            opened, counts = t_open.get(), nwin.get()
+            per_block = windows.get().reshape(P, max_windows)
+            out = []
+            for b in range(P):  # each producer's windows, the last one closed by the drain
+                out.extend(int(v) for v in per_block[b, : int(counts[b])])
+                out.append(end - int(opened[b]))
+            elapsed = end - int(t_start.get().min())
+        return np.array(out, dtype=np.int64), {
             "elapsed_ns": elapsed,
-            "messages": total * P,  # warm-up included: the GPU stream is timed as a whole
+            "messages": work.messages * P,
             "ring_messages": given,
         }
 

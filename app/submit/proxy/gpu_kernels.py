@@ -161,10 +161,19 @@ __global__ void px_latency(unsigned char* ring, u64* reserve, int handoff, unsig
 
 // Block b (thread 0) is producer b: rings b, b+P, ... when P <= R, else ring b mod R; its k-th
 // descriptor goes to ring mine[k mod n], slot (index mod slots[ring]) of lanes[ring].
+// Timed as the host producers' rate loop (proxy_host.cpp `rate`), in globaltimer nanoseconds
+// (one clock for every SM): after `warmup` descriptors the block's timed region starts
+// (t_start[b]); each `window` descriptors after it close a window (windows[b * max_windows +
+// i], nwin[b] of them) while descriptors remain; the last window stays open (t_open[b]) until
+// the drain: the block then waits until each of its rings' counters reach what every producer
+// gave it (`given`), and t_end[b] is when it saw that. The host closes the last windows at the
+// latest t_end, as the host loop closes them at its drain.
 __global__ void px_rate(unsigned char** rings, u64* reserve, int handoff, unsigned nrings,
                         unsigned depth, const unsigned* lanes, const u64* slots, unsigned len,
-                        u64 messages, i64 timeout_ns, const u64* control, u64* sent,
-                        int* status, i64* cycles) {
+                        u64 warmup, u64 messages, u64 window, const u64* given,
+                        unsigned max_windows, i64 timeout_ns, const u64* control, u64* sent,
+                        int* status, u64* t_start, u64* t_open, u64* t_end, i64* windows,
+                        unsigned* nwin) {
   if (threadIdx.x != 0) return;
   const unsigned P = gridDim.x, b = blockIdx.x;
   Producer prod[32];
@@ -177,19 +186,39 @@ __global__ void px_rate(unsigned char** rings, u64* reserve, int handoff, unsign
     mine[n++] = b %% nrings;
   }
   Waiter w{0, control, ST_OK};
-  const i64 c0 = clock64();
+  const u64 total = warmup + messages;
+  u64 next_window = warmup + window, t_window = warmup == 0 ? gtime() : 0;
+  unsigned nw = 0;
+  t_start[b] = t_window;
   u64 k = 0;
-  for (; k < messages; ++k) {
+  for (; k < total; ++k) {
     w.deadline = gtime() + (u64)timeout_ns;
     const unsigned j = (unsigned)(k %% n), r = mine[j];
     u64 idx;
     if (!enqueue(rings[r], reserve + r, handoff, prod[j], depth, lanes[r], 0, slots[r], len, w,
                  idx))
       break;
+    const u64 posted = k + 1;
+    if (posted == warmup) t_start[b] = t_window = gtime();
+    if (posted >= next_window && next_window < total) {
+      const u64 t1 = gtime();
+      while (posted >= next_window && next_window < total) {
+        if (nw < max_windows) windows[(u64)b * max_windows + nw++] = (i64)(t1 - t_window);
+        t_window = t1;
+        next_window += window;
+      }
+    }
   }
   sent[b] = k;
-  status[b] = k == messages ? ST_OK : w.status;
-  cycles[b] = clock64() - c0;
+  nwin[b] = nw;
+  t_open[b] = t_window;
+  if (k != total) { status[b] = w.status; return; }
+  for (unsigned j = 0; j < n; ++j) {  // the drain (timed, as the host loop's)
+    w.deadline = gtime() + (u64)timeout_ns;
+    if (!wait_completed(rings[mine[j]], given[mine[j]], w)) { status[b] = w.status; return; }
+  }
+  t_end[b] = gtime();
+  status[b] = ST_OK;
 }
 
 // Background: block b loads rings first + (b, b+P, ...) (or first + b mod n) with descriptors
