@@ -41,3 +41,11 @@ def test_rate_refuses_workers_above_lanes_before_any_engine() -> None:
         assert _native.proxy.live_rings() == 0
         assert f.counters()["wqes"] == before
         sub.close()
+
+
+def test_check_rate_lanes_for_a_pre_flight_caller() -> None:
+    """What an experiment's check_rank (the pattern known) calls to refuse it in pre-flight."""
+    with pytest.raises(ConfigError, match=r"workers \(--workers\)=3.*1\.\.2 "):
+        ProxySubmitter.check_rate_lanes({"workers": 3, "rings": 4}, 2)
+    ProxySubmitter.check_rate_lanes({"workers": 2}, 2)
+    ProxySubmitter.check_rate_lanes({}, 1)  # --workers not given: 1

@@ -189,6 +189,13 @@ class ProxySubmitter(Submitter):
                 )
 
     @classmethod
+    def check_rate_lanes(cls, knobs: Mapping[str, Any], lanes: int) -> None:
+        """--workers against the lanes a rank's msg-rate/payload rate loop drives (-q x its
+        destinations), for a pre-flight caller that knows the rank's pattern (the experiment's
+        check_rank): the refusal ProxySubmitter.rate otherwise raises at the point's start."""
+        proxy_geometry(dict(knobs), lanes, 1)
+
+    @classmethod
     def check_provider(
         cls,
         params: Any,
