@@ -336,6 +336,7 @@ class GpuProducers:
             P = work.producers
             total = work.messages + work.warmup
             given = ring_counts(nr, P, total)
+            given_dev = cp.asarray(np.array(given, dtype=np.uint64))  # alive until the end
             max_windows = work.messages // work.window + 1
             sent = cp.zeros(P, dtype=cp.uint64)
             status = cp.zeros(P, dtype=cp.int32)
@@ -359,7 +360,7 @@ class GpuProducers:
                         np.uint64(work.warmup),
                         np.uint64(work.messages),
                         np.uint64(work.window),
-                        cp.asarray(np.array(given, dtype=np.uint64)),
+                        given_dev,
                         np.uint32(max_windows),
                         np.int64(eng.sub.timeout_ns),
                         np.uint64(ctl_dev),
