@@ -204,13 +204,34 @@ class Runtime:
         return addr
 
 
-def cpu_producers(params: Any, tmp: Path) -> gpu.GpuProducers:
-    """A GpuProducers (gpu.py, unchanged) whose kernels run on the CPU."""
+def _fill(p: gpu.GpuProducers, params: Any, tmp: Path) -> None:
     lib = build(tmp)
-    p = object.__new__(gpu.GpuProducers)
     p.cp, p.rt, p.params = fake_cupy(), Runtime(), params
     p.consts, p.host = _native.proxy, _native.host
     p.device, p.pci_bus_id, p.module = None, None, lib
     p.fn = {n: Kernel(lib, n) for n in gpu.KERNELS}
     p.sm_hz = 1e9  # clock64 counts nanoseconds here
+
+
+def cpu_producers(params: Any, tmp: Path) -> gpu.GpuProducers:
+    """A GpuProducers (gpu.py, unchanged) whose kernels run on the CPU."""
+    p = object.__new__(gpu.GpuProducers)
+    _fill(p, params, tmp)
     return p
+
+
+def install(monkeypatch: Any, tmp: Path) -> None:
+    """`--producer gpu` through the whole harness with the CPU-built kernels: the CuPy probe
+    says yes, GpuProducers builds the CPU kernels, preload has nothing to load."""
+    from types import SimpleNamespace
+
+    import gicbench.platform as platform
+    from gicbench.submit.proxy import ProxySubmitter
+
+    monkeypatch.setattr(
+        platform, "probe_cupy", lambda: SimpleNamespace(ok=True, detail="CPU-built kernels")
+    )
+    monkeypatch.setattr(
+        gpu.GpuProducers, "__init__", lambda self, params, device=0: _fill(self, params, tmp)
+    )
+    monkeypatch.setattr(ProxySubmitter, "preload", classmethod(lambda cls, params, rank: None))
