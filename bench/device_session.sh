@@ -137,6 +137,37 @@ cd "$ROOT" && for f in test_doca_submitter_gpu test_emu_cuda test_gpu_device tes
   step "pytest_$f" 120 python3 -m pytest -p no:cacheprovider -q -rs -x -m gpu \
     -k "not end_to_end and not doca_cuda_engine" "tests/$f.py"  # see doca_pytest_cuda
 done
+# ---- proxyrev_ steps: every mini-proxy experiment with GPU producers through mpiexec -n 2,
+# small, payloads validated by the harness against each experiment's expected_landing (the
+# kernels' landing; tests/test_proxy_gpu_cpu.py checks the same with the kernels built for the
+# CPU). Both handoffs; baseline also with more producers than rings (shared rings); single-op's
+# round trip and completion-scope (--scope all) with GPU producers at both ends (px_probe, the
+# px_latency quiet: new, never run on a GPU).
+# Only these: ONLY='build|proxyrev_.*'. PROXYREV_PRODUCER=host runs the same commands with host
+# producers (how they were checked without a GPU; there with PROXYREV_PROGRESS=inline, 2 cores).
+PR="$G --submitter proxy --producer ${PROXYREV_PRODUCER:-gpu} --progress ${PROXYREV_PROGRESS:-thread} \
+  --precondition-s 0"
+for h in baseline tuned; do
+  case $h in baseline) PRP="--producers 6" ;; *) PRP="" ;; esac
+  step "proxyrev_single_op_$h" 40 $PR single-op --handoff $h -q 2 -e 64 -f 8 -n 200 -w 20 \
+    -o "$O/tr/proxyrev_single_op_$h"
+  step "proxyrev_completion_scope_$h" 40 $PR completion-scope --handoff $h -q 4 -n 200 -w 20 \
+    -o "$O/tr/proxyrev_completion_scope_$h"
+  step "proxyrev_proxy_rate_$h" 40 $PR proxy-rate --handoff $h $PRP --sweep-workers 1,2 \
+    --sweep-rings 4 --sweep-batch 1,16 -e 64 -f 8 --messages 2000 -w 50 \
+    -o "$O/tr/proxyrev_proxy_rate_$h"
+  step "proxyrev_msg_rate_$h" 40 $PR msg-rate --handoff $h -q 2 -t 2 --workers 2 --rings 4 \
+    --batch 4 -e 64 -f 8 --messages 2000 -w 50 -o "$O/tr/proxyrev_msg_rate_$h"
+  step "proxyrev_payload_$h" 40 $PR payload --handoff $h -q 2 -t 2 --workers 2 --rings 4 \
+    -e 64K -f 16 --point-bytes 1M --messages 2000 -w 20 -o "$O/tr/proxyrev_payload_$h"
+done
+step proxyrev_loaded_baseline 40 $PR loaded-rtt --handoff baseline --queue shared,reserved \
+  --background 8 --workers 2 --rings 4 -e 64 -f 8 -n 200 -w 20 -o "$O/tr/proxyrev_loaded_baseline"
+step proxyrev_loaded_tuned 40 $PR loaded-rtt --handoff tuned --queue reserved --background 3 \
+  --workers 2 --rings 4 -e 64 -f 8 -n 200 -w 20 -o "$O/tr/proxyrev_loaded_tuned"
+for d in "$O"/tr/proxyrev_*; do [ -d "$d" ] && python3 -m gicbench analyze "$d" > "$d.analyze.txt" 2>&1; done; pack
+cd "$ROOT" && step proxyrev_pytest 90 python3 -m pytest -p no:cacheprovider -q -rs \
+  tests/test_proxy_gpu.py tests/test_proxy_gpu_cpu.py tests/test_proxy_workers_refused.py
 # loaded-rtt and payload through mini-proxy and mini-gda on the same experiment (issue 13): 64
 # background CTAs per endpoint (proxy: GPU producers, T4/R32/B16, baseline handoff so its probe
 # can share a ring; gpu: one QP per CTA, batches of 16), then goodput 8 B..1 MiB; the side by

@@ -14,7 +14,7 @@ import numpy as np
 
 from ...cuda_host import device_pointer
 from ...errors import CompletionTimeout, ConfigError, FabricError
-from ..base import LatencyWork
+from ..base import LatencyWork, RespondWork
 from .gpu_kernels import source
 from .params import ProxyParams
 from .work import LoadedWork, ProxyRateWork, check_background, ring_counts, rings_of
@@ -204,14 +204,14 @@ class GpuProducers:
             self.cp.asarray(np.array(slots, dtype=np.uint64)),
         )
 
-    # ---- single-op --------------------------------------------------------------------------
+    # ---- single-op ----------------------------------------------------------------------------
     def latency(self, eng: Any, work: LatencyWork, handoff: int) -> np.ndarray:
+        """issue and put+completion (px_latency; --scope all also reads the other configured
+        QPs' ring counters), round trip (px_probe, the peer answering): the host producers'
+        `latency` (proxy_host.cpp) operation for operation, ring 0 on the selected lane."""
         if work.mode == "round_trip":
-            raise ConfigError(
-                "modes (--modes)", "round_trip", "issue,put_completion with --producer gpu"
-            )
-        if work.scope_all:
-            raise ConfigError("scope (--scope)", "all", "selected with --producer gpu")
+            assert work.reply is not None
+            return self._probe(eng, work.lanes[work.selected], work.reply.addr, work, handoff)
         cp = self.cp
         with ExitStack() as stack:
             rings = self._rings(eng, stack)
@@ -219,6 +219,8 @@ class GpuProducers:
             # ring 0 writes slot 0 of the selected lane; its last word carries the sequence
             sel = work.lanes[work.selected]
             src = stack.enter_context(self.mapped(sel.src.addr + work.size - 8, 8))
+            others = rings[1:] if work.scope_all else []
+            others_dev = cp.asarray(np.array(others or [0], dtype=np.uint64))
             reserve = cp.zeros(1, dtype=cp.uint64)
             out = cp.zeros(max(1, work.iters), dtype=cp.int64)
             status = cp.zeros(1, dtype=cp.int32)
@@ -237,6 +239,8 @@ class GpuProducers:
                         np.uint32(work.size),
                         np.int32(0 if work.mode == "issue" else 1),
                         np.uint64(src),
+                        others_dev,
+                        np.uint32(len(others)),
                         np.uint32(work.iters),
                         np.uint32(work.warmup),
                         np.int64(eng.sub.timeout_ns),
@@ -255,9 +259,73 @@ class GpuProducers:
             self._status(eng, f"single-op {work.mode}", status, where)
             return self._cycles_to_ns(out.get()[: work.iters])
 
+    def respond(self, eng: Any, work: RespondWork, handoff: int) -> None:
+        """The round trip's responder (px_probe answering): wait for request s in the watched
+        word, stamp s into the source's last word, write it back (proxy_host.cpp `respond`)."""
+        self._probe(eng, work.lane, work.watch.addr, work, handoff, responder=True)
+
+    def _probe(
+        self,
+        eng: Any,
+        lane: Any,
+        watch: int,
+        work: LatencyWork | RespondWork,
+        handoff: int,
+        responder: bool = False,
+    ) -> np.ndarray:
+        """px_probe alone on ring 0 (no background): the requester's round trips, or the
+        responder's answers (`work.count` of them)."""
+        cp = self.cp
+        size = work.size
+        iters, warmup = (work.count, 0) if responder else (work.iters, work.warmup)
+        what = "single-op round trip" + (" responder" if responder else "")
+        with ExitStack() as stack:
+            rings = self._rings(eng, stack)
+            ctl_dev = rings[0] + self.consts.CONTROL_OFF
+            src = stack.enter_context(self.mapped(lane.src.addr + size - 8, 8))
+            reply = stack.enter_context(self.mapped(watch + size - 8, 8))
+            reserve = cp.zeros(1, dtype=cp.uint64)
+            out = cp.zeros(1 if responder else max(1, iters), dtype=cp.int64)
+            status = cp.zeros(1, dtype=cp.int32)
+            where = cp.zeros(1, dtype=cp.uint64)
+            s = cp.cuda.Stream(non_blocking=True)
+            with s:
+                self.fn["px_probe"](
+                    (1,),
+                    (1,),
+                    (
+                        np.uint64(rings[0]),
+                        reserve,
+                        np.int32(handoff),
+                        np.uint32(self.params.ring_depth),
+                        np.uint32(eng.native.ring_lane(0)),
+                        np.uint32(size),
+                        np.int32(1 if responder else 0),
+                        np.uint64(src),
+                        np.uint64(reply),
+                        np.uint32(iters),
+                        np.uint32(warmup),
+                        np.int64(eng.sub.timeout_ns),
+                        np.uint64(ctl_dev),
+                        out,
+                        status,
+                        where,
+                    ),
+                )
+            self._watch(eng, s, f"{what} (GPU producer)", self._timeout_s(eng, iters + warmup))
+            self._status(eng, what, status, where)
+            if responder:
+                return np.array([], dtype=np.int64)
+            return self._cycles_to_ns(out.get()[:iters])
+
     # ---- rate -------------------------------------------------------------------------------
     def rate(self, eng: Any, work: ProxyRateWork, handoff: int) -> tuple[np.ndarray, dict]:
+        """px_rate, timed as the host producers' rate loop: windows of `work.window`
+        descriptors after the warm-up, the last one closed by the drain; elapsed from the first
+        timed descriptor to the drain; messages without the warm-up (globaltimer ns)."""
         cp = self.cp
+        if work.window < 1 or work.messages < 1:
+            raise ConfigError("messages", work.messages, "at least 1 message and 1 per window")
         with ExitStack() as stack:
             rings = self._rings(eng, stack)
             ctl_dev = rings[0] + self.consts.CONTROL_OFF
@@ -266,12 +334,16 @@ class GpuProducers:
             ring_ptrs = cp.asarray(np.array(rings, dtype=np.uint64))
             reserve = cp.zeros(nr, dtype=cp.uint64)
             P = work.producers
+            total = work.messages + work.warmup
+            given = ring_counts(nr, P, total)
+            given_dev = cp.asarray(np.array(given, dtype=np.uint64))  # alive until the end
+            max_windows = work.messages // work.window + 1
             sent = cp.zeros(P, dtype=cp.uint64)
             status = cp.zeros(P, dtype=cp.int32)
-            cycles = cp.zeros(P, dtype=cp.int64)
-            total = work.messages + work.warmup
+            t_start, t_open, t_end = (cp.zeros(P, dtype=cp.uint64) for _ in range(3))
+            windows = cp.zeros(P * max_windows, dtype=cp.int64)
+            nwin = cp.zeros(P, dtype=cp.uint32)
             s = cp.cuda.Stream(non_blocking=True)
-            t0 = time.perf_counter_ns()
             with s:
                 self.fn["px_rate"](
                     (P,),
@@ -285,24 +357,38 @@ class GpuProducers:
                         lanes,
                         slots,
                         np.uint32(work.size),
-                        np.uint64(total),
+                        np.uint64(work.warmup),
+                        np.uint64(work.messages),
+                        np.uint64(work.window),
+                        given_dev,
+                        np.uint32(max_windows),
                         np.int64(eng.sub.timeout_ns),
                         np.uint64(ctl_dev),
                         sent,
                         status,
-                        cycles,
+                        t_start,
+                        t_open,
+                        t_end,
+                        windows,
+                        nwin,
                     ),
                 )
             self._watch(eng, s, "proxy rate (GPU producers)", self._timeout_s(eng, total))
             self._status(eng, "proxy rate", status)
-            given = ring_counts(nr, P, total)
-            for r in range(nr):
+            for r in range(nr):  # the kernel waited for these; a failed worker still says so
                 ok, err = eng.native.wait_completed(r, given[r], "drain")
                 eng.check("proxy rate drain", ok, err, {})
-            elapsed = time.perf_counter_ns() - t0
-        return np.array([elapsed], dtype=np.int64), {
+            end = int(t_end.get().max())
+            opened, counts = t_open.get(), nwin.get()
+            per_block = windows.get().reshape(P, max_windows)
+            out = []
+            for b in range(P):  # each producer's windows, the last one closed by the drain
+                out.extend(int(v) for v in per_block[b, : int(counts[b])])
+                out.append(end - int(opened[b]))
+            elapsed = end - int(t_start.get().min())
+        return np.array(out, dtype=np.int64), {
             "elapsed_ns": elapsed,
-            "messages": total * P,  # warm-up included: the GPU stream is timed as a whole
+            "messages": work.messages * P,
             "ring_messages": given,
         }
 

@@ -31,6 +31,10 @@ typedef long long i64;
 #define ST_TIMEOUT 1
 #define ST_ABORT 2
 
+// Every PTX instruction of the producers is in these five helpers, so a CPU build of this
+// source (tests/proxy_gpu_cpu.py: PX_CPU, the helpers over host atomics) runs the same kernels
+// against a real engine and checks what they make land.
+#ifndef PX_CPU
 __device__ __forceinline__ u64 ld_sys(const u64* p) {
   u64 v;
   asm volatile("ld.volatile.global.u64 %%0, [%%1];" : "=l"(v) : "l"(p) : "memory");
@@ -41,6 +45,18 @@ __device__ __forceinline__ u64 gtime() {
   asm volatile("mov.u64 %%0, %%globaltimer;" : "=l"(t));
   return t;
 }
+__device__ __forceinline__ void st_word(u64* p, u64 v) {
+  asm volatile("st.volatile.global.u64 [%%0], %%1;" :: "l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ void st_release_sys(u64* p, u64 v) {
+  asm volatile("st.release.sys.global.u64 [%%0], %%1;" :: "l"(p), "l"(v) : "memory");
+}
+// One 16-byte store of both descriptor words (tuned).
+__device__ __forceinline__ void st_pair(u64* p, u64 w0, u64 w1) {
+  asm volatile("st.volatile.global.v2.u64 [%%0], {%%1, %%2};" :: "l"(p), "l"(w0), "l"(w1)
+               : "memory");
+}
+#endif
 __device__ __forceinline__ u64* word(unsigned char* ring, int off) {
   return reinterpret_cast<u64*>(ring + off);
 }
@@ -84,11 +100,10 @@ __device__ bool enqueue(unsigned char* ring, u64* reserve, int handoff, Producer
   const u64 w1 = off | (((u64)len & MAX_LENGTH) << 32) | ((s & 0x7ffULL) << 53);
   u64* slot = reinterpret_cast<u64*>(ring + HEADER_BYTES + (idx & (depth - 1)) * 16);
   if (handoff == 0) {
-    asm volatile("st.volatile.global.u64 [%%0], %%1;" :: "l"(slot + 1), "l"(w1) : "memory");
-    asm volatile("st.release.sys.global.u64 [%%0], %%1;" :: "l"(slot), "l"(w0) : "memory");
+    st_word(slot + 1, w1);
+    st_release_sys(slot, w0);
   } else {
-    asm volatile("st.volatile.global.v2.u64 [%%0], {%%1, %%2};"
-                 :: "l"(slot), "l"(w0), "l"(w1) : "memory");
+    st_pair(slot, w0, w1);
   }
   return true;
 }
@@ -115,9 +130,12 @@ __global__ void px_clock(i64 ns, i64* out) {
 // timed (completion waited untimed); mode 1: enqueue until the ring's counter shows it.
 // Each operation first stamps its sequence into the source's last word (`src_word`), as the
 // host producers do, so the landing says which write arrived last (single-op validates it).
+// --scope all: mode 1 also reads the counters of the `nothers` rings of the other configured
+// QPs (given nothing, one read each), as the host producers' quiet does.
 // Samples are clock64 cycles.
 __global__ void px_latency(unsigned char* ring, u64* reserve, int handoff, unsigned depth,
-                           unsigned lane, unsigned len, int mode, u64* src_word, unsigned iters,
+                           unsigned lane, unsigned len, int mode, u64* src_word,
+                           unsigned char* const* others, unsigned nothers, unsigned iters,
                            unsigned warmup, i64 timeout_ns, const u64* control, i64* out,
                            int* status, u64* where) {
   Waiter w{gtime() + (u64)timeout_ns, control, ST_OK};
@@ -125,8 +143,7 @@ __global__ void px_latency(unsigned char* ring, u64* reserve, int handoff, unsig
   for (unsigned i = 0; i < warmup + iters; ++i) {
     w.deadline = gtime() + (u64)timeout_ns;
     u64 idx = 0;
-    asm volatile("st.volatile.global.u64 [%%0], %%1;" :: "l"(src_word), "l"((u64)i + 1)
-                 : "memory");
+    st_word(src_word, (u64)i + 1);
     // The worker reads the payload when it takes the descriptor (see px_probe): tuned's plain
     // 16-byte publish does not order the stamp before it, so tuned fences (outside the timing).
     if (handoff != 0) __threadfence_system();
@@ -134,6 +151,7 @@ __global__ void px_latency(unsigned char* ring, u64* reserve, int handoff, unsig
     bool ok = enqueue(ring, reserve, handoff, p, depth, lane, 0, 1, len, w, idx);
     i64 t1 = clock64();
     if (ok) ok = wait_completed(ring, idx + 1, w);
+    for (unsigned r = 0; ok && mode == 1 && r < nothers; ++r) ok = wait_completed(others[r], 0, w);
     if (mode == 1) t1 = clock64();
     if (!ok) { status[0] = w.status; where[0] = i; return; }
     if (i >= warmup) out[i - warmup] = t1 - t0;
@@ -143,10 +161,19 @@ __global__ void px_latency(unsigned char* ring, u64* reserve, int handoff, unsig
 
 // Block b (thread 0) is producer b: rings b, b+P, ... when P <= R, else ring b mod R; its k-th
 // descriptor goes to ring mine[k mod n], slot (index mod slots[ring]) of lanes[ring].
+// Timed as the host producers' rate loop (proxy_host.cpp `rate`), in globaltimer nanoseconds
+// (one clock for every SM): after `warmup` descriptors the block's timed region starts
+// (t_start[b]); each `window` descriptors after it close a window (windows[b * max_windows +
+// i], nwin[b] of them) while descriptors remain; the last window stays open (t_open[b]) until
+// the drain: the block then waits until each of its rings' counters reach what every producer
+// gave it (`given`), and t_end[b] is when it saw that. The host closes the last windows at the
+// latest t_end, as the host loop closes them at its drain.
 __global__ void px_rate(unsigned char** rings, u64* reserve, int handoff, unsigned nrings,
                         unsigned depth, const unsigned* lanes, const u64* slots, unsigned len,
-                        u64 messages, i64 timeout_ns, const u64* control, u64* sent,
-                        int* status, i64* cycles) {
+                        u64 warmup, u64 messages, u64 window, const u64* given,
+                        unsigned max_windows, i64 timeout_ns, const u64* control, u64* sent,
+                        int* status, u64* t_start, u64* t_open, u64* t_end, i64* windows,
+                        unsigned* nwin) {
   if (threadIdx.x != 0) return;
   const unsigned P = gridDim.x, b = blockIdx.x;
   Producer prod[32];
@@ -159,19 +186,39 @@ __global__ void px_rate(unsigned char** rings, u64* reserve, int handoff, unsign
     mine[n++] = b %% nrings;
   }
   Waiter w{0, control, ST_OK};
-  const i64 c0 = clock64();
+  const u64 total = warmup + messages;
+  u64 next_window = warmup + window, t_window = warmup == 0 ? gtime() : 0;
+  unsigned nw = 0;
+  t_start[b] = t_window;
   u64 k = 0;
-  for (; k < messages; ++k) {
+  for (; k < total; ++k) {
     w.deadline = gtime() + (u64)timeout_ns;
     const unsigned j = (unsigned)(k %% n), r = mine[j];
     u64 idx;
     if (!enqueue(rings[r], reserve + r, handoff, prod[j], depth, lanes[r], 0, slots[r], len, w,
                  idx))
       break;
+    const u64 posted = k + 1;
+    if (posted == warmup) t_start[b] = t_window = gtime();
+    if (posted >= next_window && next_window < total) {
+      const u64 t1 = gtime();
+      while (posted >= next_window && next_window < total) {
+        if (nw < max_windows) windows[(u64)b * max_windows + nw++] = (i64)(t1 - t_window);
+        t_window = t1;
+        next_window += window;
+      }
+    }
   }
   sent[b] = k;
-  status[b] = k == messages ? ST_OK : w.status;
-  cycles[b] = clock64() - c0;
+  nwin[b] = nw;
+  t_open[b] = t_window;
+  if (k != total) { status[b] = w.status; return; }
+  for (unsigned j = 0; j < n; ++j) {  // the drain (timed, as the host loop's)
+    w.deadline = gtime() + (u64)timeout_ns;
+    if (!wait_completed(rings[mine[j]], given[mine[j]], w)) { status[b] = w.status; return; }
+  }
+  t_end[b] = gtime();
+  status[b] = ST_OK;
 }
 
 // Background: block b loads rings first + (b, b+P, ...) (or first + b mod n) with descriptors
@@ -234,7 +281,7 @@ __global__ void px_probe(unsigned char* ring, u64* reserve, int handoff, unsigne
       while (ok && ld_sys(reply_word) != seq) ok = w.ok();
     }
     if (ok) {
-      asm volatile("st.volatile.global.u64 [%%0], %%1;" :: "l"(src_word), "l"(seq) : "memory");
+      st_word(src_word, seq);
       // The worker copies the payload when it takes the descriptor: the payload's store must be
       // visible to the CPU first. baseline's system-scope release orders it; tuned's plain
       // 16-byte store does not, so tuned fences here (before t0: not part of the enqueue).

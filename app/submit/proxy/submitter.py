@@ -148,7 +148,7 @@ class ProxySubmitter(Submitter):
         """What the engine would refuse at run time, refused in pre-flight (nothing created):
         chains longer than B, inline payloads the workers cannot copy, an all-QP quiet over
         more rings than there are, fewer rings than one QP's lanes, tuned producers beyond
-        one per ring, what GPU producers do not time (round trip, all-QP scope)."""
+        one per ring."""
         max_length = int(_native_proxy().MAX_LENGTH)  # a descriptor's length field
         for exp, pt in points:
             batch, size = int(pt.get("batch", 1)), int(pt.get("size", 8))
@@ -179,14 +179,6 @@ class ProxySubmitter(Submitter):
                     params.rings,
                     f">= {pt['qps']} for {exp} (one ring per lane of its rate loop)",
                 )
-            gpu = getattr(params, "producer", "host") == "gpu"
-            if gpu and exp == "single-op" and pt.get("mode") == "round_trip":
-                # GPU producers time the enqueue and put+completion (gpu.py's latency)
-                raise ConfigError(
-                    "modes (--modes)", "round_trip", "issue,put_completion with --producer gpu"
-                )
-            if gpu and pt.get("scope") == "all":
-                raise ConfigError("scope (--scope)", "all", "selected with --producer gpu")
             producers, rings = pt.get("producers"), pt.get("rings")
             tuned = params.handoff == "tuned" and producers is not None and rings is not None
             if tuned and int(producers) > int(rings):
@@ -195,6 +187,13 @@ class ProxySubmitter(Submitter):
                     producers,
                     f"<= {rings} rings with --handoff tuned (one producer per ring)",
                 )
+
+    @classmethod
+    def check_rate_lanes(cls, knobs: Mapping[str, Any], lanes: int) -> None:
+        """--workers against the lanes a rank's msg-rate/payload rate loop drives (-q x its
+        destinations), for a pre-flight caller that knows the rank's pattern (the experiment's
+        check_rank): the refusal ProxySubmitter.rate otherwise raises at the point's start."""
+        proxy_geometry(dict(knobs), lanes, 1)
 
     @classmethod
     def check_provider(
@@ -321,7 +320,7 @@ class ProxySubmitter(Submitter):
         workers = 1
         rings = len(lanes)
         reply = work.reply.addr + work.size - 8 if work.reply is not None else 0
-        if self.gpu is not None and work.mode != "round_trip":
+        if self.gpu is not None:
             with self.engine(lanes, workers, rings, 1, work.size, work.inline) as eng:
                 return self.gpu.latency(eng, work, self.handoff_code)
         with self.engine(lanes, workers, rings, 1, work.size, work.inline) as eng:
@@ -340,6 +339,9 @@ class ProxySubmitter(Submitter):
 
     def respond(self, work: RespondWork) -> None:
         with self.engine((work.lane,), 1, 1, 1, work.size, work.inline) as eng:
+            if self.gpu is not None:
+                self.gpu.respond(eng, work, self.handoff_code)
+                return
             ok, err = eng.native.respond(
                 0, self.handoff_code, work.size, work.watch.addr + work.size - 8, work.count
             )

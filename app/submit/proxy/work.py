@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...errors import ConfigError
 from ..base import Buffer, Lane
 
 
@@ -59,8 +60,18 @@ class LoadedResult:
 
 def proxy_geometry(knobs: dict, lanes: int, threads: int) -> tuple[int, int, int]:
     """(workers, rings, producers) the proxy's generic rate loop uses for `lanes` lanes and an
-    experiment's `threads` (ProxySubmitter.rate): one place for that choice."""
-    workers = min(int(knobs.get("workers", 1)), lanes)
+    experiment's `threads` (ProxySubmitter.rate): one place for that choice. Each worker owns
+    at least one of the lanes (QPs), so --workers above the lanes is refused, not capped: the
+    lanes (QPs x destinations of the rank) are only known once the pattern has a rank, so this
+    is checked at the start of the point, before any ring or thread exists."""
+    workers = int(knobs.get("workers", 1))
+    if workers > lanes:
+        raise ConfigError(
+            "workers (--workers)",
+            workers,
+            f"1..{lanes} for this rate loop: one QP per worker, and it drives {lanes} QP(s) "
+            "(-q x destinations); raise -q or lower --workers",
+        )
     rings = max(int(knobs.get("rings", 1)), workers)
     producers = int(knobs.get("producers", 0)) or threads
     return workers, rings, producers
@@ -109,8 +120,6 @@ def check_background(tuned: bool, producers: int, rings: int, reserved: bool) ->
     """Background producers the loaded loop can give rings to (host loop: proxy_host.cpp's
     loaded; GPU: px_background): tuned allows one producer per ring, so at most the rings the
     background gets (R - 1 with a reserved probe ring); a shared probe ring needs baseline."""
-    from ...errors import ConfigError
-
     avail = rings - (1 if reserved else 0)
     if producers < 1 or avail < 1:
         raise ConfigError("background (--background)", producers, f"1..64 with {rings} rings")

@@ -1,0 +1,51 @@
+"""--workers above the QPs a msg-rate/payload point drives: refused naming the flag and the
+range, before any ring or worker exists (it was capped silently to the lanes: a run asking
+for 8 workers ran 2 and recorded --workers 8)."""
+
+from __future__ import annotations
+
+import pytest
+from host_world import emu_world
+
+from gicbench import _native
+from gicbench.errors import ConfigError
+from gicbench.submit.base import RateWork
+from gicbench.submit.proxy import ProxySubmitter
+from gicbench.submit.proxy.params import ProxyParams
+from gicbench.submit.proxy.work import lane_counts, proxy_geometry
+
+
+def test_geometry_refuses_workers_above_lanes() -> None:
+    with pytest.raises(ConfigError, match=r"workers \(--workers\).*1\.\.2 "):
+        proxy_geometry({"workers": 4, "rings": 4}, 2, 1)
+    with pytest.raises(ConfigError, match=r"workers \(--workers\)"):
+        lane_counts({"workers": 3, "rings": 4}, 2, 1, 100)
+    assert proxy_geometry({"workers": 2, "rings": 4}, 2, 1) == (2, 4, 1)
+
+
+def test_rate_refuses_workers_above_lanes_before_any_engine() -> None:
+    with emu_world(nqps=2, depth=64) as w:
+        f = w.fabrics[0]
+        sub = ProxySubmitter(
+            rank=0,
+            fabric=f,
+            progress=f.progress_policy(),
+            timeout_s=2.0,
+            params=ProxyParams(workers=4, rings=4, precondition_s=0.0),
+        )
+        before = f.counters()["wqes"]
+        with pytest.raises(ConfigError, match=r"workers \(--workers\).*1\.\.2 ") as e:
+            sub.rate(RateWork(w.lanes(2), 1, 1, 64, True, 100, 0, 10))
+        assert "4" in str(e.value)
+        assert sub.last_workers == []  # no engine started
+        assert _native.proxy.live_rings() == 0
+        assert f.counters()["wqes"] == before
+        sub.close()
+
+
+def test_check_rate_lanes_for_a_pre_flight_caller() -> None:
+    """What an experiment's check_rank (the pattern known) calls to refuse it in pre-flight."""
+    with pytest.raises(ConfigError, match=r"workers \(--workers\)=3.*1\.\.2 "):
+        ProxySubmitter.check_rate_lanes({"workers": 3, "rings": 4}, 2)
+    ProxySubmitter.check_rate_lanes({"workers": 2}, 2)
+    ProxySubmitter.check_rate_lanes({}, 1)  # --workers not given: 1
