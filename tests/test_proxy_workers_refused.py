@@ -49,3 +49,29 @@ def test_check_rate_lanes_for_a_pre_flight_caller() -> None:
         ProxySubmitter.check_rate_lanes({"workers": 3, "rings": 4}, 2)
     ProxySubmitter.check_rate_lanes({"workers": 2}, 2)
     ProxySubmitter.check_rate_lanes({}, 1)  # --workers not given: 1
+
+
+
+@pytest.mark.parametrize("experiment", ["msg-rate", "payload"])
+def test_pre_flight_refuses_workers_above_a_ranks_lanes(experiment: str) -> None:
+    """Pre-flight refuses it, before any NIC exists (exit 2): in make_plan where the pattern
+    gives every sender one destination, else in the experiment's check_rank with the rank's
+    part in the pattern (all-to-all: -q x the other ranks)."""
+    from gicbench.config import RunConfig
+    from gicbench.patterns import traffic
+    from gicbench.plan import make_plan
+
+    def cfg(pattern: str) -> RunConfig:
+        return RunConfig.build(
+            experiments=(experiment,), submitter="proxy", pattern=pattern, workers=4, rings=4,
+            qps=2,
+        )  # fmt: skip
+
+    with pytest.raises(ConfigError, match=r"workers \(--workers\)=4.*1\.\.2 "):
+        make_plan(cfg("pairs"))
+    plan = make_plan(cfg("all-to-all"))
+    with pytest.raises(ConfigError, match=r"workers \(--workers\)=4.*1\.\.2 "):
+        for exp in plan.experiments:
+            exp.check_rank(traffic("all-to-all", 0, 2))  # one peer: 2 lanes
+    for exp in plan.experiments:
+        exp.check_rank(traffic("all-to-all", 0, 3))  # two peers: 4 lanes, 4 workers

@@ -101,7 +101,10 @@ class MsgRate(Experiment):
 
     def check_rank(self, traffic: Traffic) -> None:
         lanes = self.params.qps * len(traffic.sends_to)
-        shares = submitter_class(self.cfg.submitter).threads_share_lanes
+        sub = submitter_class(self.cfg.submitter)
+        shares = sub.threads_share_lanes
+        if traffic.sends:
+            sub.check_rate_lanes(self.cfg.knobs, lanes)  # e.g. mini-proxy's --workers
         if traffic.sends and self.params.threads > lanes and not shares:
             raise ConfigError(
                 "threads (-t)",

@@ -187,6 +187,13 @@ class Submitter(ABC):
         return None
 
     @classmethod
+    def check_rate_lanes(cls, knobs: Mapping[str, Any], lanes: int) -> None:
+        """Refuse (ConfigError), in pre-flight, knobs that cannot drive a rate loop over `lanes`
+        lanes (-q x the rank's destinations: known once the rank's pattern is, so called from
+        the experiment's check_rank). Default: anything goes."""
+        return None
+
+    @classmethod
     def check_provider(
         cls,
         params: Any,
