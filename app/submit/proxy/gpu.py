@@ -221,43 +221,30 @@ class GpuProducers:
             src = stack.enter_context(self.mapped(sel.src.addr + work.size - 8, 8))
             others = rings[1:] if work.scope_all else []
             others_dev = cp.asarray(np.array(others or [0], dtype=np.uint64))
-            reserve = cp.zeros(1, dtype=cp.uint64)
-            out = cp.zeros(max(1, work.iters), dtype=cp.int64)
-            status = cp.zeros(1, dtype=cp.int32)
-            where = cp.zeros(1, dtype=cp.uint64)
-            s = cp.cuda.Stream(non_blocking=True)
-            with s:
-                self.fn["px_latency"](
-                    (1,),
-                    (1,),
-                    (
-                        np.uint64(rings[0]),
-                        reserve,
-                        np.int32(handoff),
-                        np.uint32(self.params.ring_depth),
-                        np.uint32(eng.native.ring_lane(0)),
-                        np.uint32(work.size),
-                        np.int32(0 if work.mode == "issue" else 1),
-                        np.uint64(src),
-                        others_dev,
-                        np.uint32(len(others)),
-                        np.uint32(work.iters),
-                        np.uint32(work.warmup),
-                        np.int64(eng.sub.timeout_ns),
-                        np.uint64(ctl_dev),
-                        out,
-                        status,
-                        where,
-                    ),
-                )
-            self._watch(
+            out = self._one_thread(
                 eng,
-                s,
-                f"single-op {work.mode} (GPU producer)",
-                self._timeout_s(eng, work.iters + work.warmup),
+                "px_latency",
+                (
+                    np.uint64(rings[0]),
+                    cp.zeros(1, dtype=cp.uint64),  # reserve
+                    np.int32(handoff),
+                    np.uint32(self.params.ring_depth),
+                    np.uint32(eng.native.ring_lane(0)),
+                    np.uint32(work.size),
+                    np.int32(0 if work.mode == "issue" else 1),
+                    np.uint64(src),
+                    others_dev,
+                    np.uint32(len(others)),
+                    np.uint32(work.iters),
+                    np.uint32(work.warmup),
+                    np.int64(eng.sub.timeout_ns),
+                    np.uint64(ctl_dev),
+                ),
+                work.iters,
+                f"single-op {work.mode}",
+                work.iters + work.warmup,
             )
-            self._status(eng, f"single-op {work.mode}", status, where)
-            return self._cycles_to_ns(out.get()[: work.iters])
+            return self._cycles_to_ns(out[: work.iters])
 
     def respond(self, eng: Any, work: RespondWork, handoff: int) -> None:
         """The round trip's responder (px_probe answering): wait for request s in the watched
@@ -284,39 +271,48 @@ class GpuProducers:
             ctl_dev = rings[0] + self.consts.CONTROL_OFF
             src = stack.enter_context(self.mapped(lane.src.addr + size - 8, 8))
             reply = stack.enter_context(self.mapped(watch + size - 8, 8))
-            reserve = cp.zeros(1, dtype=cp.uint64)
-            out = cp.zeros(1 if responder else max(1, iters), dtype=cp.int64)
-            status = cp.zeros(1, dtype=cp.int32)
-            where = cp.zeros(1, dtype=cp.uint64)
-            s = cp.cuda.Stream(non_blocking=True)
-            with s:
-                self.fn["px_probe"](
-                    (1,),
-                    (1,),
-                    (
-                        np.uint64(rings[0]),
-                        reserve,
-                        np.int32(handoff),
-                        np.uint32(self.params.ring_depth),
-                        np.uint32(eng.native.ring_lane(0)),
-                        np.uint32(size),
-                        np.int32(1 if responder else 0),
-                        np.uint64(src),
-                        np.uint64(reply),
-                        np.uint32(iters),
-                        np.uint32(warmup),
-                        np.int64(eng.sub.timeout_ns),
-                        np.uint64(ctl_dev),
-                        out,
-                        status,
-                        where,
-                    ),
-                )
-            self._watch(eng, s, f"{what} (GPU producer)", self._timeout_s(eng, iters + warmup))
-            self._status(eng, what, status, where)
+            out = self._one_thread(
+                eng,
+                "px_probe",
+                (
+                    np.uint64(rings[0]),
+                    cp.zeros(1, dtype=cp.uint64),  # reserve
+                    np.int32(handoff),
+                    np.uint32(self.params.ring_depth),
+                    np.uint32(eng.native.ring_lane(0)),
+                    np.uint32(size),
+                    np.int32(1 if responder else 0),
+                    np.uint64(src),
+                    np.uint64(reply),
+                    np.uint32(iters),
+                    np.uint32(warmup),
+                    np.int64(eng.sub.timeout_ns),
+                    np.uint64(ctl_dev),
+                ),
+                0 if responder else iters,
+                what,
+                iters + warmup,
+            )
             if responder:
                 return np.array([], dtype=np.int64)
-            return self._cycles_to_ns(out.get()[:iters])
+            return self._cycles_to_ns(out[:iters])
+
+    def _one_thread(
+        self, eng: Any, kernel: str, args: tuple, samples: int, what: str, ops: int
+    ) -> np.ndarray:
+        """Launch a one-thread kernel whose last three arguments are (samples out, status,
+        where) on a stream of its own, watch it (engine failure, signal, deadline for `ops`
+        operations), raise what its status says, and return the samples (host)."""
+        cp = self.cp
+        out = cp.zeros(max(1, samples), dtype=cp.int64)
+        status = cp.zeros(1, dtype=cp.int32)
+        where = cp.zeros(1, dtype=cp.uint64)
+        s = cp.cuda.Stream(non_blocking=True)
+        with s:
+            self.fn[kernel]((1,), (1,), (*args, out, status, where))
+        self._watch(eng, s, f"{what} (GPU producer)", self._timeout_s(eng, ops))
+        self._status(eng, what, status, where)
+        return out.get()
 
     # ---- rate -------------------------------------------------------------------------------
     def rate(self, eng: Any, work: ProxyRateWork, handoff: int) -> tuple[np.ndarray, dict]:
