@@ -123,7 +123,7 @@ RUN_ARGS ?= --suite default -b 8 -e 512 -f 4 -n 2000 --messages 200000
 # the probe on a ring shared with the background as well as on a reserved one).
 PROXY_RUN_DIR ?= $(RUN_DIR)-proxy
 PROXY_RUN_ARGS ?= --suite proxy --submitter proxy --producer host --handoff baseline \
-	--workers 2 --rings 4 --background 2 -n 2000 --messages 50000 --point-bytes 16M \
+	--workers 1 --rings 4 --background 2 -n 2000 --messages 50000 --point-bytes 16M \
 	--sweep-workers 1,2 --sweep-rings 4 --sweep-batch 1,16
 run: setup
 	rm -rf $(RUN_DIR)
