@@ -3,6 +3,9 @@ missing (CI has neither)."""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -17,3 +20,22 @@ def cupy_or_skip() -> Any:
     except cupy.cuda.runtime.CUDARuntimeError as e:
         pytest.skip(f"no usable CUDA GPU: {e}")
     return cupy
+
+
+@contextmanager
+def two_fabrics(prefix: str, **kw: Any) -> Iterator[list[Any]]:
+    """Two emu ranks in this process, peered (64 MiB segments, an engine thread each unless
+    `kw` says otherwise); closed however the test ends."""
+    from gicbench.fabric.emu import EmuFabric
+
+    kw = {"progress": "thread", "segment_bytes": 64 << 20, **kw}
+    job = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    fs = [EmuFabric(r, 2, job, **kw) for r in range(2)]
+    try:
+        infos = [f.local_info() for f in fs]
+        for f in fs:
+            f.add_peers(infos)
+        yield fs
+    finally:
+        for f in fs:
+            f.close()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gpu_helpers import cupy_or_skip
+from gpu_helpers import cupy_or_skip, two_fabrics
 
 from gicbench.fabric.base import Access, host_view
 from gicbench.fabric.emu import EmuFabric
@@ -38,14 +38,8 @@ def _gpu() -> None:
 @pytest.fixture
 def world():
     _gpu()
-    job = "d-" + uuid.uuid4().hex[:8]
-    fs = [EmuFabric(r, 2, job, progress="thread", segment_bytes=64 << 20) for r in range(2)]
-    infos = [f.local_info() for f in fs]
-    for f in fs:
-        f.add_peers(infos)
-    yield fs
-    for f in fs:
-        f.close()
+    with two_fabrics("d") as fs:
+        yield fs
 
 
 def _setup(fs, params: DocaParams, n: int):

@@ -8,7 +8,7 @@ import uuid
 
 import numpy as np
 import pytest
-from gpu_helpers import cupy_or_skip
+from gpu_helpers import cupy_or_skip, two_fabrics
 
 from gicbench.errors import CompletionTimeout
 from gicbench.fabric.base import Access, host_view
@@ -30,14 +30,8 @@ def _gpu() -> None:
 def world():
     """Rank 0 sends to rank 1 over `n` RC QPs; returns (fabrics, lanes factory)."""
     _gpu()
-    job = "g-" + uuid.uuid4().hex[:8]
-    fs = [EmuFabric(r, 2, job, progress="thread", segment_bytes=64 << 20) for r in range(2)]
-    infos = [f.local_info() for f in fs]
-    for f in fs:
-        f.add_peers(infos)
-    yield fs
-    for f in fs:
-        f.close()
+    with two_fabrics("g") as fs:
+        yield fs
 
 
 def _lanes(fs, n: int, connect: bool = True):

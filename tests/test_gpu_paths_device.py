@@ -6,15 +6,14 @@ call."""
 from __future__ import annotations
 
 import struct
-import uuid
 
 import numpy as np
 import pytest
+from gpu_helpers import two_fabrics
 from test_gpu_device import SLICE, _gpu, _lanes
 
 from gicbench.errors import CompletionTimeout
 from gicbench.fabric.base import Access, host_view
-from gicbench.fabric.emu import EmuFabric
 from gicbench.submit.base import Buffer, DcAddress, Lane, LatencyWork, RateWork
 from gicbench.submit.gpu.lanes import lane_messages
 from gicbench.submit.gpu.params import GpuParams
@@ -26,14 +25,8 @@ DC_KEY = 0x5EED
 @pytest.fixture
 def world():
     _gpu()
-    job = "gp-" + uuid.uuid4().hex[:8]
-    fs = [EmuFabric(r, 2, job, progress="thread", segment_bytes=64 << 20) for r in range(2)]
-    infos = [f.local_info() for f in fs]
-    for f in fs:
-        f.add_peers(infos)
-    yield fs
-    for f in fs:
-        f.close()
+    with two_fabrics("gp") as fs:
+        yield fs
 
 
 def _sub(fs, doorbell="gpu", cq_poll="expected", publish="thread", ordering="gpu-fence",
