@@ -64,6 +64,13 @@ class LoadedRttParams(SizeSweep):
     batch: int = field(BATCH, 16)
 
 
+def background_results(res: Any) -> dict[str, float]:
+    """The background carried while the probe was measured (either submitter's loaded result:
+    `background` messages retired over the probes' `probe_ns`), in M msg/s."""
+    rate = res.background / res.probe_ns * 1e3 if res.probe_ns > 0 else 0.0
+    return {"background_mps": rate, "background_messages": res.background}
+
+
 @register
 class LoadedRtt(Experiment):
     name = "loaded-rtt"
@@ -205,12 +212,7 @@ class LoadedRtt(Experiment):
                 warmup=point["warmup"],
             )
         )
-        rate = res.background / res.probe_ns * 1e3 if res.probe_ns > 0 else 0.0
-        results = {
-            "background_mps": rate,
-            "background_messages": res.background,
-            **worker_results(sub),
-        }
+        results = {**background_results(res), **worker_results(sub)}
         samples = {"rtt_ns": res.rtt_ns} if requester else {}
         return PointResult(samples=samples, results=results, role=t.role)
 
@@ -234,8 +236,7 @@ class LoadedRtt(Experiment):
             )
         )
         results = {
-            "background_mps": res.background / res.probe_ns * 1e3 if res.probe_ns > 0 else 0.0,
-            "background_messages": res.background,
+            **background_results(res),
             "background_posted": res.posted,
             "background_doorbells": res.doorbells,
         }
