@@ -133,20 +133,33 @@ int flags_for(bool inline_payload, bool signaled) {
   return (signaled ? IBV_SEND_SIGNALED : 0) | (inline_payload ? IBV_SEND_INLINE : 0);
 }
 
+// One signaled RDMA WRITE of `size` bytes from src to dst (the single-op and responder loops
+// post it again and again, the sequence in the payload's last word); the WR points at its SGE.
+struct OneWrite {
+  ibv_sge sge;
+  ibv_send_wr wr{};
+  template <class Region>
+  OneWrite(const Region& src, const Region& dst, uint32_t size, bool inline_payload)
+      : sge{src.addr, size, src.key} {
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = flags_for(inline_payload, true);
+    wr.wr.rdma.remote_addr = dst.addr;
+    wr.wr.rdma.rkey = dst.key;
+  }
+  OneWrite(const OneWrite&) = delete;  // wr.sg_list points into this object
+  OneWrite& operator=(const OneWrite&) = delete;
+};
+
 }  // namespace
 
 bool single_op(Nic& nic, const LatencyArgs& a, int64_t* samples, LoopError& err) {
   ibv_qp* qp = nic.qp(a.qpn);
   ibv_cq* cq = nic.cq(a.cq);
   Where w{a.qpn};
-  ibv_sge sge{a.src.addr, a.size, a.src.key};
-  ibv_send_wr wr{};
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.send_flags = flags_for(a.inline_payload, true);
-  wr.wr.rdma.remote_addr = a.dst.addr;
-  wr.wr.rdma.rkey = a.dst.key;
+  OneWrite one(a.src, a.dst, a.size, a.inline_payload);
+  ibv_send_wr& wr = one.wr;
   const uint64_t seq_addr = a.src.addr + a.size - 8;
   const uint64_t reply_addr = a.reply.addr + a.size - 8;
   const uint64_t total = a.warmup + a.iters;
@@ -195,14 +208,8 @@ bool respond(Nic& nic, const RespondArgs& a, LoopError& err) {
   ibv_qp* qp = nic.qp(a.qpn);
   ibv_cq* cq = nic.cq(a.cq);
   Where w{a.qpn};
-  ibv_sge sge{a.src.addr, a.size, a.src.key};
-  ibv_send_wr wr{};
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.send_flags = flags_for(a.inline_payload, true);
-  wr.wr.rdma.remote_addr = a.dst.addr;
-  wr.wr.rdma.rkey = a.dst.key;
+  OneWrite one(a.src, a.dst, a.size, a.inline_payload);
+  ibv_send_wr& wr = one.wr;
   const uint64_t seq_addr = a.src.addr + a.size - 8;
   const uint64_t watch_addr = a.watch.addr + a.size - 8;
   err.total = a.count;
