@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import hashlib
 import json
 import sys
 import tempfile
@@ -57,23 +58,43 @@ class Kernels:
         )
 
 
-def variant_source(spec: str, tmp: Path) -> str:
-    """The engine source of a --variants entry: "rN" (this engine, N rounds) with optional
-    "@MACRO=VALUE" defines (e.g. r4@GICBENCH_ENGINE_IDLE_PACE_NS=400), or a path."""
+def variant_defines(spec: str) -> list[str] | None:
+    """The #defines of a --variants SPEC "rN" (this engine, N rounds) with optional
+    "@MACRO=INTEGER" switches (e.g. r4@IDLE_PACE_NS=400; the GICBENCH_ENGINE_ prefix may be left
+    out), or None for a path (another engine source). ValueError names what is wrong: a switch
+    the engine does not read, a value that is not an integer, a path that is not a file."""
     head, *defs = spec.split("@")
-    if head[:1] == "r" and head[1:].isdigit():
-        lines = [f"#define GICBENCH_ENGINE_ROUNDS {head[1:]}"]
-        for d in defs:
-            name, _, value = d.partition("=")
-            if not name.isidentifier() or not value:
-                raise SystemExit(f"--variants: {d!r} in {spec!r} is not MACRO=VALUE")
-            lines.append(f"#define {name} {value}")
-        p = tmp / f"emu_engine_{len(list(tmp.iterdir()))}.cu"
-        p.write_text("\n".join(lines) + '\n#include "emu_engine.cu"\n')
-        return str(p)
-    p = Path(spec).resolve()
-    if not p.is_file():
-        raise SystemExit(f"--variants: {spec!r} is neither rN nor an engine source file")
+    if not (head[:1] == "r" and head[1:].isdigit()):
+        if defs or not Path(spec).is_file():
+            raise ValueError(f"--variants: {spec!r} is neither rN[@MACRO=INTEGER...] nor an "
+                             "engine source file")  # fmt: skip
+        return None
+    lines = [f"#define GICBENCH_ENGINE_ROUNDS {head[1:]}"]
+    known = ce.engine_macros() - {"GICBENCH_ENGINE_ROUNDS"}
+    for d in defs:
+        name, _, value = d.partition("=")
+        if name and not name.startswith("GICBENCH_ENGINE_"):
+            name = "GICBENCH_ENGINE_" + name
+        if name not in known:
+            raise ValueError(f"--variants: {name} in {spec!r} is not an engine switch; one of "
+                             f"{sorted(known)} (rounds: rN)")  # fmt: skip
+        if not value.isdigit():
+            raise ValueError(f"--variants: {d!r} in {spec!r}: the value must be an integer")
+        lines.append(f"#define {name} {value}")
+    return lines
+
+
+def variant_source(spec: str, tmp: Path) -> str:
+    """The engine source of a --variants SPEC (variant_defines says which): a file in `tmp`
+    that defines the switches and includes cuda/emu_engine.cu, or the path given."""
+    lines = variant_defines(spec)
+    if lines is None:
+        return str(Path(spec).resolve())
+    text = "\n".join(lines) + '\n#include "emu_engine.cu"\n'
+    # Named by its content: compile_engine's cache (keyed by name and content) then serves the
+    # same variant to every run, e.g. the throughput and the latency steps of one session.
+    p = tmp / f"emu_engine_v{hashlib.sha256(text.encode()).hexdigest()[:12]}.cu"
+    p.write_text(text)
     return str(p)
 
 
@@ -256,8 +277,17 @@ def main(argv: list[str] | None = None) -> int:
                          "SPEC rN = this engine with N rounds, or an engine source path; the\n"
                          "first one also gives the latency figures (default: the installed\n"
                          "engine, swept over --ctas and --qps)")  # fmt: skip
-    ap.add_argument("--json", help="write the figures here")
+    ap.add_argument("--latency-variants", choices=("first", "all"), default="first",
+                    help="which --variants give the CUDA engine's GPU-resident latency\n"
+                         "cases (1 QP; --many-qps configured): the first, or each in turn\n"
+                         "(host-resident and CPU-engine cases: once, with the first)")  # fmt: skip
+    ap.add_argument("--json", help="write the figures here (rewritten after every row)")
     a = ap.parse_args(argv)
+    for v in a.variants:  # refused before anything is compiled or created
+        try:
+            variant_defines(v.split(":")[0])
+        except ValueError as e:
+            ap.error(str(e))
     import cupy as cp
 
     skip = set(filter(None, a.skip.split(",")))
@@ -279,8 +309,12 @@ def main(argv: list[str] | None = None) -> int:
         parts = [v.split(":") for v in a.variants]
         srcs = [variant_source(p[0], tmp) for p in parts]
         t0 = time.monotonic()
-        with concurrent.futures.ThreadPoolExecutor(len(srcs)) as ex:
-            cubins = list(ex.map(lambda src: compile_engine(arch, src), srcs))
+        unique = list(dict.fromkeys(srcs))  # one compile per source (the same file at once races)
+        with concurrent.futures.ThreadPoolExecutor(len(unique)) as ex:
+            built = dict(
+                zip(unique, ex.map(lambda s: compile_engine(arch, s), unique), strict=True)
+            )
+        cubins = [built[src] for src in srcs]
         log(f"compiled {len(cubins)} engine variants in {time.monotonic() - t0:.1f} s")
         for p, cubin in zip(parts, cubins, strict=True):
             c = _ints(p[1], "+") if len(p) > 1 and p[1] else ctas_all
@@ -293,35 +327,55 @@ def main(argv: list[str] | None = None) -> int:
     qps = sorted({q for v in variants for q in v[3]})
     depth_of = {nq: a.depth if nq <= 1024 else max(256, a.depth * 1024 // nq) for nq in qps}
 
-    if variants[0][1] is not None:
-        use_engine(cp, variants[0][1])
+    def save() -> None:  # after every row: a step cut off by its deadline keeps what ran
+        if a.json:
+            with open(a.json, "w") as fh:
+                json.dump(out, fh, indent=2)
+
     if "latency" not in skip:
         cases = [("cuda, GPU-resident queues", "cuda", "device", 1),
                  ("cuda, host-resident queues", "cuda", "host", 1),
                  ("cpu engine (thread), host-resident queues", "cpu", "host", 1),
                  (f"cuda, GPU-resident, {a.many_qps} QPs configured, 1 active", "cuda", "device",
                   a.many_qps)]  # fmt: skip
-        for label, engine, queues, n in cases:
-            try:
-                r = latency(cp, k, label, a.pings, engine=engine, queues=queues, nqps=n)
-            except Exception as e:
-                r = {"case": label, "error": f"{type(e).__name__}: {e}"}
-                log(f"latency {label}: {r['error']}")
-                out["latency"].append(r)
-                continue
-            r["variant"] = variants[0][0] if engine == "cuda" else None
-            out["latency"].append(r)
-            log(f"latency {label:55s} p50 {r['p50_us']:7.2f} us  p99 {r['p99_us']:7.2f} us  "
-                f"(n={r['n']}, timeouts {r['timed_out']}, setup {r['setup_s']} s)")  # fmt: skip
-        lat = {r["case"]: r for r in out["latency"] if "p50_us" in r}
         one, many = cases[0][0], cases[3][0]
-        if one in lat and many in lat:
-            out["latency_ratio_many_to_1qp"] = lat[many]["p50_us"] / lat[one]["p50_us"]
-            log(f"16k-configured / 1-QP p50 ratio: {out['latency_ratio_many_to_1qp']:.2f}")
+        out["latency_ratios"] = {}
+        for vi, (vname, cubin, _, _) in enumerate(
+            variants if a.latency_variants == "all" else variants[:1]
+        ):
+            if cubin is not None:
+                use_engine(cp, cubin)
+            for label, engine, queues, n in cases:
+                if vi and queues == "host":  # host-resident and CPU cases: with the first only
+                    continue
+                try:
+                    r = latency(cp, k, label, a.pings, engine=engine, queues=queues, nqps=n)
+                except Exception as e:
+                    r = {"case": label, "error": f"{type(e).__name__}: {e}"}
+                    log(f"latency {vname} {label}: {r['error']}")
+                    r["variant"] = vname if engine == "cuda" else None
+                    out["latency"].append(r)
+                    save()
+                    continue
+                r["variant"] = vname if engine == "cuda" else None
+                out["latency"].append(r)
+                save()
+                log(f"latency {vname if engine == 'cuda' else '-'} {label:55s} p50 "
+                    f"{r['p50_us']:7.2f} us  p99 {r['p99_us']:7.2f} us  (n={r['n']}, timeouts "
+                    f"{r['timed_out']}, setup {r['setup_s']} s)")  # fmt: skip
+            lat = {r["case"]: r for r in out["latency"] if "p50_us" in r and r["variant"] == vname}
+            if one in lat and many in lat:
+                ratio = lat[many]["p50_us"] / lat[one]["p50_us"]
+                out["latency_ratios"][vname] = ratio
+                if vi == 0:
+                    out["latency_ratio_many_to_1qp"] = ratio
+                log(f"{vname}: {a.many_qps}-configured / 1-QP p50 ratio: {ratio:.2f}")
+                save()
     if "bare" not in skip:
         for nq in qps:
             r = bare(cp, k, nq, depth_of[nq], a.laps)
             out["bare"].append(r)
+            save()
             log(f"bare  qps={nq:5d}  {r['wqes_per_s'] / 1e9:7.2f} G WQE/s  checked={r['checked']}")
     bare_of = {r["qps"]: r["wqes_per_s"] for r in out["bare"]}
     if "rate" not in skip:
@@ -337,19 +391,19 @@ def main(argv: list[str] | None = None) -> int:
                              "error": f"{type(e).__name__}: {e}"}  # fmt: skip
                         log(f"engine {name} ctas={ctas} qps={nq}: {r['error']}")
                         out["engine"].append(r)
+                        save()
                         continue
                     r["variant"] = name
                     if nq in bare_of:
                         r["ratio_to_bare"] = r["wqes_per_s"] / bare_of[nq]
                     out["engine"].append(r)
-                    log(f"engine {name:9s} ctas={ctas:4d} qps={nq:5d}  "
+                    save()
+                    log(f"engine {name} ctas={ctas:4d} qps={nq:5d}  "
                         f"{r['wqes_per_s'] / 1e6:9.1f} M WQE/s  ratio "
                         f"{r.get('ratio_to_bare', float('nan')):.3f}  counted "
                         f"{r['counted_wqes']}/{r['expected_wqes']}  timeouts "
                         f"{r['waiters_timed_out']}  setup {r['setup_s']} s")  # fmt: skip
-    if a.json:
-        with open(a.json, "w") as fh:
-            json.dump(out, fh, indent=2)
+    save()
     _table(out, log)
     return 0
 
@@ -357,20 +411,22 @@ def main(argv: list[str] | None = None) -> int:
 def _table(out: dict[str, Any], log: Any) -> None:
     """The summary, last (what a cut-off log shows)."""
     bare_of = {r["qps"]: r["wqes_per_s"] for r in out["bare"]}
-    log("\nvariant    CTAs    QPs   engine M WQE/s   bare G WQE/s   ratio  counted ok")
+    w = max([9] + [len(r["variant"] or "-") for r in out["engine"] + out["latency"]])
+    log(f"\n{'variant':{w}s}  CTAs    QPs   engine M WQE/s   bare G WQE/s   ratio  counted ok")
     for r in out["engine"]:
         if "error" in r:
-            log(f"{r['variant']:9s} {r['ctas']:5d} {r['qps']:6d}   error: {r['error'][:60]}")
+            log(f"{r['variant']:{w}s} {r['ctas']:5d} {r['qps']:6d}   error: {r['error'][:60]}")
             continue
         ok = r["counted_wqes"] == r["expected_wqes"] and r["waiters_timed_out"] == 0
-        log(f"{r['variant']:9s} {r['ctas']:5d} {r['qps']:6d}   {r['wqes_per_s'] / 1e6:14.1f}   "
+        log(f"{r['variant']:{w}s} {r['ctas']:5d} {r['qps']:6d}   {r['wqes_per_s'] / 1e6:14.1f}   "
             f"{bare_of.get(r['qps'], float('nan')) / 1e9:12.2f}   "
             f"{r.get('ratio_to_bare', float('nan')):5.3f}  {ok}")  # fmt: skip
     for r in out["latency"]:
         if "p50_us" in r:
-            log(f"latency {r['case']:55s} p50 {r['p50_us']:6.2f} us p99 {r['p99_us']:6.2f} us")
-    if "latency_ratio_many_to_1qp" in out:
-        log(f"16k-configured / 1-QP p50 ratio: {out['latency_ratio_many_to_1qp']:.2f}")
+            log(f"latency {r['variant'] or '-':{w}s} {r['case']:55s} p50 {r['p50_us']:6.2f} us "
+                f"p99 {r['p99_us']:6.2f} us")  # fmt: skip
+    for name, ratio in out.get("latency_ratios", {}).items():
+        log(f"{name:{w}s} configured-QPs / 1-QP p50 ratio: {ratio:.2f}")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 // The CUDA engine of the emulated NIC: a persistent kernel that serves one rank's queue pairs with
 // the engine core of emu_core.cuh, over the rank's POSIX shared-memory segment (registered with
-// CUDA, mapped: the tables, error records and counters the CPU engine keeps, at the same places,
-// so counters()/errors()/check() read them unchanged) and over queues in GPU memory or in that
-// segment, as each QP was placed (gicbench/fabric/emu/cuda_engine.py builds the placement table).
+// CUDA, mapped: the tables, error records and per-QP counters the CPU engine keeps, at the same
+// places, so qp_counters()/errors()/check() read them unchanged; the segment-wide counts of this
+// engine are per-warp rows in GPU memory that counters() adds, cfg.wcnt) and over queues in GPU
+// memory or in that segment, as each QP was placed (gicbench/fabric/emu/cuda_engine.py builds the
+// placement table).
 //
 // Work split. Warp j of CTA b (wq = j*CTAs + b of W warps) owns the QP slots i = 1 + wq + k*W,
 // so consecutive slots land on different SMs. A pass reads the doorbell registers of the owned
@@ -31,7 +33,8 @@
 // waits), gen (objects were created or changed: warps re-read their QPs and warp 0 the MR table,
 // then ack), quiesce (ack after a pass that began after the request and found no work: counters
 // flushed), stop (flush and exit). Each warp checks it every kCtlPasses passes and every
-// kIdleCtlPasses idle ones; the last warp reads the host's block, the others its GPU mirror.
+// kIdleCtlPasses idle ones; the last warp (GICBENCH_ENGINE_CTL_WARP=1: the first) reads the
+// host's block, the others its GPU mirror.
 #include <cuda/atomic>
 
 #include "emu_core.cuh"
@@ -57,14 +60,52 @@ constexpr uint32_t kBatch = 32;     // WQEs the core's serve (lane 0) may handle
 constexpr uint32_t kScanGroups = 4;  // groups of 32 doorbells a pass loads before serving any
 constexpr uint32_t kCtlPasses = 32;  // passes between reads of the control block
 constexpr uint32_t kIdleCtlPasses = 8;  // consecutive idle passes between reads of it
-// Idle pacing, an experiment (0: off, the measured engine): after an idle pass a warp sleeps this
-// many ns per 128 QPs it owns (fewer than 32: none), and the control-block warp, when it owns no
-// QP, 1 us. On the H200, 16,384 configured QPs polled at full rate slowed one QP's latency 1.88x,
-// and at 64 QPs the engines whose control-block warp owned no QP ran half as fast; untested fix.
+// Idle pacing, an experiment (0: off, the measured engine): after an idle pass a warp that owns
+// 32 QPs or more sleeps this many ns per 128 it owns. On the H200, 16,384 configured QPs polled
+// at full rate slowed one QP's latency 1.88x (suspected: L2 load from 128 warps polling). The
+// control-block warp's own pacing is GICBENCH_ENGINE_CTL_PACE_NS.
 #ifndef GICBENCH_ENGINE_IDLE_PACE_NS
 #define GICBENCH_ENGINE_IDLE_PACE_NS 0
 #endif
 constexpr uint32_t kIdlePaceNs = GICBENCH_ENGINE_IDLE_PACE_NS;
+// Variants for bench/cuda_engine.py --variants and GICBENCH_CUDA_ENGINE_DEFINES
+// (bench/cuda_engine_next.md says why each keeps the engine's guarantees, and the predictions).
+// Defaults: the measured engine.
+// GPU-scope acquires for a QP whose doorbell record is in GPU memory and for a CQ in GPU memory
+// (its consumer record), and a GPU-scope CAS for a CQ lock that only this GPU's engines take
+// (sys_lock false). 0: system scope everywhere.
+#ifndef GICBENCH_ENGINE_SCOPE_GPU
+#define GICBENCH_ENGINE_SCOPE_GPU 0
+#endif
+constexpr bool kScopeGpu = GICBENCH_ENGINE_SCOPE_GPU != 0;
+// Which warp reads the host's control block and mirrors it: 0 the last (at small QP counts it
+// owns no QP and polls host memory continuously), 1 the first (it always owns QP slot 1, so it
+// reads the host's block only every kCtlPasses passes or kIdleCtlPasses idle ones).
+#ifndef GICBENCH_ENGINE_CTL_WARP
+#define GICBENCH_ENGINE_CTL_WARP 0
+#endif
+static_assert(GICBENCH_ENGINE_CTL_WARP == 0 || GICBENCH_ENGINE_CTL_WARP == 1,
+              "GICBENCH_ENGINE_CTL_WARP: 0 (last warp) or 1 (first warp)");
+// ns the control-block warp sleeps after an idle pass while it owns no QP (0: it does not sleep,
+// the measured engine). Its host reads then come at most every kIdleCtlPasses x this.
+#ifndef GICBENCH_ENGINE_CTL_PACE_NS
+#define GICBENCH_ENGINE_CTL_PACE_NS 0
+#endif
+constexpr uint32_t kCtlPaceNs = GICBENCH_ENGINE_CTL_PACE_NS;
+// 1: the batch reads its CQ's words (ring, record, size, flags; status, pi, dropped) once per
+// hold of the CQ lock and keeps status/pi/dropped in registers, stored back before the unlock
+// (0: re-read from the CQ for every CQE, after the previous CQE's fence emptied L1).
+#ifndef GICBENCH_ENGINE_CQ_REGS
+#define GICBENCH_ENGINE_CQ_REGS 0
+#endif
+constexpr bool kCqRegs = GICBENCH_ENGINE_CQ_REGS != 0;
+// 1: the warps' counts go into the segment's header with system-scope atomics, as before
+// 2026-11-30's counter change (an A/B of that change only: compute-sanitizer refuses those
+// atomics on a PCIe host, and they are not atomic against the CPU's there). 0: per-warp rows in
+// GPU memory, summed by the host (cfg.wcnt).
+#ifndef GICBENCH_ENGINE_SEG_COUNTERS
+#define GICBENCH_ENGINE_SEG_COUNTERS 0
+#endif
 constexpr uint32_t kStateCheckPasses = 4096;  // passes between re-reads of QP states (peer ERR)
 constexpr uint32_t kFlushServes = 256;        // serves between counter flushes while busy
 constexpr uint64_t kLockSpins = 1ull << 20;   // CQ lock: take over after this many spins
@@ -81,8 +122,10 @@ struct WarpAck {  // host-mapped, one per warp, written by its lane 0
 static_assert(sizeof(WarpAck) == 32, "WarpAck layout");
 struct QpPlace {  // device memory, written by the host at create_qp: where the SQ lives
   uint64_t ring, dbrec, doorbell;  // addresses the GPU can use (device or mapped host)
+  uint64_t flags;                  // kPlace*: which of them are in this engine's GPU memory
 };
-static_assert(sizeof(QpPlace) == 24, "QpPlace layout");
+static_assert(sizeof(QpPlace) == 32, "QpPlace layout");
+enum : uint32_t { kPlaceRingGpu = 1, kPlaceDbrecGpu = 2, kPlaceDoorbellGpu = 4 };
 // A CQ in GPU memory: where its ring and consumer record are and the words the engines keep for
 // it (the segment's CqEntry points here through reserved[0]; GPU memory, so its CQEs cost no
 // PCIe round trip). The host reads status/pi/dropped for cq_status().
@@ -136,8 +179,13 @@ struct Config {  // device memory, written by the host before launch (seg[] also
   const uint64_t* cq_dev;   // per own CQ slot: its DevCq (0: the CQ is in the segment)
   Control* ctl_dev;         // GPU-memory mirror of *ctl, kept by warp 0
   const PeerMap* peer_map;  // other processes' GPU memory (CUDA IPC)
+  // Per warp, kNumCounters running totals of what it counted in its own segment (GPU memory,
+  // written only by that warp's lane 0): the host adds their sum to the segment's counters when
+  // it reads them (cuda_engine.py add_counters). No system-scope atomic on host memory: this
+  // PCIe host has no native host atomics (compute-sanitizer refuses them).
+  uint64_t* wcnt;
 };
-static_assert(sizeof(Config) == 8 * el::kMaxRanks + 16 + 10 * 8, "Config layout");
+static_assert(sizeof(Config) == 8 * el::kMaxRanks + 16 + 11 * 8, "Config layout");
 
 // One QP as its warp serves it (device memory; only the owning warp touches it). What a pass
 // reads of every owned QP comes first, in one 32-byte sector: a warp owning many idle QPs
@@ -146,19 +194,33 @@ struct alignas(32) EngineQp {
   const uint64_t* doorbell;
   uint64_t last_db;
   uint32_t live;
-  uint32_t want;  // e.pending as the last serve left it
+  uint32_t want;    // e.pending as the last serve left it
+  uint32_t pflags;  // QpPlace.flags
   ec::SqParams q;
   ec::SqState e;
   uint32_t state, type, send_cqn, remote_qpn;
   int32_t remote_rank;
-  // counts not yet added to the segment's QpEntry
-  uint32_t d_wqes, d_doorbells, d_errors, d_stale, d_lag, dirty;
+  // The QP's counters (QpEntry's wqes, doorbells, errors, stale, dbrec_lag): running totals,
+  // read from the segment when the slot is (re)initialised and stored back (plain stores: only
+  // the owner engine writes them, as the CPU engine does) at each flush; dirty: not yet stored.
+  uint64_t t_wqes, t_doorbells, t_errors, t_stale;
+  uint32_t t_lag, dirty;
 };
 
 // ---- memory operations -----------------------------------------------------------------------
 __device__ __forceinline__ uint32_t ld_acq_sys(const uint32_t* p) {
   return cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(*const_cast<uint32_t*>(p))
       .load(cuda::memory_order_acquire);
+}
+__device__ __forceinline__ uint32_t ld_acq_gpu(const uint32_t* p) {
+  return cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(*const_cast<uint32_t*>(p))
+      .load(cuda::memory_order_acquire);
+}
+// A doorbell record's acquire: GPU scope under kScopeGpu when the record is in GPU memory (its
+// producers are this GPU's threads, or the host through a copy that completed before the
+// doorbell), else system scope.
+__device__ __forceinline__ uint32_t ld_acq_rec(const uint32_t* p, bool gpu_mem) {
+  return kScopeGpu && gpu_mem ? ld_acq_gpu(p) : ld_acq_sys(p);
 }
 __device__ __forceinline__ void st_rel_sys(uint32_t* p, uint32_t v) {
   cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(*p).store(v, cuda::memory_order_release);
@@ -275,7 +337,9 @@ struct GpuMem {
     else
       fence_rel_gpu();
   }
-  __device__ uint32_t ld_acq32(const uint32_t* p) const { return ld_acq_sys(p); }
+  __device__ uint32_t ld_acq32(const uint32_t* p) const {  // a CQ's consumer record
+    return kScopeGpu && !sys ? ld_acq_gpu(p) : ld_acq_sys(p);
+  }
   __device__ void st_rel32(uint32_t* p, uint32_t v) const {
     fence();
     st_vol(p, v);
@@ -315,7 +379,9 @@ struct Env {
     for (uint32_t i = 0; i < el::kNumCounters; ++i) cnt[i] = 0;
   }
 
-  __device__ uint32_t ld_acq32(const uint32_t* p) const { return ld_acq_sys(p); }
+  __device__ uint32_t ld_acq32(const uint32_t* p) const {  // the SQ's doorbell record
+    return ld_acq_rec(p, (eq.pflags & kPlaceDbrecGpu) != 0);
+  }
   __device__ uint64_t fetch_add64(uint64_t* p, uint64_t v) const {
     return atomicAdd_system(reinterpret_cast<unsigned long long*>(p), v);
   }
@@ -429,13 +495,17 @@ struct Env {
                         : reinterpret_cast<uint8_t*>(a);
   }
   // CQ lock (pid owner, like the CPU engine's): a holder that never lets go is taken over.
+  __device__ uint32_t lock_cas(const Cq& cq, uint32_t expected, uint32_t desired) const {
+    if (kScopeGpu && !sys_lock(cq)) return atomicCAS(cq.lock(), expected, desired);
+    return atomicCAS_system(cq.lock(), expected, desired);
+  }
   __device__ void lock_cq(const Seg& s, const Cq& cq) {
     uint64_t spins = 0;
     for (;;) {
-      const uint32_t cur = atomicCAS_system(cq.lock(), 0u, cfg.pid);
+      const uint32_t cur = lock_cas(cq, 0u, cfg.pid);
       if (cur == 0) break;
       if (++spins == kLockSpins) {
-        if (atomicCAS_system(cq.lock(), cur, cfg.pid) == cur) {
+        if (lock_cas(cq, cur, cfg.pid) == cur) {
           s.count(el::kCntLockSteals);
           s.push_error(el::kErrDeadOwner, 0, 0, cur, cq.cqn(), cfg.rank);
           break;
@@ -485,21 +555,32 @@ struct Env {
     else
       s.count(c);
   }
-  template <class Fill>
-  __device__ bool post_cqe_locked(const Seg& s, const Cq& cq, uint32_t qpn, Fill fill) {
-    ec::CqRef ref;
+  // The core's view of a CQ (its lock held); false: a peer's ring outside the exported range.
+  __device__ bool cq_ref(const Seg& s, const Cq& cq, ec::CqRef& ref) const {
     if (cq.d) {
       DevCq& d = *cq.d;
       ref = ec::CqRef{cq_ptr(cq, d.buf, uint64_t{d.ncqe} * 64),
                       reinterpret_cast<const uint32_t*>(cq_ptr(cq, d.ci_rec, 4)),
                       &d.status, &d.pi, &d.dropped, d.ncqe, d.flags};
-      if (!ref.buf || !ref.ci_rec) return false;  // ring outside the exported range: never
-    } else {
-      el::CqEntry& e = *cq.e;
-      ref = ec::CqRef{s.at(e.buf_off),
-                      reinterpret_cast<const uint32_t*>(s.at(e.dbrec_off)) + m5::kCqSetCi,
-                      &e.status, &e.pi, &e.dropped, e.ncqe, e.flags};
+      return ref.buf && ref.ci_rec;  // ring outside the exported range: never written
     }
+    el::CqEntry& e = *cq.e;
+    ref = ec::CqRef{s.at(e.buf_off),
+                    reinterpret_cast<const uint32_t*>(s.at(e.dbrec_off)) + m5::kCqSetCi,
+                    &e.status, &e.pi, &e.dropped, e.ncqe, e.flags};
+    return true;
+  }
+  template <class Fill>
+  __device__ bool post_cqe_locked(const Seg& s, const Cq& cq, uint32_t qpn, Fill fill) {
+    ec::CqRef ref;
+    if (!cq_ref(s, cq, ref)) return false;
+    return post_with(s, cq, ref, qpn, fill);
+  }
+  // One CQE through `ref` (the CQ's lock held): the core's write_cqe, then the counts, and on an
+  // overrun the error record and the CQ's QPs to ERR.
+  template <class Fill>
+  __device__ bool post_with(const Seg& s, const Cq& cq, const ec::CqRef& ref, uint32_t qpn,
+                            Fill fill) {
     const uint32_t pi = *ref.pi;
     GpuMem mem{cq.d == nullptr || cq.peer >= 0 || remote_sys};
     switch (ec::write_cqe(mem, ref, fill)) {
@@ -515,6 +596,30 @@ struct Env {
       }
     }
     return false;
+  }
+  // GICBENCH_ENGINE_CQ_REGS: a CQ held for several CQEs (the batch's), its words read once and
+  // status/pi/dropped kept here, stored back (release_held) before the lock is let go.
+  struct HeldCq {
+    ec::CqRef ref;
+    uint32_t* home[3];  // status, pi, dropped where they live
+    uint32_t v[3];
+    bool ok;
+  };
+  __device__ void hold_cq(const Seg& s, const Cq& cq, HeldCq& h) const {
+    h.ok = cq_ref(s, cq, h.ref);
+    if (!h.ok) return;
+    h.home[0] = h.ref.status;
+    h.home[1] = h.ref.pi;
+    h.home[2] = h.ref.dropped;
+    for (uint32_t k = 0; k < 3; ++k) h.v[k] = *h.home[k];
+    h.ref.status = &h.v[0];
+    h.ref.pi = &h.v[1];
+    h.ref.dropped = &h.v[2];
+  }
+  __device__ void release_held(HeldCq& h) const {  // before unlock_cq (its release orders these)
+    if (!h.ok) return;
+    for (uint32_t k = 0; k < 3; ++k) *h.home[k] = h.v[k];
+    h.ok = false;
   }
   template <class Fill>
   __device__ bool post_cqe(const Seg& s, uint32_t cqn, uint32_t qpn, Fill fill) {
@@ -576,7 +681,7 @@ struct Env {
     switch (ev) {
       case ec::kEvDoorbell:
         ++cnt[el::kCntDoorbells];
-        ++eq.d_doorbells;
+        ++eq.t_doorbells;
         break;
       case ec::kEvWrongQpn:
         ++cnt[el::kCntBadDoorbells];
@@ -596,23 +701,23 @@ struct Env {
         break;
       case ec::kEvDbrecLag:
         ++cnt[el::kCntDbrecLag];
-        ++eq.d_lag;
+        ++eq.t_lag;
         break;
       case ec::kEvStale:
         ++cnt[el::kCntStaleWqes];
-        ++eq.d_stale;
+        ++eq.t_stale;
         self.push_error(el::kErrStaleWqe, qpn, expected, found, 0, cfg.rank);
         break;
       case ec::kEvFlushed: ++cnt[el::kCntFlushed]; break;
       case ec::kEvExecuted:
         ++cnt[el::kCntWqes];
-        ++eq.d_wqes;
+        ++eq.t_wqes;
         cnt[el::kCntBytes] += expected;
         cnt[el::kCntMessages] += found;
         break;
       case ec::kEvError:
         ++cnt[el::kCntErrors];
-        ++eq.d_errors;
+        ++eq.t_errors;
         break;
       case ec::kEvRnr: ++cnt[el::kCntRnr]; break;
     }
@@ -782,7 +887,8 @@ __device__ uint32_t run_batch(Env& env, EngineQp& eq, uint32_t lane, bool* more)
     ci = eq.e.ci;
     f = Fast{q.ring, env.cfg.mr_mirror, env.self.base, q.qpn, q.max_inline, q.pd, env.mr_n};
     if (fast) {
-      const uint32_t pi = m5::bswap32(ld_acq_sys(q.snd_dbrec)) & 0xffff;
+      const uint32_t pi =
+          m5::bswap32(ld_acq_rec(q.snd_dbrec, (eq.pflags & kPlaceDbrecGpu) != 0)) & 0xffff;
       avail = (pi - ci) & 0xffff;
       if (avail > q.ring.wqebb_cnt) avail = 0;  // the core reports it
       if (avail > kFastMax) avail = kFastMax;
@@ -861,10 +967,13 @@ __device__ uint32_t run_batch(Env& env, EngineQp& eq, uint32_t lane, bool* more)
     __syncwarp();     // for a CQ in host memory or a responder in another process
                       // (env.remote_sys), cumulative over these)
     Env::Cq cq{nullptr, nullptr};
+    Env::HeldCq held;
+    held.ok = false;
     const uint32_t qpn = f.qpn;
     if (lane == 0) {
       cq = env.cq_of(env.self, eq.send_cqn);
       env.lock_cq(env.self, cq);
+      if (kCqRegs) env.hold_cq(env.self, cq, held);
     }
 #pragma unroll
     for (uint32_t r = 0; r < kRounds; ++r) {
@@ -875,19 +984,26 @@ __device__ uint32_t run_batch(Env& env, EngineQp& eq, uint32_t lane, bool* more)
           const uint8_t op = n == kNopBytes ? m5::kOpNop : m5::kOpRdmaWrite;
           const uint32_t nbytes = n == kNopBytes ? 0 : n;
           const uint16_t idx = static_cast<uint16_t>(ci + 32 * r + k);
-          env.post_cqe_locked(env.self, cq, qpn, [&](uint8_t* b, uint8_t owner) {
+          const auto fill = [&](uint8_t* b, uint8_t owner) {
             return m5::fill_req_cqe(b, qpn, op, idx, nbytes, 0, owner);
-          });
+          };
+          if (!kCqRegs)
+            env.post_cqe_locked(env.self, cq, qpn, fill);
+          else if (held.ok)
+            env.post_with(env.self, cq, held.ref, qpn, fill);
         }
       }
     }
-    if (lane == 0) env.unlock_cq(cq);
+    if (lane == 0) {
+      env.release_held(held);
+      env.unlock_cq(cq);
+    }
   }
   if (lane == 0) {
     env.cnt[el::kCntWqes] += run;
     env.cnt[el::kCntBytes] += bytes;
     env.cnt[el::kCntMessages] += msgs;
-    eq.d_wqes += run;
+    eq.t_wqes += run;
     eq.dirty = 1;
     eq.e.ci = ci + run;
   }
@@ -936,16 +1052,16 @@ struct WarpCounters {
   uint64_t c[el::kNumCounters];
 };
 
+// The QP's counters and consumer index into its QpEntry: posted stores, no read, no atomic.
 __device__ void flush_qp(const Seg& self, EngineQp& eq) {
   if (!eq.dirty) return;
   el::QpEntry& qe = self.qps()[el::num_index(eq.q.qpn)];
-  add_sys(&qe.wqes, eq.d_wqes);
-  add_sys(&qe.doorbells, eq.d_doorbells);
-  add_sys(&qe.errors, eq.d_errors);
-  add_sys(&qe.stale, eq.d_stale);
-  add_sys32(&qe.dbrec_lag, eq.d_lag);
+  st_vol(&qe.wqes, eq.t_wqes);
+  st_vol(&qe.doorbells, eq.t_doorbells);
+  st_vol(&qe.errors, eq.t_errors);
+  st_vol(&qe.stale, eq.t_stale);
+  st_vol(&qe.dbrec_lag, eq.t_lag);
   st_vol(&qe.sq_ci, eq.e.ci);
-  eq.d_wqes = eq.d_doorbells = eq.d_errors = eq.d_stale = eq.d_lag = 0;
   eq.dirty = 0;
 }
 
@@ -994,13 +1110,19 @@ __device__ uint32_t serve_qp(const Config& cfg, const Seg& self, WarpCounters& w
   return work;
 }
 
-__device__ void flush_counters(const Seg& self, WarpCounters& wc, uint32_t lane) {
-  if (lane == 0) {
-    for (uint32_t c = 0; c < el::kNumCounters; ++c) {
-      add_sys(&self.hdr()->counters[c], wc.c[c]);
-      wc.c[c] = 0;
-    }
-  }
+// The warp's counts into its row of cfg.wcnt (GPU memory; only this warp writes it).
+__device__ void flush_counters(const Config& cfg, uint32_t w, WarpCounters& wc, uint32_t lane) {
+  if (lane != 0) return;
+#if GICBENCH_ENGINE_SEG_COUNTERS
+  (void)w;
+  el::Header* h = reinterpret_cast<el::Header*>(cfg.seg[cfg.rank] & ~kForeign);
+  for (uint32_t c = 0; c < el::kNumCounters; ++c) add_sys(&h->counters[c], wc.c[c]);
+#else
+  uint64_t* row = cfg.wcnt + static_cast<uint64_t>(w) * el::kNumCounters;
+  for (uint32_t c = 0; c < el::kNumCounters; ++c)
+    if (wc.c[c]) st_vol(&row[c], ld_vol(&row[c]) + wc.c[c]);
+#endif
+  for (uint32_t c = 0; c < el::kNumCounters; ++c) wc.c[c] = 0;
 }
 
 // Re-read the owned QPs (slots 1 + wq + k*nw) from the segment (new slots, changed states and
@@ -1019,7 +1141,12 @@ __device__ void refresh(const Config& cfg, const Seg& self, uint32_t lo, uint32_
         eq.e = ec::SqState{};
         eq.want = 0;
         eq.last_db = 0;
-        eq.d_wqes = eq.d_doorbells = eq.d_errors = eq.d_stale = eq.d_lag = eq.dirty = 0;
+        eq.t_wqes = ld_vol(&qe.wqes);  // what the segment holds (flushed before any hold)
+        eq.t_doorbells = ld_vol(&qe.doorbells);
+        eq.t_errors = ld_vol(&qe.errors);
+        eq.t_stale = ld_vol(&qe.stale);
+        eq.t_lag = ld_vol(&qe.dbrec_lag);
+        eq.dirty = 0;
       }
       eq.q = ec::SqParams{m5::SqRing{reinterpret_cast<uint8_t*>(pl.ring), ld_vol(&qe.wqebb_cnt)},
                           ld_vol(&qe.qpn),
@@ -1034,6 +1161,7 @@ __device__ void refresh(const Config& cfg, const Seg& self, uint32_t lo, uint32_
       eq.send_cqn = ld_vol(&qe.send_cqn);
       eq.remote_rank = ld_vol(&qe.remote_rank);
       eq.remote_qpn = ld_vol(&qe.remote_qpn);
+      eq.pflags = static_cast<uint32_t>(pl.flags);
       eq.live = pl.ring != 0;
     }
   }
@@ -1065,7 +1193,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) gicbench_emu_engine(const C
   const uint32_t nw = gridDim.x * wpc;
   const uint32_t w = blockIdx.x * wpc + threadIdx.x / 32;
   const uint32_t wq = (threadIdx.x / 32) * gridDim.x + blockIdx.x;
-  const bool mirror = w == nw - 1;  // reads the host's control block for everyone
+  // The warp that reads the host's control block for everyone (GICBENCH_ENGINE_CTL_WARP).
+  const bool mirror = w == (GICBENCH_ENGINE_CTL_WARP ? 0u : nw - 1);
   const uint32_t stride = nw * 32;  // slots between a lane's QPs
   WarpAck& ack = cfg.acks[w];
   const Seg self = Seg::of(cfg.seg[cfg.rank]);
@@ -1101,7 +1230,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) gicbench_emu_engine(const C
       qz = __shfl_sync(0xffffffffu, qz, 0);
       if (stop || hold) {
         // Flush what this warp owes the segment, then exit or wait for the hold to end.
-        flush_counters(self, wc, lane);
+        flush_counters(cfg, w, wc, lane);
         for (uint32_t i = 1 + wq + lane * nw; i < ld_vol(cfg.n_qps); i += stride) flush_qp(self, cfg.qps[i]);
         __threadfence_system();
         __syncwarp();
@@ -1209,7 +1338,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) gicbench_emu_engine(const C
           ++served;
           if (++since_flush >= kFlushServes) {
             since_flush = 0;
-            flush_counters(self, wc, lane);
+            flush_counters(cfg, w, wc, lane);
             if (lane == 0) flush_qp(self, cfg.qps[qi]);
           }
         }
@@ -1220,13 +1349,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) gicbench_emu_engine(const C
     if (!idle) idle_run = 0;
     if (idle && since_flush) {
       since_flush = 0;
-      flush_counters(self, wc, lane);
+      flush_counters(cfg, w, wc, lane);
       for (uint32_t i = 1 + wq + lane * nw; i < n; i += stride) flush_qp(self, cfg.qps[i]);
       __threadfence_system();
       __syncwarp();
     }
     if (q_pending && idle) {
-      flush_counters(self, wc, lane);
+      flush_counters(cfg, w, wc, lane);
       for (uint32_t i = 1 + wq + lane * nw; i < n; i += stride) flush_qp(self, cfg.qps[i]);
       __threadfence_system();
       __syncwarp();
@@ -1240,7 +1369,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) gicbench_emu_engine(const C
       q_pending = false;
     }
     // A warp that owns no QP only watches the control block: it need not spin at full rate.
-    if (idle && 1 + wq >= n && !q_pending && (!mirror || kIdlePaceNs)) __nanosleep(1000);
+    if (idle && 1 + wq >= n && !q_pending && (!mirror || kCtlPaceNs))
+      __nanosleep(mirror ? kCtlPaceNs : 1000);
     if (kIdlePaceNs && idle && !q_pending && 1 + wq < n) {
       const uint32_t owned = (n - 1 - wq + nw - 1) / nw;
       if (owned >= 32) __nanosleep(kIdlePaceNs * owned / 128);
@@ -1258,4 +1388,5 @@ extern "C" __global__ void gicbench_emu_engine_sizes(unsigned long long* out) {
   out[3] = sizeof(QpPlace);
   out[4] = sizeof(gicbench::emu::MrEntry);
   out[5] = sizeof(DevCq);
+  out[6] = gicbench::emu::kNumCounters;
 }

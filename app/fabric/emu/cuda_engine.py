@@ -10,7 +10,8 @@ warp in host-mapped memory. Every control-plane change goes through here: create
 `gen` and wait until every warp has re-read its QPs (and warp 0 the MR table) from the segment;
 a QP state change first `hold`s the engine (every warp acks and waits: none is inside that QP),
 as the CPU engine's lock does. quiesce() returns once every warp has completed a pass that began
-after the call and found no work, its counters flushed into the segment.
+after the call and found no work, its counters flushed (per-QP ones into the segment, the
+segment-wide ones into the warp's row in GPU memory, which counters() adds: add_counters).
 
 Residency: the engine's CTAs must all be resident at once, before any submitter kernel can fill
 the GPU; otherwise a submitter waiting for a CQE and an engine CTA waiting for an SM deadlock.
@@ -27,6 +28,7 @@ import contextlib
 import hashlib
 import importlib.resources
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -60,7 +62,8 @@ _ATTR_SM_COUNT = 16  # cudaDevAttrMultiProcessorCount
 STOP, HOLD, GEN, QUIESCE, REF_LO, REF_HI = range(6)
 ACK_RESIDENT, ACK_HELD, ACK_GEN, ACK_QUIESCE = range(4)
 ACK_WORDS = 8  # 32 bytes
-PLACE_BYTES = 24  # QpPlace: ring, dbrec, doorbell
+PLACE_BYTES = 32  # QpPlace: ring, dbrec, doorbell, flags
+PLACE_RING_GPU, PLACE_DBREC_GPU, PLACE_DOORBELL_GPU = 1, 2, 4  # QpPlace.flags: in GPU memory
 DEVCQ_BYTES = 48  # DevCq: buf, ci_rec, lock, status, pi, dropped, ncqe, flags, cqn, pad
 CQ_SET_CI = 0  # mlx5: the consumer index word of a CQ's record
 # Peers (CUDA IPC): ranges of other processes' GPU memory mapped here (emu_engine.cu's PeerMap).
@@ -86,6 +89,34 @@ def arena_bytes() -> int:
     return mb << 20
 
 
+DEFINES_ENV = "GICBENCH_CUDA_ENGINE_DEFINES"
+
+
+def engine_macros() -> set[str]:
+    """The engine's build switches: every `#ifndef GICBENCH_ENGINE_*` of cuda/emu_engine.cu."""
+    text = (cuda_dir() / "emu_engine.cu").read_text()
+    return set(re.findall(r"^#ifndef (GICBENCH_ENGINE_[A-Z0-9_]+)$", text, re.M))
+
+
+def engine_defines() -> list[str]:
+    """GICBENCH_CUDA_ENGINE_DEFINES ("SCOPE_GPU=1,CTL_WARP=1"; the GICBENCH_ENGINE_ prefix may be
+    left out) as nvcc -D flags for the engine every CudaEngine of this process builds: a variant
+    of bench/cuda_engine.py's under the conformance suite. ConfigError for a name the engine does
+    not read or a value that is not an int >= 0. Empty (default): the engine as measured."""
+    raw = os.environ.get(DEFINES_ENV, "")
+    known = engine_macros()
+    out = []
+    for item in filter(None, (x.strip() for x in raw.split(","))):
+        name, _, value = item.partition("=")
+        if not name.startswith("GICBENCH_ENGINE_"):
+            name = "GICBENCH_ENGINE_" + name
+        if name not in known or not value.isdigit():
+            raise ConfigError(DEFINES_ENV, raw, f"comma-separated NAME=INT of the engine's "
+                              f"switches {sorted(known)}")  # fmt: skip
+        out.append(f"-D{name}={value}")
+    return out
+
+
 def _nvcc() -> str:
     exe = shutil.which("nvcc") or next(
         (p for p in ("/usr/local/cuda/bin/nvcc",) if os.access(p, os.X_OK)), None
@@ -100,8 +131,9 @@ def compile_engine(arch: str, source: str = "emu_engine.cu") -> Path:
     (e.g. "sm_90"), from the cache or built now."""
     src = cuda_dir()
     nvcc = _nvcc()
+    defs = engine_defines() if source == "emu_engine.cu" else []
     ver = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
-    h = hashlib.sha256((arch + ver).encode())
+    h = hashlib.sha256((arch + ver + " ".join(defs)).encode())
     for name in (source, *SOURCES):
         h.update((src / name).read_bytes())
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gicbench" / "cuda"
@@ -110,7 +142,7 @@ def compile_engine(arch: str, source: str = "emu_engine.cu") -> Path:
         return cubin
     cache.mkdir(parents=True, exist_ok=True)
     tmp = cubin.with_suffix(f".{os.getpid()}.tmp")
-    cmd = [nvcc, f"-arch={arch}", "-std=c++17", "-O3", "-lineinfo", f"-I{src}", "-cubin",
+    cmd = [nvcc, f"-arch={arch}", "-std=c++17", "-O3", "-lineinfo", f"-I{src}", *defs, "-cubin",
            str(src / source), "-o", str(tmp)]  # fmt: skip
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
@@ -162,6 +194,31 @@ def module_loading() -> str:
     return {1: "eager", 2: "lazy"}.get(mode.value, "unknown")  # CU_MODULE_{EAGER,LAZY}_LOADING
 
 
+def place_flags(gpu_ranges: list[tuple[int, int]], ring: int, dbrec: int, doorbell: int) -> int:
+    """QpPlace.flags: which of a QP's ring, record and doorbell lie in GPU memory this engine
+    allocated (`gpu_ranges`, [lo, hi) each); anything else (the mapped segment) is host memory.
+    Only a positive match counts: an address of unknown kind is treated as host memory (system
+    scope), the conservative side."""
+
+    def gpu(a: int) -> bool:
+        return any(lo <= a < hi for lo, hi in gpu_ranges)
+
+    return ((PLACE_RING_GPU if gpu(ring) else 0) | (PLACE_DBREC_GPU if gpu(dbrec) else 0)
+            | (PLACE_DOORBELL_GPU if gpu(doorbell) else 0))  # fmt: skip
+
+
+def add_warp_counts(counts: dict[str, int], rows: np.ndarray) -> dict[str, int]:
+    """`counts` (name -> value, in the counters' index order) plus the column sums of `rows`
+    (one row per warp, one column per counter, the same order). The engine counts its own
+    segment's events in GPU memory, per warp, not with system-scope atomics on the mapped
+    segment: the host adds them here."""
+    if rows.ndim != 2 or rows.shape[1] != len(counts):
+        raise FabricError(f"CUDA engine counter rows {rows.shape} do not match the segment's "
+                          f"{len(counts)} counters")  # fmt: skip
+    sums = rows.sum(axis=0, dtype=np.uint64)
+    return {k: int(v) + int(s) for (k, v), s in zip(counts.items(), sums, strict=True)}
+
+
 class CudaEngine:
     """The persistent engine kernel serving rank `nic`'s QPs (see the module docstring)."""
 
@@ -176,6 +233,7 @@ class CudaEngine:
         if not isinstance(ctas, int) or not 1 <= ctas <= MAX_CTAS:
             raise ConfigError("engine_ctas (--engine-ctas)", ctas, f"an int in 1..{MAX_CTAS}")
         arena = arena_bytes()
+        engine_defines()  # refused here, before anything is made
         cp = _cupy()
         if module_loading() == "lazy":
             raise UnsupportedError(
@@ -198,9 +256,13 @@ class CudaEngine:
             module.get_function(SIZES)((1,), (1,), (sizes,))
             CudaEngine._modules[cc] = (module, module.get_function(KERNEL), sizes.get())
         self.module, self.kernel, sz = CudaEngine._modules[cc]
-        qp_b, cfg_b, ack_b, place_b, mr_b, devcq_b = (int(x) for x in sz[:6])
+        qp_b, cfg_b, ack_b, place_b, mr_b, devcq_b, ncnt = (int(x) for x in sz[:7])
         if (ack_b, place_b, mr_b, devcq_b) != (ACK_WORDS * 4, PLACE_BYTES, 48, DEVCQ_BYTES):
-            raise FabricError(f"emu_engine.cu layouts differ from cuda_engine.py: {sizes.get()}")
+            raise FabricError(f"emu_engine.cu layouts differ from cuda_engine.py: {sz.tolist()}")
+        if ncnt != len(nic.counters()):
+            raise FabricError(
+                f"emu_engine.cu counts {ncnt} counters, the segment {len(nic.counters())}"
+            )
         # Residency: every CTA of every engine in this process resident at once.
         sms = rt.deviceGetAttribute(_ATTR_SM_COUNT, dev.id)
         per_sm = _blocks_per_sm(cp, self.kernel, THREADS)
@@ -232,17 +294,21 @@ class CudaEngine:
         self.acks[:] = 0
         # GPU memory: per-QP engine state and placement, the MR mirror, the config.
         self.qps = cp.zeros(max_qps * qp_b, dtype=cp.uint8)
-        self.place = cp.zeros((max_qps, 3), dtype=cp.uint64)
+        self.place = cp.zeros((max_qps, 4), dtype=cp.uint64)
         self.mr_mirror = cp.zeros(max_mrs * mr_b, dtype=cp.uint8)
         self.words = cp.zeros(2, dtype=cp.uint32)  # mr_count, n_qps
         self.cq_dev = cp.zeros(max_cqs, dtype=cp.uint64)  # own CQ slot -> its DevCq (0: none)
         self.ctl_mirror = cp.zeros(8, dtype=cp.uint32)  # the control block as warps read it
+        # Per warp, running totals of its own-segment counts (add_counters sums them).
+        self.ncounters = ncnt
+        self.wcnt = cp.zeros(self.nwarps * ncnt, dtype=cp.uint64)
         # Peers: n, shared, then MAX_PEER_RANGES PeerRanges (written by ipc_import).
         self.peer_map = cp.zeros(8 + MAX_PEER_RANGES * PEER_RANGE_BYTES, dtype=cp.uint8)
         self._exports: list[dict[str, Any]] = []  # GPU memory peers may map (ipc_export)
         self._opened: dict[tuple[int, int], int] = {}  # (rank, owner address) -> mapped here
         self._n_ranges = 0
         self._dev_bufs: list[Any] = []  # GPU memory handed out (kept until close)
+        self._gpu_ranges: list[tuple[int, int]] = []  # [lo, hi) of every alloc(): GPU memory
         self._db_page: Any = None  # GPU doorbell registers, one per QP slot, made on demand
         # The arena (ARENA_ENV), allocated before the launch; alloc() carves from it.
         self._arena: Any = cp.cuda.alloc(arena) if arena else None
@@ -256,8 +322,8 @@ class CudaEngine:
         ptrs = [self._ctl_dev(), self._acks_dev(), self.place.data.ptr, self.qps.data.ptr,
                 self.mr_mirror.data.ptr, self.words.data.ptr, self.words.data.ptr + 4,
                 self.cq_dev.data.ptr, self.ctl_mirror.data.ptr,
-                self.peer_map.data.ptr]  # fmt: skip
-        meta[2:12] = ptrs
+                self.peer_map.data.ptr, self.wcnt.data.ptr]  # fmt: skip
+        meta[2:13] = ptrs
         self.cfg = cp.asarray(cfg)
         cp.cuda.Stream.null.synchronize()  # in place before the launch (never the device: other
         self.ctl_stream.synchronize()  # engines of this process may be running)
@@ -304,6 +370,7 @@ class CudaEngine:
             mem = self.cp.cuda.alloc(max(nbytes, 64))
             self._dev_bufs.append(mem)
             ptr = int(mem.ptr)
+        self._gpu_ranges.append((ptr, ptr + max(nbytes, 64)))
         rt = self.cp.cuda.runtime
         if init is None:
             rt.memsetAsync(ptr, 0, nbytes, self.ctl_stream.ptr)
@@ -326,6 +393,24 @@ class CudaEngine:
         self.write(dev, d)
         self.write(self.cq_dev.data.ptr + 8 * (cqn & 0xFFFF), np.array([dev], np.uint64))
         return ring, dbrec, dev
+
+    def warp_counts(self) -> np.ndarray:
+        """The warps' counter rows (nwarps x counters, GPU memory) as they stand: complete up to
+        the last quiesce, hold or stop, as the segment's counters were when warps flushed there."""
+        out = np.zeros(self.nwarps * self.ncounters, np.uint64)
+        try:
+            self.cp.cuda.runtime.memcpyAsync(out.ctypes.data, self.wcnt.data.ptr, out.nbytes, 2,
+                                             self.ctl_stream.ptr)  # fmt: skip
+            self.ctl_stream.synchronize()
+        except Exception as e:  # CUDARuntimeError: e.g. the engine kernel faulted
+            raise FabricError(f"emu rank {self.rank}: the CUDA engine's counters (GPU memory) "
+                              f"cannot be read: {e}") from e  # fmt: skip
+        return out.reshape(self.nwarps, self.ncounters)
+
+    def add_counters(self, counts: dict[str, int]) -> dict[str, int]:
+        """`counts` (the segment's counters, in the layout's order: Nic.counters()) with what
+        this engine's warps counted added: what counters() returns."""
+        return add_warp_counts(counts, self.warp_counts())
 
     def cq_words(self, devcq: int) -> dict[str, int]:
         """status, pi, dropped of a CQ in GPU memory (as CqEntry's for cq_status())."""
@@ -354,9 +439,9 @@ class CudaEngine:
     def place_qp(self, index: int, ring: int, dbrec: int, doorbell: int) -> None:
         """Where QP slot `index`'s ring, record and doorbell are (GPU addresses); then the warps
         re-read their QPs."""
-        self.write(
-            self.place.data.ptr + index * PLACE_BYTES, np.array([ring, dbrec, doorbell], np.uint64)
-        )
+        flags = place_flags(self._gpu_ranges, ring, dbrec, doorbell)
+        self.write(self.place.data.ptr + index * PLACE_BYTES,
+                   np.array([ring, dbrec, doorbell, flags], np.uint64))  # fmt: skip
         self.sync(index, index + 1)
 
     def add_peer(self, rank: int, base: int, nbytes: int, foreign: bool) -> None:

@@ -681,7 +681,10 @@ class EmuFabric(Fabric):
 
     # ---- counters and errors --------------------------------------------------------------------
     def counters(self) -> dict[str, int]:
-        return dict(self._live().counters())
+        c = dict(self._live().counters())
+        if self._cuda is not None:  # the CUDA engine keeps its own counts in GPU memory
+            c = self._cuda.add_counters(c)
+        return c
 
     def qp_counters(self, qp: QueuePair) -> dict[str, int]:
         """Per-QP engine state: state, sq_ci, wqes, doorbells, errors, stale_wqes, rq_ci."""
