@@ -159,11 +159,12 @@ def engine_rate(cp: Any, k: Kernels, ctas: int, nq: int, depth: int, laps: int) 
     try:
         mr = f.register(nq * depth * 8, domain="device")
         qps = []
-        for _ in range(nq):
-            cq = f.create_cq(NCQE, overrun_ignore=True)
-            qp = f.create_qp(cq, depth)
-            f.connect(qp, f.endpoint(qp))  # loopback RC: the target is this rank's MR
-            qps.append(qp)
+        with f.setup_batch():  # one handshake with the engine for all of them
+            for _ in range(nq):
+                cq = f.create_cq(NCQE, overrun_ignore=True)
+                qp = f.create_qp(cq, depth)
+                f.connect(qp, f.endpoint(qp))  # loopback RC: the target is this rank's MR
+                qps.append(qp)
         setup_s = time.monotonic() - t0
         rings = u64(cp, [q.sq.device_buf for q in qps])
         dbrecs = u64(cp, [q.sq.device_dbrec for q in qps])
@@ -220,13 +221,14 @@ def latency(cp: Any, k: Kernels, label: str, pings: int, *, engine: str, queues:
                   engine_ctas=ctas if engine == "cuda" else None, queues=queues)  # fmt: skip
     t0 = time.monotonic()
     try:
-        idle_cq = f.create_cq(64, overrun_ignore=True)
-        for _ in range(nqps - 1):  # configured, never rung
-            q = f.create_qp(idle_cq, 64)
-            f.connect(q, f.endpoint(q))
-        cq = f.create_cq(64)
-        qp = f.create_qp(cq, 64)
-        f.connect(qp, f.endpoint(qp))
+        with f.setup_batch():  # one handshake with the engine for all of them
+            idle_cq = f.create_cq(64, overrun_ignore=True)
+            for _ in range(nqps - 1):  # configured, never rung
+                q = f.create_qp(idle_cq, 64)
+                f.connect(q, f.endpoint(q))
+            cq = f.create_cq(64)
+            qp = f.create_qp(cq, 64)
+            f.connect(qp, f.endpoint(qp))
         if engine == "cuda":
             mr = f.register(4096, domain="device")
             dev = mr.addr

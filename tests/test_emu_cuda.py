@@ -78,6 +78,27 @@ def test_many_qps_every_payload_lands(cp: Any, kernels: Any) -> None:
     assert r["cqes"] == 256 * 256 * 2 // 32
 
 
+def test_qps_set_up_in_one_batch_are_served_after_it(cp: Any, kernels: Any) -> None:
+    bench, k = kernels  # latency() creates and connects its 64 QPs in one setup_batch
+    r = bench.latency(cp, k, "batch", 100, engine="cuda", queues="device", nqps=64, ctas=2)
+    assert r["n"] == 100 and r["timed_out"] == 0
+
+
+def test_an_error_inside_a_setup_batch_is_the_one_raised(cp: Any, kernels: Any) -> None:
+    bench, k = kernels
+    f = fab()
+    try:
+        with pytest.raises(RuntimeError, match="the block's own"), f.setup_batch():
+            cq = f.create_cq(64)
+            qp = f.create_qp(cq, 64)
+            f.connect(qp, f.endpoint(qp))
+            raise RuntimeError("the block's own error")  # the batch still ends: QP made known
+        mr = f.register(4096, domain="device")
+        assert bench.ping(cp, k, f, qp, mr.addr, mr.rkey, 10).size == 10
+    finally:
+        f.close()
+
+
 def test_cpu_engine_serves_a_gpu_submitter(cp: Any, kernels: Any) -> None:
     bench, k = kernels
     r = bench.latency(cp, k, "cpu", 100, engine="cpu", queues="host")

@@ -9,6 +9,7 @@ and closes it on every path, so nothing here can leak it.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,62 +80,68 @@ def bring_up(
     res = Resources()
     neighbours = traffic.neighbours
     t0 = time.perf_counter()
-    with Phase(comm, "bring-up: create objects"):
-        for p in neighbours:
-            qps = []
-            for _ in range(plan.rc_qps_per_peer):
-                # as the submitter asked (QueueOptions: e.g. DOCA's overrun-ignoring CQs)
-                cq = fabric.create_cq(plan.sq_depth, **plan.queue_options.cq)
-                qps.append(fabric.create_qp(cq, plan.sq_depth, **plan.queue_options.qp))
-            res.rc[p] = qps
-        for _ in range(plan.dcis):
-            cq = fabric.create_cq(plan.sq_depth)
-            res.dcis.append(fabric.create_qp(cq, plan.sq_depth, dci=True))
-        for _ in range(plan.dcts):
-            cq = fabric.create_cq(plan.sq_depth)
-            res.dcts.append(fabric.create_dct(cq, DC_KEY_BASE + topo.rank))
-        # A GPU submitter reads sources and polls landings: the regions are mapped into the GPU.
-        dom = {"domain": plan.mr_domain} if plan.mr_domain else {}
-        res.src = fabric.register(src_bytes, Access.LOCAL_WRITE, **dom)
-        res.landing = fabric.register(
-            landing_bytes, Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC, **dom
-        )
-        infos = fabric.local_info()
-    t1 = time.perf_counter()
+    # The NIC learns of every object at once (emu's CUDA engine: one handshake, not seven a QP),
+    # at the end of the connect phase, so a failure there is collective; on an error before, the
+    # batch ends without hiding it.
+    batch = contextlib.ExitStack()
+    batch.enter_context(fabric.setup_batch())
+    with batch:
+        with Phase(comm, "bring-up: create objects"):
+            for p in neighbours:
+                qps = []
+                for _ in range(plan.rc_qps_per_peer):
+                    # as the submitter asked (QueueOptions: e.g. DOCA's overrun-ignoring CQs)
+                    cq = fabric.create_cq(plan.sq_depth, **plan.queue_options.cq)
+                    qps.append(fabric.create_qp(cq, plan.sq_depth, **plan.queue_options.qp))
+                res.rc[p] = qps
+            for _ in range(plan.dcis):
+                cq = fabric.create_cq(plan.sq_depth)
+                res.dcis.append(fabric.create_qp(cq, plan.sq_depth, dci=True))
+            for _ in range(plan.dcts):
+                cq = fabric.create_cq(plan.sq_depth)
+                res.dcts.append(fabric.create_dct(cq, DC_KEY_BASE + topo.rank))
+            # A GPU submitter reads sources and polls landings: the regions are mapped into the GPU.
+            dom = {"domain": plan.mr_domain} if plan.mr_domain else {}
+            res.src = fabric.register(src_bytes, Access.LOCAL_WRITE, **dom)
+            remote_access = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC
+            res.landing = fabric.register(landing_bytes, remote_access, **dom)
+            infos = fabric.local_info()
+        t1 = time.perf_counter()
 
-    with Phase(comm, "bring-up: exchange endpoints"):
-        all_infos = comm.allgather(infos)
-        landing = res.landing
-        node = {
-            "landing": (landing.addr, landing.length, landing.rkey),
-            "dcts": [{"dctn": d.dctn, "dc_key": d.dc_key, "lid": d.lid} for d in res.dcts],
-        }
-        nodes = comm.allgather(node)
-        outgoing = [
-            [fabric.endpoint(qp) for qp in res.rc[p]] if p in res.rc else []
-            for p in range(topo.size)
-        ]
-        incoming = comm.alltoall(outgoing)
-        fabric.add_peers(all_infos)
-    t2 = time.perf_counter()
+        with Phase(comm, "bring-up: exchange endpoints"):
+            all_infos = comm.allgather(infos)
+            landing = res.landing
+            node = {
+                "landing": (landing.addr, landing.length, landing.rkey),
+                "dcts": [{"dctn": d.dctn, "dc_key": d.dc_key, "lid": d.lid} for d in res.dcts],
+            }
+            nodes = comm.allgather(node)
+            outgoing = [
+                [fabric.endpoint(qp) for qp in res.rc[p]] if p in res.rc else []
+                for p in range(topo.size)
+            ]
+            incoming = comm.alltoall(outgoing)
+            fabric.add_peers(all_infos)
+        t2 = time.perf_counter()
 
-    with Phase(comm, "bring-up: connect"):
-        for p in neighbours:
-            remote = incoming[p]
-            if len(remote) != len(res.rc[p]):
-                raise ConfigError(
-                    "qps_per_peer",
-                    len(remote),
-                    f"the same on every rank (rank {p} brought up {len(remote)})",
-                )
-            for qp, ep in zip(res.rc[p], remote, strict=True):
-                fabric.connect(qp, ep)
-        for dci in res.dcis:
-            fabric.connect(dci, {})
-        for p in neighbours:
-            addr, length, rkey = nodes[p]["landing"]
-            res.peer_landing[p] = RemoteBuffer(p, addr, length, rkey)
-            res.peer_dcts[p] = nodes[p]["dcts"]
+        with Phase(comm, "bring-up: connect"):
+            for p in neighbours:
+                remote = incoming[p]
+                if len(remote) != len(res.rc[p]):
+                    raise ConfigError(
+                        "qps_per_peer",
+                        len(remote),
+                        f"the same on every rank (rank {p} brought up {len(remote)})",
+                    )
+                for qp, ep in zip(res.rc[p], remote, strict=True):
+                    fabric.connect(qp, ep)
+            for dci in res.dcis:
+                fabric.connect(dci, {})
+            for p in neighbours:
+                addr, length, rkey = nodes[p]["landing"]
+                res.peer_landing[p] = RemoteBuffer(p, addr, length, rkey)
+                res.peer_dcts[p] = nodes[p]["dcts"]
+            batch.close()
     # Everyone has mapped everyone: the NIC may drop its names (nothing leaks after a crash).
     rendezvous(comm, "bring-up: attach")
     with Phase(comm, "bring-up: seal"):

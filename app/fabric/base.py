@@ -8,9 +8,11 @@ dicts are plain data, exchanged between ranks over MPI by app/bootstrap.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import enum
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -246,6 +248,13 @@ class Fabric(ABC):
         """Called on every rank after add_peers() and a barrier: every peer has attached. A
         provider that shares memory by name (emu) unlinks the name here; others do nothing."""
         return None
+
+    @contextlib.contextmanager
+    def setup_batch(self) -> Iterator[None]:
+        """Objects created and connected inside the block may be made ready together at its end
+        (a provider whose NIC must be told of every change, such as emu's CUDA engine, then
+        tells it once); no traffic may use them before the block ends. Others do nothing."""
+        yield
 
     def check(self) -> None:
         """Raise the NIC's asynchronous errors (FabricError/CompletionError): what it reported

@@ -24,6 +24,7 @@ fabric) before any submitter kernel.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import hashlib
 import importlib.resources
@@ -32,6 +33,7 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -194,17 +196,36 @@ def module_loading() -> str:
     return {1: "eager", 2: "lazy"}.get(mode.value, "unknown")  # CU_MODULE_{EAGER,LAZY}_LOADING
 
 
-def place_flags(gpu_ranges: list[tuple[int, int]], ring: int, dbrec: int, doorbell: int) -> int:
+class AddressRanges:
+    """Disjoint [lo, hi) address ranges, looked up in O(log n): a rank with 16,384 QPs has twice
+    as many GPU allocations, and a linear scan per QP made its set-up quadratic."""
+
+    def __init__(self, ranges: Iterable[tuple[int, int]] = ()) -> None:
+        self._lo: list[int] = []
+        self._hi: list[int] = []
+        for lo, hi in ranges:
+            self.add(lo, hi)
+
+    def add(self, lo: int, hi: int) -> None:
+        i = bisect.bisect_right(self._lo, lo)
+        self._lo.insert(i, lo)
+        self._hi.insert(i, hi)
+
+    def __contains__(self, addr: object) -> bool:
+        i = bisect.bisect_right(self._lo, addr) - 1  # type: ignore[arg-type]
+        return i >= 0 and addr < self._hi[i]  # type: ignore[operator]
+
+
+def place_flags(
+    gpu_ranges: AddressRanges | Iterable[tuple[int, int]], ring: int, dbrec: int, doorbell: int
+) -> int:
     """QpPlace.flags: which of a QP's ring, record and doorbell lie in GPU memory this engine
     allocated (`gpu_ranges`, [lo, hi) each); anything else (the mapped segment) is host memory.
     Only a positive match counts: an address of unknown kind is treated as host memory (system
     scope), the conservative side."""
-
-    def gpu(a: int) -> bool:
-        return any(lo <= a < hi for lo, hi in gpu_ranges)
-
-    return ((PLACE_RING_GPU if gpu(ring) else 0) | (PLACE_DBREC_GPU if gpu(dbrec) else 0)
-            | (PLACE_DOORBELL_GPU if gpu(doorbell) else 0))  # fmt: skip
+    gpu = gpu_ranges if isinstance(gpu_ranges, AddressRanges) else AddressRanges(gpu_ranges)
+    return ((PLACE_RING_GPU if ring in gpu else 0) | (PLACE_DBREC_GPU if dbrec in gpu else 0)
+            | (PLACE_DOORBELL_GPU if doorbell in gpu else 0))  # fmt: skip
 
 
 def add_warp_counts(counts: dict[str, int], rows: np.ndarray) -> dict[str, int]:
@@ -248,6 +269,7 @@ class CudaEngine:
         self._stopped = True
         self._registered: list[int] = []
         self._hold_token = 0
+        self._batch: set[int] | None = None  # QP slots placed inside setup_batch(), not yet synced
         dev = cp.cuda.Device()
         cc = dev.compute_capability
         if cc not in CudaEngine._modules:  # once per process (another engine may be running)
@@ -308,10 +330,11 @@ class CudaEngine:
         self._opened: dict[tuple[int, int], int] = {}  # (rank, owner address) -> mapped here
         self._n_ranges = 0
         self._dev_bufs: list[Any] = []  # GPU memory handed out (kept until close)
-        self._gpu_ranges: list[tuple[int, int]] = []  # [lo, hi) of every alloc(): GPU memory
+        self._gpu_ranges = AddressRanges()  # [lo, hi) of every alloc(): GPU memory
         self._db_page: Any = None  # GPU doorbell registers, one per QP slot, made on demand
-        # The arena (ARENA_ENV), allocated before the launch; alloc() carves from it.
-        self._arena: Any = cp.cuda.alloc(arena) if arena else None
+        # The arena (ARENA_ENV), allocated before the launch; alloc() carves from it. Its own
+        # cudaMalloc (not the pool): its IPC handle then maps exactly it, from its base.
+        self._arena: Any = cp.cuda.memory.Memory(arena) if arena else None
         self._arena_at = int(self._arena.ptr) if arena else 0
         self._arena_end = self._arena_at + arena
         cfg = np.zeros(cfg_b // 8, np.uint64)
@@ -349,9 +372,19 @@ class CudaEngine:
     def alloc(self, nbytes: int, init: bytes | None = None, export: str = "") -> int:
         """GPU memory (zeroed, or `init`), kept until close; returns its address. From the arena
         when there is one (ARENA_ENV), else CuPy's pool. export: what it is (e.g. "MR key
-        0x103"): an allocation of its own (cudaMalloc, not the pool or the arena, so its IPC
-        handle maps exactly it) that peers in other processes map (ipc_export)."""
-        if export:
+        0x103"), for memory peers in other processes map (ipc_export). With an arena, the arena
+        is exported once, as one peer range covering every object carved from it (so memcheck
+        still sees one pre-launch allocation); without, the object is an allocation of its own
+        (cudaMalloc, not the pool, so its IPC handle maps exactly it)."""
+        if (
+            export
+            and self._arena is not None
+            and not any(e["addr"] == int(self._arena.ptr) for e in self._exports)
+        ):
+            self._exports.append({"addr": int(self._arena.ptr),
+                                  "bytes": self._arena_end - int(self._arena.ptr),
+                                  "what": f"GPU arena ({ARENA_ENV})", "handle": None})  # fmt: skip
+        if export and self._arena is None:
             mem = self.cp.cuda.memory.Memory(max(nbytes, 64))
             self._exports.append({"addr": int(mem.ptr), "bytes": max(nbytes, 64),
                                   "what": export, "handle": None})  # fmt: skip
@@ -370,7 +403,7 @@ class CudaEngine:
             mem = self.cp.cuda.alloc(max(nbytes, 64))
             self._dev_bufs.append(mem)
             ptr = int(mem.ptr)
-        self._gpu_ranges.append((ptr, ptr + max(nbytes, 64)))
+        self._gpu_ranges.add(ptr, ptr + max(nbytes, 64))
         rt = self.cp.cuda.runtime
         if init is None:
             rt.memsetAsync(ptr, 0, nbytes, self.ctl_stream.ptr)
@@ -442,7 +475,34 @@ class CudaEngine:
         flags = place_flags(self._gpu_ranges, ring, dbrec, doorbell)
         self.write(self.place.data.ptr + index * PLACE_BYTES,
                    np.array([ring, dbrec, doorbell, flags], np.uint64))  # fmt: skip
-        self.sync(index, index + 1)
+        if self._batch is not None:
+            self._batch.add(index)  # synced at the batch's end
+        else:
+            self.sync(index, index + 1)
+
+    @contextlib.contextmanager
+    def setup_batch(self) -> Iterator[None]:
+        """QP slots placed inside are re-read by the warps together at the end: one handshake,
+        not one per create and two per state change (16,384 QPs took a minute of handshakes).
+        Nothing can be inside such a QP before then (no doorbell was rung on it: the caller
+        posts nothing before the block ends; a warp that re-reads all slots meanwhile sees an
+        unrung QP), so its state changes need no hold. Nested blocks sync at the outermost."""
+        if self._batch is not None:
+            yield
+            return
+        self._batch = set()
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            fresh, self._batch = self._batch, None
+            if fresh and (ok or self.running()):
+                try:
+                    self.sync(min(fresh), max(fresh) + 1)
+                except FabricError:
+                    if ok:
+                        raise  # else the block's own error is the one to report
 
     def add_peer(self, rank: int, base: int, nbytes: int, foreign: bool) -> None:
         """Rank `rank`'s segment as mapped here; foreign: it is another process's rank."""
@@ -585,6 +645,9 @@ class CudaEngine:
     def hold(self, slot: int = 0):  # type: ignore[no-untyped-def]
         """No warp serves while the block runs (a QP state change); then QP `slot` (0: all) is
         re-read."""
+        if slot and self._batch is not None and slot in self._batch:
+            yield  # not yet read by any warp (setup_batch)
+            return
         self._live()
         self._hold_token += 1
         self.ctl[HOLD] = self._hold_token

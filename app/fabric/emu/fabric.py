@@ -759,6 +759,17 @@ class EmuFabric(Fabric):
             return 0
         return int(self._live().progress())
 
+    @contextlib.contextmanager
+    def setup_batch(self) -> Iterator[None]:
+        """The CUDA engine's warps learn of the QPs created and connected inside at the end,
+        in one handshake (CudaEngine.setup_batch); the CPU engine reads the segment directly and
+        needs nothing."""
+        if self._cuda is None:
+            yield
+            return
+        with self._cuda.setup_batch():
+            yield
+
     def quiesce(self) -> None:
         """Return once every doorbell rung before the call has been executed."""
         if self._cuda is not None:
