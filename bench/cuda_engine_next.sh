@@ -51,13 +51,14 @@ step compile 120 bash -c "$CC & GICBENCH_CUDA_ENGINE_DEFINES=$CONF_DEFINES $CC &
 $B --skip latency,bare,rate --variants $(echo $RATE $LAT) & wait"
 PYT="python3 -m pytest -q -p no:cacheprovider -rs -o faulthandler_timeout=60"
 step conformance 100 $PYT tests/conformance/test_conformance.py tests/test_emu_cuda.py \
-  tests/test_emu_cuda_arena.py tests/conformance/test_emu_core_cuda.py -k cuda
-# memcheck: one short engine run (2 CTAs, 8 QPs, 256 WQEs each, one lap: every QP costs handshakes,
-# slow under the tool). Its first report, if
-# any, is what to fix next; "ERROR SUMMARY: 0 errors" is the goal of the counter change.
-GICBENCH_CUDA_ENGINE_ARENA_MB=64 GICBENCH_CUDA_ENGINE_TIMEOUT_S=60 TAILN=14 step memcheck 75 \
+  tests/test_emu_cuda_arena.py tests/conformance/test_emu_core_cuda.py tests/test_cuda_engine_counters.py \
+  -k "cuda or arena or batch or counters"
+# memcheck: the engine alone, the host its submitter (bench/cuda_engine_memcheck.py: the tool runs
+# one kernel at a time, so a submitter kernel would wait behind the persistent engine for ever).
+# "ERROR SUMMARY: 0 errors" is the goal of the counter change.
+GICBENCH_CUDA_ENGINE_ARENA_MB=64 GICBENCH_CUDA_ENGINE_TIMEOUT_S=60 TAILN=14 step memcheck ${MEMCHECK_S:-120} \
   compute-sanitizer --tool memcheck --target-processes all --print-limit 20 \
-  $B --skip latency,bare --ctas 2 --qps 8 --depth 256 --laps 1 --json "$O/memcheck.json"
+  python3 bench/cuda_engine_memcheck.py --ops 60
 TAILN=40 step rate 160 $B --skip latency --laps 4 --json "$O/rate.json" --variants $RATE
 TAILN=20 step latency 150 $B --skip bare,rate --pings 1000 --latency-variants all \
   --json "$O/latency.json" --variants $LAT

@@ -51,7 +51,7 @@ namespace el = gicbench::emu;
 // a serve's fixed costs (record, responder, CQ lock, fences) over more WQEs. bench/cuda_engine.py
 // builds variants with -DGICBENCH_ENGINE_ROUNDS=N to compare.
 #ifndef GICBENCH_ENGINE_ROUNDS
-#define GICBENCH_ENGINE_ROUNDS 4
+#define GICBENCH_ENGINE_ROUNDS 8
 #endif
 constexpr uint32_t kRounds = GICBENCH_ENGINE_ROUNDS;
 static_assert(kRounds >= 1 && kRounds <= 16, "GICBENCH_ENGINE_ROUNDS in 1..16");
@@ -65,7 +65,7 @@ constexpr uint32_t kIdleCtlPasses = 8;  // consecutive idle passes between reads
 // at full rate slowed one QP's latency 1.88x (suspected: L2 load from 128 warps polling). The
 // control-block warp's own pacing is GICBENCH_ENGINE_CTL_PACE_NS.
 #ifndef GICBENCH_ENGINE_IDLE_PACE_NS
-#define GICBENCH_ENGINE_IDLE_PACE_NS 0
+#define GICBENCH_ENGINE_IDLE_PACE_NS 1000
 #endif
 constexpr uint32_t kIdlePaceNs = GICBENCH_ENGINE_IDLE_PACE_NS;
 // Variants for bench/cuda_engine.py --variants and GICBENCH_CUDA_ENGINE_DEFINES
@@ -75,14 +75,14 @@ constexpr uint32_t kIdlePaceNs = GICBENCH_ENGINE_IDLE_PACE_NS;
 // (its consumer record), and a GPU-scope CAS for a CQ lock that only this GPU's engines take
 // (sys_lock false). 0: system scope everywhere.
 #ifndef GICBENCH_ENGINE_SCOPE_GPU
-#define GICBENCH_ENGINE_SCOPE_GPU 0
+#define GICBENCH_ENGINE_SCOPE_GPU 1
 #endif
 constexpr bool kScopeGpu = GICBENCH_ENGINE_SCOPE_GPU != 0;
 // Which warp reads the host's control block and mirrors it: 0 the last (at small QP counts it
 // owns no QP and polls host memory continuously), 1 the first (it always owns QP slot 1, so it
 // reads the host's block only every kCtlPasses passes or kIdleCtlPasses idle ones).
 #ifndef GICBENCH_ENGINE_CTL_WARP
-#define GICBENCH_ENGINE_CTL_WARP 0
+#define GICBENCH_ENGINE_CTL_WARP 1
 #endif
 static_assert(GICBENCH_ENGINE_CTL_WARP == 0 || GICBENCH_ENGINE_CTL_WARP == 1,
               "GICBENCH_ENGINE_CTL_WARP: 0 (last warp) or 1 (first warp)");
@@ -96,7 +96,7 @@ constexpr uint32_t kCtlPaceNs = GICBENCH_ENGINE_CTL_PACE_NS;
 // hold of the CQ lock and keeps status/pi/dropped in registers, stored back before the unlock
 // (0: re-read from the CQ for every CQE, after the previous CQE's fence emptied L1).
 #ifndef GICBENCH_ENGINE_CQ_REGS
-#define GICBENCH_ENGINE_CQ_REGS 0
+#define GICBENCH_ENGINE_CQ_REGS 1
 #endif
 constexpr bool kCqRegs = GICBENCH_ENGINE_CQ_REGS != 0;
 // 1: the warps' counts go into the segment's header with system-scope atomics, as before
@@ -106,6 +106,16 @@ constexpr bool kCqRegs = GICBENCH_ENGINE_CQ_REGS != 0;
 #ifndef GICBENCH_ENGINE_SEG_COUNTERS
 #define GICBENCH_ENGINE_SEG_COUNTERS 0
 #endif
+// 1: while one sweep of kScanGroups groups covers every QP this warp owns (up to 128 a warp:
+// 16,384 QPs on the default 16 CTAs), the sweep keeps its QPs' heads (doorbell address, last
+// doorbell, live, pending) in registers between idle passes and reads only the doorbells: one
+// dependent L2 round trip a pass instead of two, half the sectors. Any serve, re-read of the
+// tables (gen) or hold reloads them (only those change the heads, and only this warp does them).
+// 0: every pass reads the heads.
+#ifndef GICBENCH_ENGINE_HEAD_CACHE
+#define GICBENCH_ENGINE_HEAD_CACHE 1
+#endif
+constexpr bool kHeadCache = GICBENCH_ENGINE_HEAD_CACHE != 0;
 constexpr uint32_t kStateCheckPasses = 4096;  // passes between re-reads of QP states (peer ERR)
 constexpr uint32_t kFlushServes = 256;        // serves between counter flushes while busy
 constexpr uint64_t kLockSpins = 1ull << 20;   // CQ lock: take over after this many spins
@@ -1210,6 +1220,17 @@ extern "C" __global__ void __launch_bounds__(256, 1) gicbench_emu_engine(const C
   }
   q_acked = __shfl_sync(0xffffffffu, q_acked, 0);
   bool idle = true;
+  // The heads of the owned QPs kept between idle passes (kHeadCache); valid while head_n == n.
+  const uint64_t* c_ptr[kScanGroups];
+  uint64_t c_last[kScanGroups];
+  bool c_pend[kScanGroups];
+#pragma unroll
+  for (uint32_t g = 0; g < kScanGroups; ++g) {
+    c_ptr[g] = nullptr;
+    c_last[g] = 0;
+    c_pend[g] = false;
+  }
+  uint32_t head_n = 0;
   for (;;) {
     // The control block every kCtlPasses passes, and every kIdleCtlPasses idle ones (a read of
     // it costs a fence: on every idle pass it would lengthen the doorbell poll).
@@ -1251,6 +1272,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) gicbench_emu_engine(const C
         __syncwarp();
         idle = true;
         idle_run = kIdleCtlPasses - 1;  // re-read the control block next (gen has moved)
+        head_n = 0;
         continue;
       }
       if (gen != gen_seen) {
@@ -1262,6 +1284,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) gicbench_emu_engine(const C
         lo = __shfl_sync(0xffffffffu, lo, 0);
         hi = __shfl_sync(0xffffffffu, hi, 0);
         refresh(cfg, self, lo, hi, wq, w, nw, lane);
+        head_n = 0;
         gen_seen = gen;
         if (lane == 0) {
           __threadfence_system();
@@ -1286,6 +1309,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) gicbench_emu_engine(const C
     // the rung or pending ones of each group are served.
     const uint32_t n = ld_vol(cfg.n_qps);
     uint32_t work = 0;
+    // One sweep covers every owned QP: its heads may stay in registers (kHeadCache).
+    const bool one_sweep = kHeadCache && 1 + wq + stride * kScanGroups >= n;
+    const bool cached = one_sweep && head_n == n;
+    bool served_any = false;
     for (uint32_t base0 = 1 + wq; base0 < n; base0 += stride * kScanGroups) {
       const uint64_t* ptr[kScanGroups];
       uint64_t db[kScanGroups], last[kScanGroups];
@@ -1293,17 +1320,27 @@ extern "C" __global__ void __launch_bounds__(256, 1) gicbench_emu_engine(const C
 #pragma unroll
       for (uint32_t g = 0; g < kScanGroups; ++g) {
         const uint32_t i = base0 + g * stride + lane * nw;
-        ptr[g] = nullptr;
-        last[g] = 0;
-        pend[g] = false;
-        if (i < n) {  // the head's words at once, then decide (no load waits on `live`)
-          const EngineQp& eq = cfg.qps[i];
-          const uint64_t* d = eq.doorbell;
-          const uint64_t l = eq.last_db;
-          const uint32_t lv = eq.live, wt = eq.want;
-          ptr[g] = lv ? d : nullptr;
-          last[g] = l;
-          pend[g] = lv && wt;
+        ptr[g] = c_ptr[g];
+        last[g] = c_last[g];
+        pend[g] = c_pend[g];
+        if (!cached) {
+          ptr[g] = nullptr;
+          last[g] = 0;
+          pend[g] = false;
+          if (i < n) {  // the head's words at once, then decide (no load waits on `live`)
+            const EngineQp& eq = cfg.qps[i];
+            const uint64_t* d = eq.doorbell;
+            const uint64_t l = eq.last_db;
+            const uint32_t lv = eq.live, wt = eq.want;
+            ptr[g] = lv ? d : nullptr;
+            last[g] = l;
+            pend[g] = lv && wt;
+          }
+          if (one_sweep) {
+            c_ptr[g] = ptr[g];
+            c_last[g] = last[g];
+            c_pend[g] = pend[g];
+          }
         }
       }
 #pragma unroll
@@ -1316,6 +1353,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) gicbench_emu_engine(const C
         want_m[g] = __ballot_sync(0xffffffffu, rung || pend[g]);
         if (want_m[g]) groups |= 1u << g;
       }
+      if (groups) served_any = true;  // a serve changes heads (last doorbell, pending)
 #pragma unroll 1
       for (; groups; groups &= groups - 1) {  // one copy of the serve code, not four
         const uint32_t g = __ffs(groups) - 1;
@@ -1345,6 +1383,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) gicbench_emu_engine(const C
       }
     }
     work = __shfl_sync(0xffffffffu, work, 0);
+    head_n = one_sweep && !served_any ? n : 0;
     idle = work == 0;
     if (!idle) idle_run = 0;
     if (idle && since_flush) {

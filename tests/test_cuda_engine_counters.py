@@ -101,7 +101,7 @@ def test_variant_switches_are_the_engines() -> None:
     for m in ("GICBENCH_ENGINE_ROUNDS", "GICBENCH_ENGINE_IDLE_PACE_NS",
               "GICBENCH_ENGINE_SCOPE_GPU", "GICBENCH_ENGINE_CTL_WARP",
               "GICBENCH_ENGINE_CTL_PACE_NS", "GICBENCH_ENGINE_SEG_COUNTERS",
-              "GICBENCH_ENGINE_CQ_REGS"):  # fmt: skip
+              "GICBENCH_ENGINE_CQ_REGS", "GICBENCH_ENGINE_HEAD_CACHE"):  # fmt: skip
         assert m in known
     assert b.variant_defines("r8@SCOPE_GPU=1@GICBENCH_ENGINE_IDLE_PACE_NS=200") == [
         "#define GICBENCH_ENGINE_ROUNDS 8",
@@ -175,3 +175,10 @@ def test_engine_compiles_with_every_switch(tmp_path: Path) -> None:
         assert "warning" not in log.lower(), f"nvcc warnings ({k}):\n{log}"
     assert res["bad"].returncode != 0
     assert "GICBENCH_ENGINE_CTL_WARP: 0 (last warp) or 1" in res["bad"].stdout + res["bad"].stderr
+
+
+def test_address_ranges_find_every_allocation_and_nothing_else() -> None:
+    r = ce.AddressRanges([(0x9000, 0x9040), (0x1000, 0x2000)])
+    r.add(0x4000, 0x4100)  # added out of order: still found
+    assert all(a in r for a in (0x1000, 0x1FFF, 0x4000, 0x40FF, 0x9000, 0x903F))
+    assert not any(a in r for a in (0, 0xFFF, 0x2000, 0x3FFF, 0x4100, 0x9040, 1 << 60))
