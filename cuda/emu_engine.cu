@@ -33,7 +33,7 @@
 // waits), gen (objects were created or changed: warps re-read their QPs and warp 0 the MR table,
 // then ack), quiesce (ack after a pass that began after the request and found no work: counters
 // flushed), stop (flush and exit). Each warp checks it every kCtlPasses passes and every
-// kIdleCtlPasses idle ones; the last warp (GICBENCH_ENGINE_CTL_WARP=1: the first) reads the
+// kIdleCtlPasses idle ones; the first warp (GICBENCH_ENGINE_CTL_WARP=0: the last) reads the
 // host's block, the others its GPU mirror.
 #include <cuda/atomic>
 
@@ -60,17 +60,19 @@ constexpr uint32_t kBatch = 32;     // WQEs the core's serve (lane 0) may handle
 constexpr uint32_t kScanGroups = 4;  // groups of 32 doorbells a pass loads before serving any
 constexpr uint32_t kCtlPasses = 32;  // passes between reads of the control block
 constexpr uint32_t kIdleCtlPasses = 8;  // consecutive idle passes between reads of it
-// Idle pacing, an experiment (0: off, the measured engine): after an idle pass a warp that owns
-// 32 QPs or more sleeps this many ns per 128 it owns. On the H200, 16,384 configured QPs polled
-// at full rate slowed one QP's latency 1.88x (suspected: L2 load from 128 warps polling). The
-// control-block warp's own pacing is GICBENCH_ENGINE_CTL_PACE_NS.
+// Idle pacing: after an idle pass a warp that owns 32 QPs or more sleeps this many ns per 128 it
+// owns (0: off). On the H200, 16,384 configured QPs polled at full rate slowed one QP's latency
+// 1.8-1.9x (L2 load from 128 warps polling); with HEAD_CACHE, 0 / 1000 / 2000 ns gave 1.30 /
+// 1.42 / 1.26x, within the spread of runs. The control-block warp's own pacing is
+// GICBENCH_ENGINE_CTL_PACE_NS.
 #ifndef GICBENCH_ENGINE_IDLE_PACE_NS
 #define GICBENCH_ENGINE_IDLE_PACE_NS 1000
 #endif
 constexpr uint32_t kIdlePaceNs = GICBENCH_ENGINE_IDLE_PACE_NS;
 // Variants for bench/cuda_engine.py --variants and GICBENCH_CUDA_ENGINE_DEFINES
-// (bench/cuda_engine_next.md says why each keeps the engine's guarantees, and the predictions).
-// Defaults: the measured engine.
+// (bench/cuda_engine_next.md says why each keeps the engine's guarantees, with the predictions
+// and the measurements). Defaults: what met issue 11's targets on the H200 (2026-11-30,
+// bench/results/2026-11-30-h200-cuda-engine-defaults.md); 0 restores each earlier behaviour.
 // GPU-scope acquires for a QP whose doorbell record is in GPU memory and for a CQ in GPU memory
 // (its consumer record), and a GPU-scope CAS for a CQ lock that only this GPU's engines take
 // (sys_lock false). 0: system scope everywhere.
@@ -86,8 +88,8 @@ constexpr bool kScopeGpu = GICBENCH_ENGINE_SCOPE_GPU != 0;
 #endif
 static_assert(GICBENCH_ENGINE_CTL_WARP == 0 || GICBENCH_ENGINE_CTL_WARP == 1,
               "GICBENCH_ENGINE_CTL_WARP: 0 (last warp) or 1 (first warp)");
-// ns the control-block warp sleeps after an idle pass while it owns no QP (0: it does not sleep,
-// the measured engine). Its host reads then come at most every kIdleCtlPasses x this.
+// ns the control-block warp sleeps after an idle pass while it owns no QP (0: it does not sleep;
+// with CTL_WARP=1 that warp always owns a QP, so this only matters with CTL_WARP=0). Its host reads then come at most every kIdleCtlPasses x this.
 #ifndef GICBENCH_ENGINE_CTL_PACE_NS
 #define GICBENCH_ENGINE_CTL_PACE_NS 0
 #endif
@@ -879,8 +881,8 @@ __device__ __forceinline__ void store_round(const Lane& l, uint32_t lane, uint32
 }
 
 // Execute the leading run of plain WQEs from eq.e.ci (all lanes call): up to kRounds rounds of
-// 32, lane l taking WQE ci + 32r + l in round r; every WQE of up to 4 rounds is read at once,
-// then the rounds are checked and their payloads stored in order (a round's before the next's).
+// 32, lane l taking WQE ci + 32r + l in round r; the WQEs of up to 4 rounds are read at once,
+// then those rounds are checked and their payloads stored in order (a round's before the next's).
 // Then, after a release fence, lane 0 writes the signaled WQEs' CQEs in WQE order under one hold
 // of the CQ's lock. Returns (lane-uniform) the WQEs executed; *more is set when the run ended at
 // a WQE the core must handle.

@@ -3,12 +3,24 @@ missing (CI has neither)."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pytest
+
+
+def nvcc_or_skip(what: str = "cuda/*.cu") -> str:
+    """nvcc's path (PATH, else /usr/local/cuda/bin), or skip the test naming what needs it."""
+    found = shutil.which("nvcc") or next(
+        (p for p in ("/usr/local/cuda/bin/nvcc",) if os.access(p, os.X_OK)), None
+    )
+    if found is None:
+        pytest.skip(f"nvcc not found (the CUDA compiler is needed to compile {what})")
+    return found
 
 
 def cupy_or_skip() -> Any:

@@ -7,8 +7,6 @@ not read them), and nvcc compiling the engine with every switch set."""
 from __future__ import annotations
 
 import importlib.util
-import os
-import shutil
 import subprocess
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -17,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from gpu_helpers import nvcc_or_skip
 
 from gicbench.errors import ConfigError, FabricError
 from gicbench.fabric.emu import EmuFabric
@@ -135,20 +134,11 @@ def test_engine_defines_from_the_environment(monkeypatch: pytest.MonkeyPatch) ->
             ce.engine_defines()
 
 
-def _nvcc() -> str:
-    found = shutil.which("nvcc") or next(
-        (p for p in ("/usr/local/cuda/bin/nvcc",) if os.access(p, os.X_OK)), None
-    )
-    if found is None:
-        pytest.skip("nvcc not found (the CUDA compiler is needed to compile cuda/*.cu)")
-    return found
-
-
 @pytest.mark.nvcc
 def test_engine_compiles_with_every_switch(tmp_path: Path) -> None:
     """The default build is test_wire_cuda's; here every variant switch set at once, the old
     counter path (SEG_COUNTERS=1), and a refused value."""
-    exe = _nvcc()
+    exe = nvcc_or_skip()
     inc = [f"-I{REPO / 'cuda'}", f"-I{REPO / 'proxy' / 'src'}"]
     common = [exe, "-arch=sm_90", "-std=c++17", *inc, "-Xcompiler", "-Wall,-Wextra", "-c",
               str(REPO / "cuda" / "emu_engine.cu")]  # fmt: skip

@@ -4,13 +4,12 @@ GPU needed)."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from gpu_helpers import nvcc_or_skip
 
 from gicbench.submit.gpu import ORDERINGS
 from gicbench.submit.gpu.build import KERNELS
@@ -40,18 +39,9 @@ MUST_NOT = {
 }
 
 
-def nvcc() -> str:
-    found = shutil.which("nvcc") or next(
-        (p for p in ("/usr/local/cuda/bin/nvcc",) if os.access(p, os.X_OK)), None
-    )
-    if found is None:
-        pytest.skip("nvcc not found (the CUDA compiler is needed to compile cuda/gda)")
-    return found
-
-
 def _ptx(ordering: str, tmp_path: Path, cq_poll: str = "expected") -> str:
     out = tmp_path / f"k{ordering}-{cq_poll}.ptx"
-    cmd = [nvcc(), "-arch=sm_90", "-std=c++17", f"-I{CUDA}", "-ptx",
+    cmd = [nvcc_or_skip("cuda/gda"), "-arch=sm_90", "-std=c++17", f"-I{CUDA}", "-ptx",
            f"-DGDA_ORDERING={ORDERINGS.index(ordering)}",
            f"-DGDA_CQ_POLL={CQ_POLLS.index(cq_poll)}", str(SRC), "-o", str(out)]  # fmt: skip
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -112,7 +102,8 @@ def test_host_doorbell_marks_with_the_ordering(tmp_path: Path) -> None:
 @pytest.mark.nvcc
 def test_sm90_object_builds(tmp_path: Path) -> None:
     out = tmp_path / "k.o"
-    cmd = [nvcc(), "-arch=sm_90", "-std=c++17", f"-I{CUDA}", "-c", str(SRC), "-o", str(out)]
+    exe = nvcc_or_skip("cuda/gda")
+    cmd = [exe, "-arch=sm_90", "-std=c++17", f"-I{CUDA}", "-c", str(SRC), "-o", str(out)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert out.stat().st_size > 0

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib.resources
 import os
-import shutil
 import struct
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gpu_helpers import nvcc_or_skip
 
 from gicbench import mlx5
 
@@ -44,15 +44,6 @@ KIND, PI, QPN, RADDR, RKEY, LKEY, LADDR, LENGTH, FM_CE_SE, IMM, FLAGS, ADD_KEY, 
     14
 )
 C_QPN, C_WOP, C_WC, C_BC, C_TS, C_OWNER, C_OP, C_IMM, C_SYND, C_VSYND, C_CI, C_NCQE = range(1, 13)
-
-
-def nvcc() -> str:
-    found = shutil.which("nvcc") or next(
-        (p for p in ("/usr/local/cuda/bin/nvcc",) if os.access(p, os.X_OK)), None
-    )
-    if found is None:
-        pytest.skip("nvcc not found (the CUDA compiler is needed to compile cuda/*.cu)")
-    return found
 
 
 # ---- the case table and its numpy expectations ---------------------------------------------------
@@ -236,7 +227,7 @@ def nvcc_results(
 ) -> dict[str, subprocess.CompletedProcess]:
     """Compile every cuda/*.cu (objects) and the host driver (the program `HOST_BIN` names in the
     returned dict) at once, in parallel."""
-    exe = nvcc()
+    exe = nvcc_or_skip()
     tmp = tmp_path_factory.mktemp("nvcc")
     # proxy/src: cuda/emu_engine.cu includes the segment layout (installed beside cuda/ files)
     common = ["-arch=sm_90", "-std=c++17", f"-I{CUDA_DIR}", f"-I{REPO / 'proxy' / 'src'}",
