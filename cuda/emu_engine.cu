@@ -1029,12 +1029,16 @@ __device__ uint32_t run_batch(Env& env, EngineQp& eq, uint32_t lane, bool* more)
 // every other warp reads the mirror, so idle warps do not flood PCIe with reads (which slows
 // every system-scope operation on the GPU).
 __device__ Control read_ctl(const Config& cfg, bool mirror) {
+  // The host ends a hold after bumping gen (CudaEngine.hold: ref, gen, then hold = 0), and a
+  // warp leaving a hold serves at once: a warp that saw hold = 0 with the old gen would serve a
+  // QP the host just changed (a RESET's zeroed doorbell taken for a ring with QPN 0). So hold is
+  // read first and published last, each side ordered: seeing the new hold implies the new gen.
   Control c;
   if (mirror) {
     const Control* h = cfg.ctl;
+    c.hold = ld_acq_sys(&h->hold);
     c.gen = ld_acq_sys(&h->gen);  // the host stores ref_lo/ref_hi before gen
     c.stop = ld_vol(&h->stop);
-    c.hold = ld_vol(&h->hold);
     c.quiesce = ld_vol(&h->quiesce);
     c.ref_lo = ld_vol(&h->ref_lo);
     c.ref_hi = ld_vol(&h->ref_hi);
@@ -1043,16 +1047,18 @@ __device__ Control read_ctl(const Config& cfg, bool mirror) {
     st_vol(&m->ref_hi, c.ref_hi);
     __threadfence();
     st_vol(&m->quiesce, c.quiesce);
-    st_vol(&m->hold, c.hold);
     st_vol(&m->stop, c.stop);
     st_vol(&m->gen, c.gen);
+    __threadfence();
+    st_vol(&m->hold, c.hold);
     __threadfence();
     return c;
   }
   const Control* m = cfg.ctl_dev;
+  c.hold = ld_vol(&m->hold);
+  fence_acq_gpu();  // gen (and the rest) were written before hold
   c.gen = ld_vol(&m->gen);
   c.stop = ld_vol(&m->stop);
-  c.hold = ld_vol(&m->hold);
   c.quiesce = ld_vol(&m->quiesce);
   fence_acq_gpu();  // ref_lo/ref_hi were written before gen
   c.ref_lo = ld_vol(&m->ref_lo);
