@@ -33,7 +33,7 @@
 // waits), gen (objects were created or changed: warps re-read their QPs and warp 0 the MR table,
 // then ack), quiesce (ack after a pass that began after the request and found no work: counters
 // flushed), stop (flush and exit). Each warp checks it every kCtlPasses passes and every
-// kIdleCtlPasses idle ones; the first warp (GICBENCH_ENGINE_CTL_WARP=0: the last) reads the
+// kIdleCtlPasses idle ones; the last warp (GICBENCH_ENGINE_CTL_WARP=1: the first) reads the
 // host's block, the others its GPU mirror.
 #include <cuda/atomic>
 
@@ -81,17 +81,20 @@ constexpr uint32_t kIdlePaceNs = GICBENCH_ENGINE_IDLE_PACE_NS;
 #endif
 constexpr bool kScopeGpu = GICBENCH_ENGINE_SCOPE_GPU != 0;
 // Which warp reads the host's control block and mirrors it: 0 the last (at small QP counts it
-// owns no QP and polls host memory continuously), 1 the first (it always owns QP slot 1, so it
-// reads the host's block only every kCtlPasses passes or kIdleCtlPasses idle ones).
+// owns no QP, so no doorbell waits behind its PCIe reads; CTL_PACE_NS keeps it from polling host
+// memory without pause), 1 the first (it always owns QP slot 1, whose doorbells then wait behind
+// those reads: p99 of one QP 20.5 µs against 14.5-16.1 µs, and 1.41-1.46x for 16,384 QPs
+// configured against 1.26-1.29x, on the H200).
 #ifndef GICBENCH_ENGINE_CTL_WARP
-#define GICBENCH_ENGINE_CTL_WARP 1
+#define GICBENCH_ENGINE_CTL_WARP 0
 #endif
 static_assert(GICBENCH_ENGINE_CTL_WARP == 0 || GICBENCH_ENGINE_CTL_WARP == 1,
               "GICBENCH_ENGINE_CTL_WARP: 0 (last warp) or 1 (first warp)");
-// ns the control-block warp sleeps after an idle pass while it owns no QP (0: it does not sleep;
-// with CTL_WARP=1 that warp always owns a QP, so this only matters with CTL_WARP=0). Its host reads then come at most every kIdleCtlPasses x this.
+// ns the control-block warp sleeps after an idle pass while it owns no QP (0: it does not sleep
+// and polls host memory without pause, which halved the WQE rate at 64 QPs on 16-32 CTAs). Its
+// host reads come at most every kIdleCtlPasses x this: control hand-offs wait that much longer.
 #ifndef GICBENCH_ENGINE_CTL_PACE_NS
-#define GICBENCH_ENGINE_CTL_PACE_NS 0
+#define GICBENCH_ENGINE_CTL_PACE_NS 2000
 #endif
 constexpr uint32_t kCtlPaceNs = GICBENCH_ENGINE_CTL_PACE_NS;
 // 1: the batch reads its CQ's words (ring, record, size, flags; status, pi, dropped) once per
