@@ -12,7 +12,8 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
-from test_gpu_kernels_nvcc import CUDA, nvcc
+from gpu_helpers import nvcc_or_skip
+from test_gpu_kernels_nvcc import CUDA
 
 from gicbench.config import RunConfig
 from gicbench.errors import ConfigError
@@ -158,7 +159,7 @@ def test_shared_over_private_qp_ratio_is_the_proxys_rule() -> None:
 @pytest.mark.parametrize("ordering", ORDERINGS)
 def test_loaded_kernels_compile_for_sm90_with_every_ordering(ordering: str, tmp_path: Path) -> None:
     out = tmp_path / "loaded.ptx"
-    cmd = [nvcc(), "-arch=sm_90", "-std=c++17", f"-I{CUDA}", "-ptx",
+    cmd = [nvcc_or_skip("cuda/gda"), "-arch=sm_90", "-std=c++17", f"-I{CUDA}", "-ptx",
            f"-DGDA_ORDERING={ORDERINGS.index(ordering)}", str(CUDA / "gda" / "loaded.cu"),
            "-o", str(out)]  # fmt: skip
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
