@@ -84,14 +84,14 @@ def test_fabric_counters_add_the_engines_rows() -> None:
 
 
 def test_place_flags_only_for_the_engines_gpu_allocations() -> None:
-    gpu = [(0x1000, 0x2000), (0x9000, 0x9040)]
+    gpu = ce.AddressRanges([(0x1000, 0x2000), (0x9000, 0x9040)])
     assert ce.place_flags(gpu, 0x1000, 0x9000, 0x1FC0) == (
         ce.PLACE_RING_GPU | ce.PLACE_DBREC_GPU | ce.PLACE_DOORBELL_GPU
     )
     # host-resident (the mapped segment) or unknown: system scope
     assert ce.place_flags(gpu, 0x5000, 0x9040, 0x2000) == 0
     assert ce.place_flags(gpu, 0x1800, 0x5000, 0x5040) == ce.PLACE_RING_GPU
-    assert ce.place_flags([], 0x1000, 0x9000, 0x1FC0) == 0
+    assert ce.place_flags(ce.AddressRanges(), 0x1000, 0x9000, 0x1FC0) == 0
 
 
 def test_variant_switches_are_the_engines() -> None:

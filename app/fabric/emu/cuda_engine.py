@@ -216,14 +216,11 @@ class AddressRanges:
         return i >= 0 and addr < self._hi[i]  # type: ignore[operator]
 
 
-def place_flags(
-    gpu_ranges: AddressRanges | Iterable[tuple[int, int]], ring: int, dbrec: int, doorbell: int
-) -> int:
+def place_flags(gpu: AddressRanges, ring: int, dbrec: int, doorbell: int) -> int:
     """QpPlace.flags: which of a QP's ring, record and doorbell lie in GPU memory this engine
-    allocated (`gpu_ranges`, [lo, hi) each); anything else (the mapped segment) is host memory.
-    Only a positive match counts: an address of unknown kind is treated as host memory (system
-    scope), the conservative side."""
-    gpu = gpu_ranges if isinstance(gpu_ranges, AddressRanges) else AddressRanges(gpu_ranges)
+    allocated (`gpu`); anything else (the mapped segment) is host memory. Only a positive match
+    counts: an address of unknown kind is treated as host memory (system scope), the conservative
+    side."""
     return ((PLACE_RING_GPU if ring in gpu else 0) | (PLACE_DBREC_GPU if dbrec in gpu else 0)
             | (PLACE_DOORBELL_GPU if doorbell in gpu else 0))  # fmt: skip
 
