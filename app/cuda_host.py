@@ -1,15 +1,24 @@
-"""Host memory seen from the GPU: the one place that turns a registered (cudaHostRegister,
-mapped) host address into the address a kernel uses. The emulated NIC maps its queue arena and
-MRs with it, mini-proxy's GPU producers their rings and words (app/submit/proxy/gpu.py)."""
+"""What every GPU-side part shares, below them all: the installed CUDA sources (`cuda_dir`), and
+host memory seen from the GPU (`device_pointer`: the one place that turns a registered,
+mapped host address into the address a kernel uses; the emulated NIC maps its queue arena and
+MRs with it, mini-proxy's GPU producers their rings and words)."""
 
 from __future__ import annotations
 
+import importlib.resources
+from pathlib import Path
 from typing import Any
 
 from .errors import UnsupportedError
 
 # cudaDevAttrCanUseHostPointerForRegisteredMem (driver_types.h); CuPy does not name it.
 CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM = 91
+
+
+def cuda_dir() -> Path:
+    """The installed cuda/ directory (CMake installs the repository's cuda/ as gicbench/cuda):
+    the kernels compiled at run time (NVRTC through CuPy, or nvcc) and their headers."""
+    return Path(str(importlib.resources.files("gicbench") / "cuda"))
 
 
 def device_pointer(runtime: Any, host: int) -> int:

@@ -39,6 +39,7 @@ from .errors import ConfigError, GicbenchError, Refused, UnsupportedError, Valid
 from .experiments.context import Layout, RankContext
 from .experiments.registry import Experiment, PointResult
 from .fabric.base import Fabric, host_view
+from .fabric.registry import FabricPlan
 from .output import Printer, SweepProgress
 from .patterns import Traffic, traffic
 from .patterns import describe as describe_pattern
@@ -74,6 +75,7 @@ class Prepared:
     plan: RunPlan
     traffic: Traffic
     layout: Layout
+    fabric: FabricPlan  # what bring-up creates on this rank (computed once, here)
     settings: dict[str, Any]  # the provider's resolved settings (progress mode, ...)
     fault: faults.Fault | None
 
@@ -119,10 +121,9 @@ def _preflight(cfg: RunConfig, comm, topo: Topology) -> Prepared:
         for exp in plan.experiments:
             exp.check_rank(t)
         layout = plan.layout(topo.size)
-        settings = plan.provider.preflight(
-            plan.fabric_plan(topo, len(t.neighbours)), topo, plan.probes
-        )
-        prepared = Prepared(plan, t, layout, settings, faults.from_env())
+        fplan = plan.fabric_plan(topo, len(t.neighbours), layout)
+        settings = plan.provider.preflight(fplan, topo, plan.probes)
+        prepared = Prepared(plan, t, layout, fplan, settings, faults.from_env())
     except (ConfigError, UnsupportedError) as e:
         refusal = e
     _report_refusal(comm, refusal, cfg.json)
@@ -245,8 +246,7 @@ def _run_rank(
     fabric: Fabric | None = None
     submitter = None
     printer = Printer("json" if cfg.json else "csv" if cfg.csv else "table")
-    plan = pre.plan
-    fplan = plan.fabric_plan(topo, len(pre.traffic.neighbours))
+    plan, fplan = pre.plan, pre.fabric
     try:
         t0 = time.perf_counter()
         # The NIC is assigned before the phase check, so any failure below still closes it.

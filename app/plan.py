@@ -75,8 +75,9 @@ class RunPlan:
     def dct_count(self) -> int:
         return (self.cfg.dcts or DEFAULT_DCTS) if self.uses_dc else 0
 
-    def fabric_plan(self, topo: Any, neighbours: int) -> FabricPlan:
-        layout = self.layout(topo.size)
+    def fabric_plan(self, topo: Any, neighbours: int, layout: Layout) -> FabricPlan:
+        """What bring-up creates on a rank with `neighbours` peers, its landing `layout`
+        computed once (RunPlan.layout) and passed down."""
         return FabricPlan(
             world_size=topo.size,
             local_size=topo.local_size,
@@ -96,7 +97,7 @@ class RunPlan:
 
 
 def _used_knobs(
-    exps: list[Experiment], sub: type[Submitter], provider: type[Provider]
+    exps: list[type[Experiment]], sub: type[Submitter], provider: type[Provider]
 ) -> dict[str, list[str]]:
     used: dict[str, list[str]] = {}
     for e in exps:
@@ -141,18 +142,8 @@ def make_plan(cfg: RunConfig, probes: LazyProbes | None = None, *, here: bool = 
             f"submitter {sub.name} posts through {', '.join(sub.posting)}; provider "
             f"{provider.name} offers {', '.join(caps.posting) or 'nothing'}"
         )
-    exps = [registry.get(name).from_config(cfg) for name in cfg.experiments]
-    for e in exps:
-        missing = e.needed_shapes() - sub.shapes
-        if missing:
-            raise UnsupportedError(
-                f"experiment {e.name} needs {', '.join(sorted(m.value for m in missing))} loops, "
-                f"which submitter {sub.name} does not have"
-            )
-        if e.transport == "dc" and not caps.dc:
-            raise UnsupportedError(f"provider {provider.name} has no DC transport")
-        _check_queues_in_memory(e, provider.name, caps)
-    used = _used_knobs(exps, sub, provider)
+    classes = [registry.get(name) for name in cfg.experiments]
+    used = _used_knobs(classes, sub, provider)
     for name in cfg.knobs:
         if name not in used:
             known = all_knobs()
@@ -165,8 +156,15 @@ def make_plan(cfg: RunConfig, probes: LazyProbes | None = None, *, here: bool = 
                 f"{', '.join(cfg.experiments)} with --submitter {sub.name} "
                 f"--provider {provider.name})",
             )
+    # The submitter's and the provider's typed knobs, built once: experiments ask the
+    # submitter's pre-flight questions with them, bring-up and the loops use the same objects.
     sub_params = build(sub.Params, cfg.knobs, sub.name)
     provider_params = build(provider.Params, cfg.knobs, provider.name)
+    exps = [cls.from_config(cfg, sub, sub_params) for cls in classes]
+    for e in exps:
+        if e.transport == "dc" and not caps.dc:
+            raise UnsupportedError(f"provider {provider.name} has no DC transport")
+        _check_queues_in_memory(e, provider.name, caps)
     if not any(e.transport == "dc" for e in exps):
         for name in ("dcis", "dcts"):
             if getattr(cfg, name) is not None:

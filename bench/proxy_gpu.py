@@ -23,10 +23,9 @@ import numpy as np
 
 from gicbench.fabric.base import Access
 from gicbench.fabric.emu import EmuFabric
-from gicbench.submit.base import Buffer, Lane, LatencyWork
+from gicbench.submit.base import Buffer, Lane, LatencyWork, LoadedWork, ProxyRateWork
 from gicbench.submit.proxy import ProxySubmitter
 from gicbench.submit.proxy.params import ProxyParams
-from gicbench.submit.proxy.work import LoadedWork, ProxyRateWork
 
 SIZE = 1 << 16
 NQPS = 8
@@ -182,11 +181,9 @@ def loaded(
                     LoadedWork(
                         w.lanes(4, side),
                         side == 0,
-                        queue == "reserved",
-                        4,
-                        32,
-                        16,
+                        queue == "shared",
                         background,
+                        16,
                         0.0,
                         8,
                         Buffer.local(w.bufs[side][1]),

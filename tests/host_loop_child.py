@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from host_world import emu_world
 
 from gicbench import _native
-from gicbench.submit.host import lane_table
+from gicbench.submit.native_lanes import lane_table
 
 LONG = 10**12  # messages: would take days
 ITERS = 8_000_000  # single-op iterations: many seconds, and the samples array stays small

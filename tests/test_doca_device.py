@@ -275,7 +275,7 @@ def run_op_latency(w: dict, handler: NicHandler, op: Op) -> dict:
     ticket, LAT_ITERS times. Payloads land slot by slot (p: seed + slot; put: the source's
     bytes), every signal op adds sig_val once to its QP's remote signal word, whose final value
     is read at the target; issue and put+completion cycles in ns at the measured SM clock."""
-    from gicbench.submit.gpu import smclock
+    from gicbench.submit.gpu_runtime import smclock
 
     fs, landing, signal = w["fs"], w["landing"], w["signal"]
     lv = host_view(landing.addr, NQPS * REGION)

@@ -74,7 +74,7 @@ def test_knob_values_reach_the_params(with_headers: None) -> None:
     assert isinstance(sp, DocaParams)
     assert sp.nic_handler == NicHandler.CPU_PROXY_FREE_FLOW and sp.sharing_mode == Sharing.CTA
     assert sp.exec_scope == Scope.THREAD and sp.cq_type == CqType.CQ_64B_COLLAPSED
-    fp = p.fabric_plan(_Topo(), 1)
+    fp = p.fabric_plan(_Topo(), 1, p.layout(2))
     assert fp.queue_options.qp == {"dbr": True}
     assert fp.queue_options.cq == {"collapsed": True, "overrun_ignore": True}
     assert fp.queue_options.scratch_per_qp == 8 * p.cfg.sq_depth and fp.scratch_bytes == 8 * 256 * 1
@@ -346,7 +346,7 @@ class _Shim:
 def _fake_submitter(monkeypatch, params: DocaParams, nqps: int, **dev_kw):
     from gicbench.submit.doca import submitter as mod
     from gicbench.submit.doca.layout import QP_BYTES
-    from gicbench.submit.gpu.device import DeviceMap
+    from gicbench.submit.gpu_runtime.device_map import DeviceMap
 
     monkeypatch.setattr(mod.smclock, "measure", lambda cp, *a, **k: 1.5e9)
     monkeypatch.setattr(mod, "stage", lambda cp, bufs: ("kept", [0xD0000 + i for i in

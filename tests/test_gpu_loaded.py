@@ -16,10 +16,10 @@ from gpu_helpers import nvcc_or_skip
 from test_gpu_kernels_nvcc import CUDA
 
 from gicbench.config import RunConfig
-from gicbench.errors import ConfigError
+from gicbench.errors import ConfigError, UnsupportedError
 from gicbench.plan import make_plan
 from gicbench.platform import LazyProbes, Probe
-from gicbench.submit.base import Buffer
+from gicbench.submit.base import Buffer, LoadedResult, LoadedWork
 from gicbench.submit.gpu import ORDERINGS
 from gicbench.submit.gpu import loaded as gl
 from gicbench.submit.gpu.build import KERNELS
@@ -78,10 +78,12 @@ def test_loaded_rtt_gpu_refusals_before_anything_exists(values, field: str) -> N
 
 
 def test_loaded_rtt_still_refuses_the_host_submitter() -> None:
-    with pytest.raises(ConfigError) as e:
+    """Refused by shape, not by name: the host submitter has no loaded loop."""
+    with pytest.raises(UnsupportedError) as e:
         make_plan(RunConfig.build(submitter="host", experiments=["loaded-rtt"]))
-    assert e.value.field == "submitter (--submitter)"
-    assert "proxy or gpu" in e.value.allowed
+    msg = str(e.value)
+    assert "loaded" in msg and "submitter host does not have" in msg
+    assert "gpu" in msg and "proxy" in msg  # the submitters that have it
 
 
 def test_payload_gpu_plans_pointer_writes_to_1mib() -> None:
@@ -97,7 +99,7 @@ def _lane(depth: int, slice_bytes: int):
     return SimpleNamespace(qp=qp, src=buf, dst=buf, dc=None)
 
 
-def _work(**kw) -> gl.GpuLoadedWork:
+def _work(**kw) -> LoadedWork:
     base = {
         "lanes": tuple(_lane(64, 512) for _ in range(3)),
         "requester": True,
@@ -110,7 +112,7 @@ def _work(**kw) -> gl.GpuLoadedWork:
         "iters": 10,
         "warmup": 1,
     }
-    return gl.GpuLoadedWork(**{**base, **kw})
+    return LoadedWork(**{**base, **kw})
 
 
 def test_kernel_preconditions_are_checked_on_the_host() -> None:
@@ -178,16 +180,14 @@ def test_run_point_hands_mini_gda_its_lanes_and_records_the_background() -> None
     given = []
 
     class Sub:
-        def loaded(self, work: gl.GpuLoadedWork) -> gl.GpuLoadedResult:
+        def loaded(self, work: LoadedWork) -> LoadedResult:
             given.append(work)
             rtt = np.arange(1, work.iters + 1, dtype=np.int64) if work.requester else None
-            return gl.GpuLoadedResult(
+            return LoadedResult(
                 rtt_ns=rtt if rtt is not None else np.array([], dtype=np.int64),
                 background=3000,
                 probe_ns=1_000_000,
-                posted=4000,
-                doorbells=500,
-                cqes=500,
+                details={"background_posted": 4000, "background_doorbells": 500},
             )
 
     lanes_asked = []

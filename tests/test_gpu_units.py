@@ -12,11 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gicbench.cuda_host import cuda_dir
 from gicbench.errors import ConfigError, FabricError, UnsupportedError
 from gicbench.experiments.msg_rate import lane_messages as host_lane_messages
-from gicbench.submit.gpu import clock, lanes
-from gicbench.submit.gpu.build import build_options, cuda_dir
+from gicbench.submit.gpu import lanes
+from gicbench.submit.gpu.build import build_options
 from gicbench.submit.gpu.params import ORDERINGS
+from gicbench.submit.gpu_runtime import clock_lock as clock
 
 
 def simulate(nlanes: int, threads: int, publish: str, batch: int, per_thread: int) -> list[int]:
@@ -141,7 +143,8 @@ def plan(**kw):
 def test_gpu_only_knobs_and_experiments_are_refused_with_the_host_submitter() -> None:
     with pytest.raises(ConfigError, match="only with --submitter gpu"):
         plan(experiments=["msg-rate"], publish="warp")
-    with pytest.raises(ConfigError, match=r"submitter \(--submitter\).*gpu"):
+    # by shape, not by name: the host submitter has no clock control
+    with pytest.raises(UnsupportedError, match=r"clock-sweep needs clock loops.*with them: gpu"):
         plan(experiments=["clock-sweep"])
 
 
@@ -151,12 +154,25 @@ def test_gpu_submitter_without_cupy_says_why() -> None:
 
 
 def test_bad_clock_list_is_refused() -> None:
+    from gicbench.config import RunConfig
+    from gicbench.plan import make_plan
+    from gicbench.platform import LazyProbes, Probe
+
+    probes = LazyProbes()
+    probes["cupy"] = Probe("cupy", True, "faked for the test")
+    cfg = RunConfig.build(experiments=["clock-sweep"], submitter="gpu", clocks=("1200", "fast"))
     with pytest.raises(ConfigError, match="clocks"):
-        plan(experiments=["clock-sweep"], clocks=("1200", "fast"))
+        make_plan(cfg, probes)
 
 
 # ---- clock-sweep's point: lock, measure, check, run, restore ------------------------------
 class _FakeGpuSubmitter:
+    """mini-gda's clock control (GpuSubmitter.locked_clock) over a fake device and kernel."""
+
+    from gicbench.submit.gpu import GpuSubmitter
+
+    locked_clock = GpuSubmitter.locked_clock
+
     def __init__(self, measured_hz: float) -> None:
         self.measured_hz = measured_hz
 
@@ -183,13 +199,13 @@ def _clock_sweep(monkeypatch: pytest.MonkeyPatch, measured_hz: float):
         calls.append(point["clock_mhz"])
         return PointResult(samples={"issue_ns": np.array([1, 2])}, results={})
 
+    from gicbench.submit.gpu import GpuParams, GpuSubmitter
+
     monkeypatch.setattr(SingleOp, "run_point", fake_run)
-    monkeypatch.setattr(
-        "gicbench.experiments.clock_sweep.submitter_class",
-        lambda name: types.SimpleNamespace(needs_gpu=True),
-    )
     exp = ClockSweep.from_config(
-        RunConfig.build(experiments=["clock-sweep"], clocks=("1200", "1400"))
+        RunConfig.build(experiments=["clock-sweep"], clocks=("1200", "1400")),
+        GpuSubmitter,
+        GpuParams(),
     )
     ctx = types.SimpleNamespace(
         traffic=types.SimpleNamespace(sends=True), submitter=_FakeGpuSubmitter(measured_hz)

@@ -24,7 +24,7 @@ import pytest
 from host_world import emu_world, post_outside
 
 from gicbench import _native
-from gicbench.submit.host import lane_table
+from gicbench.submit.native_lanes import lane_table
 
 CHILD = Path(__file__).with_name("host_loop_child.py")
 DEADLINE_S = 120  # far beyond "promptly": only a loop that ignores the signal gets near it

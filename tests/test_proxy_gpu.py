@@ -13,9 +13,8 @@ import pytest
 from host_world import emu_world
 
 from gicbench import _native
-from gicbench.submit.base import Buffer, LatencyWork
+from gicbench.submit.base import Buffer, LatencyWork, ProxyRateWork
 from gicbench.submit.proxy.gpu_kernels import source
-from gicbench.submit.proxy.work import ProxyRateWork
 
 
 def test_kernels_compile_for_hopper(tmp_path: Path) -> None:
@@ -147,9 +146,9 @@ def test_gpu_loaded_reserved_two_ranks(handoff) -> None:
     ends, the probe's answers carry its sequence numbers, nothing is left mapped."""
     import threading
 
+    from gicbench.submit.base import LoadedWork
     from gicbench.submit.proxy import ProxySubmitter
     from gicbench.submit.proxy.params import ProxyParams
-    from gicbench.submit.proxy.work import LoadedWork
 
     with emu_world(nqps=4, depth=64, timeout_s=5.0) as w:
         kw = {"producer": "gpu", "handoff": handoff, "workers": 2, "rings": 4}
@@ -169,8 +168,8 @@ def test_gpu_loaded_reserved_two_ranks(handoff) -> None:
 
         def run(side: int) -> None:
             reply = Buffer.local(w.bufs[side][1])
-            work = LoadedWork(w.lanes(2, side=side), side == 0, True, 2, 4, 16, 3, 0.0, 8,
-                              reply, 100, 10)  # fmt: skip
+            work = LoadedWork(w.lanes(2, side=side), side == 0, False, 3, 16, 0.0, 8, reply,
+                              100, 10)  # fmt: skip
             try:
                 out[side] = subs[side].loaded(work)
             except BaseException as e:
@@ -186,7 +185,7 @@ def test_gpu_loaded_reserved_two_ranks(handoff) -> None:
         for side in (0, 1):
             assert not isinstance(out[side], BaseException), out[side]
         assert out[0].rtt_ns.size == 100 and (out[0].rtt_ns > 0).all()
-        assert out[0].ring_messages[0] == 0 and out[0].background > 0
+        assert subs[0].last_ring_messages[0] == 0 and out[0].background > 0
         assert w.landing(0)[0:8].view(np.uint64)[0] == 110  # the last answer's sequence
         assert w.landing(1)[0:8].view(np.uint64)[0] == 110
     assert _native.proxy.live_rings() == 0
@@ -199,8 +198,7 @@ def test_gpu_loaded_refuses_before_launch_what_px_background_cannot_do() -> None
     from types import SimpleNamespace
 
     from gicbench.errors import ConfigError
-    from gicbench.submit.base import Lane
-    from gicbench.submit.proxy.work import LoadedWork
+    from gicbench.submit.base import Lane, LoadedWork
 
     p, eng = _producers(np.zeros(1, dtype=np.uint64), 0)
     eng.native = SimpleNamespace(rings=lambda: 2, ring_lane=lambda r: 0)
@@ -208,8 +206,8 @@ def test_gpu_loaded_refuses_before_launch_what_px_background_cannot_do() -> None
 
     def work(region: int, background: int) -> LoadedWork:
         lane = Lane(None, 1, Buffer(0x1000, 1, region), Buffer(0x2000, 2, region))  # type: ignore[arg-type]
-        return LoadedWork((lane,), True, True, 1, 2, 16, background, 0.0, 8,
-                          Buffer(0x3000, 3, 8), 10, 1)  # fmt: skip
+        return LoadedWork((lane,), True, False, background, 16, 0.0, 8, Buffer(0x3000, 3, 8),
+                          10, 1)  # fmt: skip
 
     with pytest.raises(ConfigError) as e:
         p.loaded(eng, work(8, 1), 1)

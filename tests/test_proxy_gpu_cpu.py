@@ -17,10 +17,18 @@ from host_world import SIZE, emu_world
 from proxy_gpu_cpu import compiler, cpu_producers
 
 from gicbench import _native
-from gicbench.submit.base import Buffer, Lane, LatencyWork, RateWork, RespondWork
+from gicbench.submit.base import (
+    Buffer,
+    Lane,
+    LatencyWork,
+    LoadedWork,
+    ProxyRateWork,
+    RateWork,
+    RespondWork,
+)
 from gicbench.submit.proxy import ProxySubmitter
 from gicbench.submit.proxy.params import ProxyParams
-from gicbench.submit.proxy.work import LoadedWork, ProxyRateWork, lane_counts, ring_counts
+from gicbench.submit.proxy.rings import lane_counts, ring_counts
 
 pytestmark = pytest.mark.skipif(compiler() is None, reason="needs a C++ compiler")
 PX = _native.proxy
@@ -225,7 +233,7 @@ def test_msg_rate_lands_as_host_producers(
     h_land, g_land = out["host"][0], out["gpu"][0]
     # msg-rate/payload's expected_landing through ProxySubmitter.rate_lane_messages
     src = np.random.default_rng(7).integers(0, 256, SIZE, dtype=np.uint8)
-    counts = lane_counts(knobs, lanes, threads, per + warm)
+    counts = lane_counts(ProxyParams(**knobs), lanes, threads, per + warm)
     assert counts == out["gpu"][3].rate_lane_messages(lanes, threads, 1, per + warm)
     for lane in range(lanes):
         lo = lane * region
@@ -250,8 +258,8 @@ def test_loaded_probe_and_background_land_as_host_producers(build_dir, reserved,
         def run(side: int) -> None:
             reply = Buffer.local(w.bufs[side][1], 0, region)
             lanes = sliced(w.lanes(side=side), 2, region)
-            work = LoadedWork(lanes, side == 0, reserved, 2, 4, 4, 3 if reserved else 2, 0.0,
-                              size, reply, iters, warmup)  # fmt: skip
+            work = LoadedWork(lanes, side == 0, not reserved, 3 if reserved else 2, 4, 0.0, size,
+                              reply, iters, warmup)  # fmt: skip
             try:
                 out[side] = subs[side].loaded(work)
             except BaseException as e:

@@ -15,10 +15,18 @@ from host_world import SIZE, emu_world
 from gicbench import _native
 from gicbench.errors import CompletionError, CompletionTimeout, ConfigError, FabricError
 from gicbench.fabric.base import host_view
-from gicbench.submit.base import Buffer, Lane, LatencyWork, RateWork, RespondWork
+from gicbench.submit.base import (
+    Buffer,
+    Lane,
+    LatencyWork,
+    LoadedWork,
+    ProxyRateWork,
+    RateWork,
+    RespondWork,
+)
 from gicbench.submit.proxy import ProxySubmitter
 from gicbench.submit.proxy.params import ProxyParams
-from gicbench.submit.proxy.work import LoadedWork, ProxyRateWork, ring_counts
+from gicbench.submit.proxy.rings import ring_counts
 
 PX = _native.proxy
 
@@ -164,11 +172,9 @@ def test_loaded_round_trip_shared_and_reserved(world, reserved, handoff, backgro
                 LoadedWork(
                     w.lanes(2, side=side),
                     side == 0,
-                    reserved,
-                    2,
-                    4,
-                    16,
+                    not reserved,
                     background,
+                    16,
                     0.0,
                     64,
                     Buffer.local(w.bufs[side][1]),
@@ -188,7 +194,7 @@ def test_loaded_round_trip_shared_and_reserved(world, reserved, handoff, backgro
     r = out["req"]
     assert r.rtt_ns.size == 50 and (r.rtt_ns > 0).all()
     if reserved:
-        assert r.ring_messages[0] == 0  # nothing but the probe on its ring
+        assert req.last_ring_messages[0] == 0  # nothing but the probe on its ring
     assert w.landing(0)[56:64].view(np.uint64)[0] == 55
     assert w.landing(1)[56:64].view(np.uint64)[0] == 55
 
@@ -202,11 +208,9 @@ def test_paced_background_runs(world) -> None:
             LoadedWork(
                 w.lanes(1, side=1),
                 False,
-                True,
-                1,
-                3,
-                4,
+                False,
                 2,
+                4,
                 0.05,
                 64,
                 Buffer.local(w.bufs[1][1]),
@@ -217,7 +221,7 @@ def test_paced_background_runs(world) -> None:
     )
     t.start()
     r = req.loaded(
-        LoadedWork(w.lanes(1), True, True, 1, 3, 4, 2, 0.05, 64, Buffer.local(w.bufs[0][1]), 20, 2)
+        LoadedWork(w.lanes(1), True, False, 2, 4, 0.05, 64, Buffer.local(w.bufs[0][1]), 20, 2)
     )
     t.join()
     assert r.rtt_ns.size == 20
@@ -317,7 +321,7 @@ def test_chain_limit_refused(world) -> None:
     ("values", "field"),
     [
         ({"experiments": ["msg-rate"], "batch": 20}, "batch (--batch)"),
-        ({"experiments": ["msg-rate"], "qps": 4}, "rings (--rings)"),
+        ({"experiments": ["msg-rate"], "qps": 4, "rings": 2}, "rings (--rings)"),
         ({"experiments": ["single-op"], "scope": "all", "qps": 40}, "qps (-q)"),
         # refused by the engine after bring-up (exit 1, an incomplete trace) until now
         (
@@ -342,7 +346,7 @@ def test_background_geometry_the_gpu_loaded_loop_checks() -> None:
     """px_background gives block b rings first+b, first+b+P, ... (or one shared ring when P
     exceeds them): with tuned two blocks on one ring would publish the same indices and the
     drain would wait for descriptors that never complete; refused before any launch."""
-    from gicbench.submit.proxy.work import check_background, rings_of
+    from gicbench.submit.proxy.rings import check_background, rings_of
 
     check_background(True, 31, 32, True)  # the bench's tuned reserved run: a ring per block
     assert sorted(r for b in range(31) for r in rings_of(b, 31, 32, 1)) == list(range(1, 32))

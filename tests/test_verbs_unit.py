@@ -226,7 +226,7 @@ def test_provider_order_does_not_depend_on_import_order():
 def _path_on_fake_fabric():
     from types import SimpleNamespace
 
-    from gicbench.submit.verbs_path import PostSendPath
+    from gicbench.submit.host.post_send import PostSendPath
 
     sw = {"wqes": 0, "doorbells": 0, "bytes": 0, "cqes": 0, "errors": 0, "recvs": 0}
     fake = SimpleNamespace(rank=3, _peer_of={0x11: 2}, sw=sw, device="rxe0")
@@ -244,7 +244,7 @@ def _loop_error(**kw):
 def test_native_loop_failures_are_raised_naming_rank_qp_and_counts():
     from gicbench.errors import CompletionTimeout
     from gicbench.fabric.verbs import VerbsCompletionError
-    from gicbench.submit.host import LoopInterrupted
+    from gicbench.submit.failures import LoopInterrupted
 
     path = _path_on_fake_fabric()
     with pytest.raises(VerbsCompletionError) as ei:

@@ -48,7 +48,6 @@ def describe() -> list[dict]:
                     s
                     for s in submitters.names()
                     if cls.shapes <= submitters.get(s).shapes
-                    and (cls.submitters is None or s in cls.submitters)
                 ],
                 "patterns": list(cls.patterns),
                 "fits": list(cls.fits),

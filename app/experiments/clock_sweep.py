@@ -1,11 +1,12 @@
 """clock-sweep: single-op at locked SM clocks (the paper, arXiv 2610.01380, §4.1, Figure 5,
 Table 6): how much of the issue and completion time scales with device execution speed.
 
-For each --clocks frequency the sending rank locks its GPU's graphics clock (`nvidia-smi -lgc`),
-measures the effective SM clock in a kernel (clock64 over globaltimer) and refuses a lock that
-did not hold, runs single-op, and restores the clock (`nvidia-smi -rgc`) however the point ends.
-`analyze`/`report` fit T(f) = C/f + B: C is the clock-sensitive work (cycles), B the rest.
-Needs the GPU submitter and the right to lock clocks (root).
+For each --clocks frequency the sending rank has its submitter lock the SM clock of the GPU its
+loops run on (the clock-control shape: `nvidia-smi -lgc`), measure the effective SM clock in a
+kernel (clock64 over globaltimer) and refuse a lock that did not hold, runs single-op, and the
+clock is restored (`nvidia-smi -rgc`) however the point ends. `analyze`/`report` fit
+T(f) = C/f + B: C is the clock-sensitive work (cycles), B the rest. Needs a submitter with clock
+control (mini-gda, --submitter gpu) and the right to lock clocks (root).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..knobs import KIND_STR, Knob
-from ..submit.base import get as submitter_class
+from ..submit.base import Shape
 from .common import ITERS, PAYLOAD, TRANSPORT, WARMUP, SizeSweep, field
 from .registry import Column, PointResult, register
 from .single_op import MODES_K, SingleOp
@@ -59,7 +60,13 @@ class ClockSweep(SingleOp):
     summary = "single-op at locked SM clocks; T(f) = C/f + B"
     method = "the paper (arXiv 2610.01380) §4.1, Figure 5, Table 6"
     Params = ClockSweepParams
+    shapes = frozenset({Shape.LATENCY, Shape.RESPOND, Shape.CLOCK})
     fits = ("clock",)
+
+    def needed_shapes(self) -> frozenset[Shape]:
+        # from the modes, not the points: those need --clocks parsed, which check() refuses
+        rtt = {Shape.RESPOND} if "round_trip" in self.params.modes else set()
+        return frozenset({Shape.LATENCY, Shape.CLOCK, *rtt})
 
     def check(self) -> None:
         super().check()
@@ -72,12 +79,6 @@ class ClockSweep(SingleOp):
             raise ConfigError(
                 "clocks (--clocks)", ",".join(p.clocks), "two or more clocks in 100..5000 MHz"
             )
-        if not submitter_class(self.cfg.submitter).needs_gpu:
-            raise ConfigError(
-                "submitter (--submitter)",
-                self.cfg.submitter,
-                "gpu (clock-sweep locks the GPU's SM clock under GPU-submitted work)",
-            )
 
     def points(self) -> list[dict[str, Any]]:
         base = super().points()  # (zero-argument super() does not work in a comprehension)
@@ -86,13 +87,7 @@ class ClockSweep(SingleOp):
     def run_point(self, ctx: RankContext, point: dict[str, Any]) -> PointResult:
         if not ctx.traffic.sends:
             return super().run_point(ctx, point)
-        from ..submit.gpu import clock
-
-        sub = ctx.submitter
-        gpu = sub.device.pci_bus_id
-        with clock.locked(gpu, point["clock_mhz"]):
-            measured = sub.measure_clock()
-            clock.check_measured(point["clock_mhz"], measured)
+        with ctx.submitter.locked_clock(point["clock_mhz"]) as measured:
             result = super().run_point(ctx, point)
         result.results["sm_clock_mhz"] = measured / 1e6
         return result

@@ -18,7 +18,6 @@ from ..knobs import Knob
 from ..mlx5 import write_wqebbs
 from ..patterns import Traffic
 from ..submit.base import RateWork, Shape
-from ..submit.base import get as submitter_class
 from .common import (
     BATCH,
     MAX_MESSAGES,
@@ -101,10 +100,9 @@ class MsgRate(Experiment):
 
     def check_rank(self, traffic: Traffic) -> None:
         lanes = self.params.qps * len(traffic.sends_to)
-        sub = submitter_class(self.cfg.submitter)
-        shares = sub.threads_share_lanes
-        if traffic.sends:
-            sub.check_rate_lanes(self.cfg.knobs, lanes)  # e.g. mini-proxy's --workers
+        shares = self.submitter.threads_share_lanes
+        if traffic.sends:  # e.g. mini-proxy's --workers and --rings against the lanes
+            self.submitter.check_rate_lanes(self.submitter_params, lanes)
         if traffic.sends and self.params.threads > lanes and not shares:
             raise ConfigError(
                 "threads (-t)",

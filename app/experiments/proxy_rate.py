@@ -4,7 +4,8 @@ arXiv 2610.01380, §4.2, Figure 7, Table 10).
 Producers (host threads or GPU CTAs, `--producer`) fill R rings with writes to the peer; T pinned
 workers, each with its own QP, drain them in chains of up to B WQEs per doorbell. Samples are
 windows of each producer's stream; the final drain (every ring's completion counter reaching what
-it was given) is inside the timed region. Needs --submitter proxy and --pattern pairs.
+it was given) is inside the timed region. Needs a submitter with the proxy-rate loop shape
+(mini-proxy, --submitter proxy) and --pattern pairs.
 """
 
 from __future__ import annotations
@@ -16,9 +17,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..knobs import KIND_STR, Knob
-from ..submit.base import Shape
-from ..submit.proxy.work import ring_counts
-from ..submit.proxy.workers import worker_results
+from ..submit.base import ProxyRateWork, Shape
 from .common import PAYLOAD, WARMUP, SizeSweep, field, rate_results
 from .msg_rate import MESSAGES, WINDOWS
 from .registry import Column, Experiment, PointResult, register
@@ -29,7 +28,6 @@ if TYPE_CHECKING:
 SWEEP_WORKERS = Knob("--sweep-workers", "worker counts T to sweep (1..8), e.g. 1,2,4,8", KIND_STR)
 SWEEP_RINGS = Knob("--sweep-rings", "ring counts R to sweep (1..32, >= T)", KIND_STR)
 SWEEP_BATCH = Knob("--sweep-batch", "chain limits B to sweep (1..16 WQEs per doorbell)", KIND_STR)
-HOST_PRODUCERS = 4  # default host producer threads (GPU: one CTA per ring)
 
 
 def int_list(label: str, text: str, lo: int, hi: int) -> tuple[int, ...]:
@@ -40,15 +38,6 @@ def int_list(label: str, text: str, lo: int, hi: int) -> tuple[int, ...]:
     if not vals or any(v < lo or v > hi for v in vals):
         raise ConfigError(label, text, f"comma-separated integers in {lo}..{hi}")
     return vals
-
-
-def default_producers(cfg: Any, rings: int) -> int:
-    given = int(cfg.knobs.get("producers", 0))
-    if given:
-        return given
-    if cfg.knobs.get("producer", "host") == "gpu":
-        return rings
-    return min(rings, HOST_PRODUCERS)
 
 
 @dataclass(frozen=True)
@@ -76,11 +65,10 @@ class ProxyRateParams(SizeSweep):
 @register
 class ProxyRate(Experiment):
     name = "proxy-rate"
-    submitters = ("proxy",)
     summary = "mini-proxy message rate against workers T, rings R and chain limit B"
     method = "the paper (arXiv 2610.01380) §4.2, Figure 7, Table 10"
     Params = ProxyRateParams
-    shapes = frozenset({Shape.RATE})
+    shapes = frozenset({Shape.PROXY_RATE})
     patterns = ("pairs",)
 
     @property
@@ -97,14 +85,6 @@ class ProxyRate(Experiment):
                 p.sweep_rings,
                 f"rings >= workers in every point (T, R) = {bad} have fewer rings than workers",
             )
-        if self.cfg.knobs.get("handoff", "tuned") == "tuned":
-            for r in p.rings_list:
-                if default_producers(self.cfg, r) > r:
-                    raise ConfigError(
-                        "producers (--producers)",
-                        self.cfg.knobs.get("producers"),
-                        f"<= {r} (--sweep-rings) with --handoff tuned: one producer per ring",
-                    )
 
     def points(self) -> list[dict[str, Any]]:
         p = self.params
@@ -116,7 +96,7 @@ class ProxyRate(Experiment):
                 "workers": t,
                 "rings": r,
                 "batch": b,
-                "producers": default_producers(self.cfg, r),
+                "producers": self.submitter.proxy_rate_producers(self.submitter_params, r),
                 "messages_per_producer": per,
                 "warmup_per_producer": p.warmup,
                 "window": max(1, per // WINDOWS),
@@ -129,15 +109,12 @@ class ProxyRate(Experiment):
         ]
 
     def run_point(self, ctx: RankContext, point: dict[str, Any]) -> PointResult:
-        from ..submit.proxy.work import ProxyRateWork
-
         t = ctx.traffic
         if not t.sends:
             return PointResult(role=t.role)
         (dest,) = t.sends_to
         lanes = ctx.lanes_to(dest, "rc", self.lanes_per_peer)[: point["workers"]]
-        sub = ctx.submitter
-        res = sub.proxy_rate(  # type: ignore[attr-defined]
+        res = ctx.submitter.proxy_rate(
             ProxyRateWork(
                 lanes=lanes,
                 workers=point["workers"],
@@ -163,7 +140,6 @@ class ProxyRate(Experiment):
                     if res.doorbells
                     else 0.0
                 ),
-                **worker_results(sub),
             },
             role=t.role,
         )
@@ -176,20 +152,21 @@ class ProxyRate(Experiment):
         source_bytes: np.ndarray,
         layout: Layout,
     ) -> list[tuple[int, np.ndarray]]:
-        # Ring r writes through lane r mod T (one lane per worker); its i-th descriptor goes to
-        # slot i mod slots of that lane's slice, from the same offset of the source's slice.
+        # Worker lane l's slice holds slots written by its rings: as far as its busiest ring
+        # wrote (the submitter says how it spread the messages), from the same offset of the
+        # source's slice.
         if source not in ctx.traffic.receives_from:
             return []
-        size, T = point["size"], point["workers"]
-        counts = ring_counts(
+        size = point["size"]
+        counts = ctx.submitter.proxy_rate_lane_messages(
+            point["workers"],
             point["rings"],
             point["producers"],
             point["messages_per_producer"] + point["warmup_per_producer"],
         )
         slots = max(1, layout.lane_bytes // size)
         pieces = []
-        for lane in range(T):
-            n = max(c for r, c in enumerate(counts) if r % T == lane)
+        for lane, n in enumerate(counts):
             written = min(slots, n) * size
             start = lane * layout.lane_bytes
             if written:

@@ -5,6 +5,10 @@ An experiment declares its parameters (a Params dataclass of knobs, app/knobs.py
 shapes it needs from a submitter, the traffic patterns it supports, the fits that apply to its
 results, its sweep (`points`), and what must land where (`expected_landing`). The harness owns
 bring-up, timing order, validation, traces and printing; the experiment fills this contract.
+
+An experiment is built with the run's submitter class and that submitter's typed Params (the
+plan builds both once). It asks the submitter only through the contract of the shapes it
+declared (app/submit/base.py): never for its name, never past it.
 """
 
 from __future__ import annotations
@@ -18,13 +22,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from ..config import PATTERNS
-from ..errors import ConfigError
+from ..errors import ConfigError, UnsupportedError
 from ..knobs import build
 
 if TYPE_CHECKING:
     from ..config import RunConfig
     from ..patterns import Traffic
-    from ..submit.base import Shape
+    from ..submit.base import Shape, Submitter
     from .context import Layout, RankContext
 
 _NOT_EXPERIMENTS = frozenset({"registry", "common", "context"})
@@ -61,21 +65,19 @@ class Experiment(ABC):
     fits: ClassVar[
         tuple[str, ...]
     ] = ()  # analysis fits that apply: clock|plateau|crossover|exposed|ratio
-    # Submitters whose own work it hands out (mini-proxy's rings); None: any with its shapes.
-    submitters: ClassVar[tuple[str, ...] | None] = None
 
-    def __init__(self, params: Any, cfg: RunConfig) -> None:
+    def __init__(
+        self, params: Any, cfg: RunConfig, submitter: type[Submitter], submitter_params: Any
+    ) -> None:
         self.params, self.cfg = params, cfg
+        self.submitter, self.submitter_params = submitter, submitter_params
 
     @classmethod
-    def from_config(cls, cfg: RunConfig) -> Experiment:
-        """Build and check this experiment's Params from the run's knob values."""
-        if cls.submitters is not None and cfg.submitter not in cls.submitters:
-            raise ConfigError(
-                "submitter (--submitter)",
-                cfg.submitter,
-                f"{' or '.join(cls.submitters)} for {cls.name}",
-            )
+    def from_config(
+        cls, cfg: RunConfig, submitter: type[Submitter], submitter_params: Any
+    ) -> Experiment:
+        """Build and check this experiment's Params from the run's knob values, for the run's
+        submitter and its Params."""
         if cfg.pattern not in cls.patterns:
             raise ConfigError(
                 "pattern (--pattern)",
@@ -83,7 +85,14 @@ class Experiment(ABC):
                 f"one of {', '.join(cls.patterns)} for {cls.name}",
             )
         params = build(cls.Params, cfg.knobs, cls.name)
-        exp = cls(params, cfg)
+        exp = cls(params, cfg, submitter, submitter_params)
+        missing = exp.needed_shapes() - submitter.shapes
+        if missing:
+            raise UnsupportedError(
+                f"experiment {cls.name} needs {', '.join(sorted(m.value for m in missing))} "
+                f"loops, which submitter {submitter.name} does not have (submitters with them: "
+                f"{', '.join(_having(exp.needed_shapes())) or 'none'})"
+            )
         exp.check()
         return exp
 
@@ -144,6 +153,12 @@ class Experiment(ABC):
         (offset in that region, bytes) pieces, given the bytes the source's send buffer held.
         Empty: nothing from that source lands here. The harness compares and counts."""
         return []
+
+
+def _having(shapes: frozenset[Shape]) -> list[str]:
+    from ..submit import base as submitters
+
+    return [n for n in submitters.names() if shapes <= submitters.get(n).shapes]
 
 
 def register(cls: type[Experiment]) -> type[Experiment]:

@@ -20,13 +20,14 @@ import numpy as np
 from ..errors import ConfigError
 from ..knobs import KIND_STR, Knob
 from ..submit.base import LatencyWork, RespondWork, Shape
+from ..submit.work import LATENCY_MODES
 from .common import ITERS, PAYLOAD, QPS, TRANSPORT, WARMUP, SizeSweep, field
 from .registry import Column, Experiment, PointResult, register
 
 if TYPE_CHECKING:
     from .context import Layout, RankContext
 
-MODES = ("issue", "put_completion", "round_trip")
+MODES = LATENCY_MODES
 METRIC = {"issue": "issue_ns", "put_completion": "completion_ns", "round_trip": "rtt_ns"}
 
 SCOPE = Knob(

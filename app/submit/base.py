@@ -1,30 +1,47 @@
-"""The submitter interface: who posts work to the NIC, and the typed work it is given.
+"""The submitter interface: who posts work to the NIC, the one contract every submitter fills.
 
-A submitter is registered by name and declares what it can run: the loop shapes (latency,
-respond, rate), the posting interfaces it drives (mlx5 queues in memory, or a post-send call),
-whether it needs a GPU, and whether its loops can drive a CPU progress hook. `availability`
-says whether it can run on this machine and, if not, why. The harness refuses an unavailable or
-mismatched choice in pre-flight, before any MPI or NIC resource exists.
+A submitter is registered by name and declares what it can run: the loop shapes (`Shape`, each
+with its typed work and result in app/submit/work.py), the posting interfaces it drives (mlx5
+queues in memory, or a post-send call), whether it needs a GPU, and whether its loops can drive
+a CPU progress hook. `availability` says whether it can run on this machine and, if not, why.
+The plan refuses an experiment whose shapes the submitter lacks, and an unavailable or
+mismatched choice, in pre-flight, before any MPI or NIC resource exists.
 
-Experiments hand a submitter typed work (LatencyWork, RespondWork, RateWork) made of Lanes; how a
-submitter lays out its lanes (a native table, a GPU array) is its own business.
+An experiment asks for shapes, never for a submitter's name: it calls the method of each shape
+it declared (`latency`, `respond`, `rate`, `loaded`, `proxy_rate`, `locked_clock`) with typed
+work, and the shape's pre-flight questions (`check_loaded`, `loaded_lanes`, `loaded_queues`,
+`check_rate_lanes`, `point_fields`, ...) with the submitter's typed Params, which the plan
+builds once. Nothing else of a submitter is the experiment's business.
 """
 
 from __future__ import annotations
 
-import enum
+import contextlib
 import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from ..errors import ConfigError
-from ..fabric.base import Fabric, MemoryRegion, ProgressPolicy, ProviderCaps, QueuePair
+from ..fabric.base import Fabric, ProgressPolicy, ProviderCaps, QueuePair
 from ..fabric.registry import QueueOptions
 from ..platform import Probe
+from .work import (
+    Buffer,
+    DcAddress,
+    Lane,
+    LatencyWork,
+    LoadedResult,
+    LoadedWork,
+    ProxyRateWork,
+    RateResult,
+    RateWork,
+    RespondWork,
+    Shape,
+)
 
 SUBMITTER_MODULES = (
     "gicbench.submit.host",
@@ -33,105 +50,6 @@ SUBMITTER_MODULES = (
     "gicbench.submit.doca.submitter",
 )
 _REGISTRY: dict[str, type[Submitter]] = {}
-
-
-class Shape(str, enum.Enum):
-    """Loop shapes an experiment asks for."""
-
-    LATENCY = "latency"  # one operation at a time, timed per operation
-    RESPOND = "respond"  # answer a peer's requests (the far side of a round trip)
-    RATE = "rate"  # many operations outstanding, timed over windows
-
-
-@dataclass(frozen=True)
-class Buffer:
-    """A byte range the NIC reaches: local (key = lkey) or remote (key = rkey)."""
-
-    addr: int
-    key: int
-    length: int
-
-    @classmethod
-    def local(cls, mr: MemoryRegion, offset: int = 0, length: int | None = None) -> Buffer:
-        n = mr.length - offset if length is None else length
-        if offset < 0 or n <= 0 or offset + n > mr.length:
-            raise ValueError(f"slice [{offset}, {offset + n}) outside a {mr.length}-byte region")
-        return cls(mr.addr + offset, mr.lkey, n)
-
-    def slice(self, offset: int, length: int) -> Buffer:
-        if offset < 0 or length <= 0 or offset + length > self.length:
-            raise ValueError(f"slice [{offset}, {offset + length}) outside {self.length} bytes")
-        return Buffer(self.addr + offset, self.key, length)
-
-
-@dataclass(frozen=True)
-class DcAddress:
-    """The address vector a DCI puts in each WQE to reach a peer's DC target."""
-
-    dctn: int
-    dc_key: int
-    lid: int
-
-
-@dataclass(frozen=True)
-class Lane:
-    """One QP driven towards one peer: where it reads (src) and where it writes (dst)."""
-
-    qp: QueuePair
-    peer: int
-    src: Buffer
-    dst: Buffer
-    dc: DcAddress | None = None
-
-
-@dataclass(frozen=True)
-class LatencyWork:
-    """Operations one at a time on lanes[selected]; `lanes` are all configured QPs (the scope
-    of an all-QP quiet). `reply` is the local buffer a round trip's answer lands in."""
-
-    lanes: tuple[Lane, ...]
-    selected: int
-    mode: str  # issue | put_completion | round_trip
-    size: int
-    inline: bool
-    scope_all: bool
-    iters: int
-    warmup: int
-    reply: Buffer | None = None
-
-
-@dataclass(frozen=True)
-class RespondWork:
-    """Answer `count` round-trip requests that land in `watch`, writing back through `lane`."""
-
-    lane: Lane
-    watch: Buffer
-    size: int
-    inline: bool
-    count: int
-
-
-@dataclass(frozen=True)
-class RateWork:
-    """Many writes outstanding: thread t owns lanes t, t+T, ...; `batch` WQEs per doorbell."""
-
-    lanes: tuple[Lane, ...]
-    threads: int
-    batch: int
-    size: int
-    inline: bool
-    messages_per_thread: int
-    warmup_per_thread: int
-    window: int
-
-
-@dataclass
-class RateResult:
-    windows_ns: np.ndarray
-    elapsed_ns: int
-    messages: int
-    doorbells: int
-    cqes: int
 
 
 @dataclass(frozen=True)
@@ -187,13 +105,6 @@ class Submitter(ABC):
         return None
 
     @classmethod
-    def check_rate_lanes(cls, knobs: Mapping[str, Any], lanes: int) -> None:
-        """Refuse (ConfigError), in pre-flight, knobs that cannot drive a rate loop over `lanes`
-        lanes (-q x the rank's destinations: known once the rank's pattern is, so called from
-        the experiment's check_rank). Default: anything goes."""
-        return None
-
-    @classmethod
     def check_provider(
         cls,
         params: Any,
@@ -206,6 +117,56 @@ class Submitter(ABC):
         on `provider`: its caps say how it posts, `provider_params` are its own knobs (e.g.
         emu's queue placement). Default: nothing beyond the posting match the plan checks."""
         return None
+
+    @classmethod
+    def point_fields(cls, params: Any, shape: Shape, point: Mapping[str, Any]) -> dict[str, Any]:
+        """Parameters of this submitter that a `shape` point carries besides the experiment's
+        own (`point`), recorded with it and shown as columns headed by `point_headers`: e.g.
+        mini-proxy's workers and rings for a loaded round trip. Default: none."""
+        return {}
+
+    point_headers: ClassVar[dict[str, str]] = {}  # point_fields' keys -> short column headers
+
+    # ---- RATE: pre-flight -----------------------------------------------------------------
+    @classmethod
+    def check_rate_lanes(cls, params: Any, lanes: int) -> None:
+        """Refuse (ConfigError), in pre-flight, knobs that cannot drive a rate loop over `lanes`
+        lanes (-q x the rank's destinations: known once the rank's pattern is, so called from
+        the experiment's check_rank). Default: anything goes."""
+        return None
+
+    # ---- LOADED: pre-flight ---------------------------------------------------------------
+    @classmethod
+    def loaded_lanes(cls, params: Any, background: int) -> int:
+        """Lanes (QPs towards the peer) a loaded round trip with `background` producers
+        drives; bring-up makes at least this many per peer."""
+        raise NotImplementedError(f"submitter {cls.name} has no loaded loop")
+
+    @classmethod
+    def loaded_queues(cls, params: Any) -> tuple[str, ...]:
+        """The probe queues ("shared", "reserved") these knobs can run: the default sweep of a
+        loaded round trip."""
+        return ("shared", "reserved")
+
+    @classmethod
+    def check_loaded(
+        cls,
+        params: Any,
+        *,
+        queues: Sequence[str],
+        background: int,
+        batch: int,
+        max_size: int,
+        sq_depth: int,
+    ) -> None:
+        """Refuse (ConfigError), in pre-flight, a loaded round trip these knobs cannot run."""
+        return None
+
+    # ---- PROXY_RATE: pre-flight -----------------------------------------------------------
+    @classmethod
+    def proxy_rate_producers(cls, params: Any, rings: int) -> int:
+        """Producers that fill `rings` rings in a proxy-rate point with these knobs."""
+        raise NotImplementedError(f"submitter {cls.name} has no proxy-rate loop")
 
     def __init__(
         self,
@@ -236,6 +197,29 @@ class Submitter(ABC):
     def rate(self, work: RateWork) -> RateResult:
         raise NotImplementedError(f"submitter {self.name} has no rate loop")
 
+    def loaded(self, work: LoadedWork) -> LoadedResult:
+        """A probe's round trip (or its answer) under background load (Shape.LOADED)."""
+        raise NotImplementedError(f"submitter {self.name} has no loaded loop")
+
+    def proxy_rate(self, work: ProxyRateWork) -> RateResult:
+        """Rings drained by workers in chains (Shape.PROXY_RATE)."""
+        raise NotImplementedError(f"submitter {self.name} has no proxy-rate loop")
+
+    def proxy_rate_lane_messages(
+        self, workers: int, rings: int, producers: int, per_producer: int
+    ) -> list[int]:
+        """How far into its slots each worker's lane is written by a proxy-rate call (lane
+        l's k-th message in slot k mod slots), for validation."""
+        raise NotImplementedError(f"submitter {self.name} has no proxy-rate loop")
+
+    @contextlib.contextmanager
+    def locked_clock(self, mhz: int) -> Iterator[float]:
+        """The SM clock of the GPU this submitter's loops run on, locked at `mhz` inside the
+        block and restored however it ends; yields the clock measured in a kernel (Hz), after
+        checking that the lock held (Shape.CLOCK)."""
+        raise NotImplementedError(f"submitter {self.name} has no clock control")
+        yield 0.0
+
     def rate_lane_messages(
         self, nlanes: int, threads: int, batch: int, per_thread: int
     ) -> list[int] | None:
@@ -243,7 +227,7 @@ class Submitter(ABC):
         differently from msg-rate's thread-per-lane rule (None: that rule)."""
         return None
 
-    def point_details(self) -> dict[str, float]:
+    def point_details(self) -> dict[str, Any]:
         """Numbers the last loop measured besides its samples (e.g. the effective SM clock);
         the harness adds them to the point's results."""
         return {}
@@ -280,3 +264,25 @@ def get(name: str) -> type[Submitter]:
 def catalog(probes: Mapping[str, Probe]) -> list[ProviderCaps]:
     """Every registered submitter and whether it can run on this machine (doctor)."""
     return [get(n).caps(probes) for n in names()]
+
+
+# The contract's work types, importable from here as from app/submit/work.py.
+__all__ = [
+    "Buffer",
+    "DcAddress",
+    "Lane",
+    "LatencyWork",
+    "LoadedResult",
+    "LoadedWork",
+    "NoParams",
+    "ProxyRateWork",
+    "RateResult",
+    "RateWork",
+    "RespondWork",
+    "Shape",
+    "Submitter",
+    "catalog",
+    "get",
+    "names",
+    "register",
+]

@@ -24,17 +24,12 @@
 // WQE is marked ready in its slot (mark_wqe_ready) and a host thread rings; threads sharing a QP
 // then need no hand-off in reservation order.
 #include "gda/queue.cuh"
+#include "smclock.cuh"
 
 using namespace gicbench;
 using namespace gicbench::gda;
 
 namespace {
-
-__device__ __forceinline__ uint64_t clock64_now() {
-  uint64_t c;
-  asm volatile("mov.u64 %0, %%clock64;" : "=l"(c));
-  return c;
-}
 
 struct Ctl {
   unsigned long long* status;
@@ -569,14 +564,5 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
 }
 
 // ---- clock ---------------------------------------------------------------------------------------
-// Spin for `ns` of globaltimer; out = {elapsed ns, elapsed SM cycles}.
-extern "C" __global__ void gda_clock(uint64_t ns, int64_t* out) {
-  const uint64_t t0 = globaltimer();
-  const uint64_t c0 = clock64_now();
-  uint64_t t;
-  while ((t = globaltimer()) - t0 < ns) {
-  }
-  const uint64_t c1 = clock64_now();
-  out[0] = static_cast<int64_t>(t - t0);
-  out[1] = static_cast<int64_t>(c1 - c0);
-}
+// Spin for `ns` of globaltimer; out = {elapsed ns, elapsed SM cycles} (cuda/smclock.cuh).
+extern "C" __global__ void gda_clock(uint64_t ns, int64_t* out) { spin_for_clock(ns, out); }

@@ -28,7 +28,7 @@ def _open(comm, pattern: str, **kw):
     plan = make_plan(RunConfig.build(pattern=pattern, progress="inline", **kw))
     topo = Topology.from_comm(comm)
     t = traffic(pattern, topo.rank, topo.size)
-    fplan = plan.fabric_plan(topo, len(t.neighbours))
+    fplan = plan.fabric_plan(topo, len(t.neighbours), plan.layout(topo.size))
     settings = plan.provider.preflight(fplan, topo, plan.probes)
     job = comm.bcast("bu" + secrets.token_hex(3) if comm.rank == 0 else None)
     fabric = plan.provider.open(fplan, topo, job, settings)

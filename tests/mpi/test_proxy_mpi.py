@@ -143,3 +143,33 @@ def test_payload(shared_dir) -> None:
             sizes = [p.params["size"] for p in r.points()]
             assert sizes == [8, 64, 512, 4096]
             assert all(np.isfinite(p.results["gbps"]) for p in r.points())
+
+
+def test_defaults_derive_the_rings_a_pattern_needs(shared_dir) -> None:
+    """mini-proxy's defaults run as given: loaded-rtt takes the probe's ring and one per
+    background producer (and, with the tuned handoff, only the reserved probe), and a rate loop
+    over all-to-all (-q x the other ranks' lanes) a ring per lane. Both were refused at point
+    0, after the run directory and the NIC existed, with `invalid rings (--rings)=1`."""
+    world = comm().size
+    run = run_and_open(experiments=["loaded-rtt"], out=shared_dir / "loaded-defaults",
+                       iters=30, warmup=3)  # fmt: skip
+    check(run, world)
+    for r in run.ranks:
+        pts = list(r.points())
+        assert [p.params["queue"] for p in pts] == ["reserved"]
+        assert all(p.params["rings"] == 5 and p.params["workers"] == 1 for p in pts)
+    run = run_and_open(
+        experiments=["payload", "msg-rate"],
+        pattern="all-to-all",
+        out=shared_dir / "a2a-defaults",
+        min_size=8,
+        max_size=64,
+        size_factor=8,
+        point_bytes=1 << 16,
+        messages=200,
+        warmup=5,
+    )
+    assert run.status == "complete", run.problems
+    for r in run.ranks:
+        for pt in r.points():
+            assert pt.results["validated"] is True and pt.results["validated_bytes"] > 0

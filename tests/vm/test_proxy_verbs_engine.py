@@ -14,10 +14,9 @@ import pytest
 from gicbench import _native
 from gicbench.fabric.base import Access
 from gicbench.fabric.verbs import VerbsCompletionError, VerbsFabric
-from gicbench.submit.base import Buffer, Lane, LatencyWork
+from gicbench.submit.base import Buffer, Lane, LatencyWork, ProxyRateWork
 from gicbench.submit.proxy import ProxySubmitter
 from gicbench.submit.proxy.params import ProxyParams
-from gicbench.submit.proxy.work import ProxyRateWork
 
 REGION = 64 * 1024
 

@@ -50,7 +50,8 @@ def _preflight(**values):
     """make_plan and the provider's pre-flight, as every rank runs them (one rank of two)."""
     plan = make_plan(RunConfig.build(experiments=["single-op"], provider="verbs", **values))
     topo = SimpleNamespace(rank=0, size=2, local_size=2, nodes=1, hosts=["guest", "guest"])
-    return plan.provider.preflight(plan.fabric_plan(topo, 1), topo, plan.probes)
+    fplan = plan.fabric_plan(topo, 1, plan.layout(topo.size))
+    return plan.provider.preflight(fplan, topo, plan.probes)
 
 
 def test_device_from_the_environment_override(tmp_path: Path, rxe_device: str, monkeypatch):

@@ -13,7 +13,7 @@ from gicbench.errors import GicbenchError
 from gicbench.fabric.base import QpState, RemoteBuffer
 from gicbench.fabric.verbs import VerbsCompletionError
 from gicbench.submit.base import Buffer, Lane, LatencyWork, RateWork, RespondWork
-from gicbench.submit.verbs_path import PostSendPath
+from gicbench.submit.host.post_send import PostSendPath
 
 TIMEOUT = 20.0
 pytestmark = pytest.mark.mpi(min_size=2)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import bisect
 import contextlib
 import hashlib
-import importlib.resources
 import os
 import re
 import shutil
@@ -39,6 +38,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ...cuda_host import cuda_dir
 from ...errors import ConfigError, FabricError, UnsupportedError
 
 THREADS = 256  # per CTA: 8 warps (the kernel's __launch_bounds__)
@@ -74,8 +74,6 @@ PEER_RANGE_BYTES = 32  # PeerRange: lo, len, local, rank, pad
 _IPC_LAZY_ENABLE_PEER_ACCESS = 1  # cudaIpcMemLazyEnablePeerAccess
 
 
-def cuda_dir() -> Path:
-    return Path(str(importlib.resources.files("gicbench") / "cuda"))
 
 
 def arena_bytes() -> int:

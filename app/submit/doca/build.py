@@ -9,23 +9,18 @@ place the flags live: the compile test (tests/test_doca_compile.py) uses it too.
 from __future__ import annotations
 
 import hashlib
-import importlib.resources
 import os
 import shutil
 import subprocess
 from pathlib import Path
 
+from ...cuda_host import cuda_dir
 from ...errors import UnsupportedError
 from .headers import Gpunetio, find, unavailable_reason
 
 SOURCE = "doca/doca_kernels.cu"
 DEFAULT_ARCH = "sm_90"
 CACHE_ENV = "GICBENCH_DOCA_CACHE"
-
-
-def cuda_dir() -> Path:
-    """The installed cuda/ directory (holds doca/ and the rest of gicbench's CUDA sources)."""
-    return Path(str(importlib.resources.files("gicbench") / "cuda"))
 
 
 def nvcc() -> str | None:

@@ -25,22 +25,15 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import CompletionError, CompletionTimeout, ConfigError, FabricError, UnsupportedError
+from ...errors import CompletionTimeout, ConfigError, FabricError, UnsupportedError
 from ...fabric.base import Access, MemoryDomain, Posting, QueuePair
 from ...fabric.registry import QueueOptions
 from ...platform import Probe
-from ..base import (
-    Lane,
-    LatencyWork,
-    RateResult,
-    RateWork,
-    RespondWork,
-    Shape,
-    Submitter,
-    register,
-)
-from ..gpu import smclock
-from ..gpu.device import DeviceMap, stage
+from ..base import Shape, Submitter, register
+from ..failures import CQE_ERROR, TIMEOUT, LoopFailure, raise_failure
+from ..gpu_runtime import smclock
+from ..gpu_runtime.device_map import DeviceMap, stage
+from ..work import LATENCY_MODES, Lane, LatencyWork, RateResult, RateWork, RespondWork
 from .layout import (
     ENOSEQ,
     LANE_DTYPE,
@@ -65,7 +58,6 @@ from .layout import (
 )
 from .params import EARLY_RING_HANDLERS, DocaParams
 
-MODES = ("issue", "put_completion", "round_trip")
 ENGINE_COUNTERS = ("stale_wqes", "dbrec_lag", "bad_doorbells")  # recorded on every call
 MAX_BLOCK = 1024
 BF_MAX_BLOCK = 512  # gpu-sm-bf thread scope: 64 B of shared memory per thread (<= 32 KB a block)
@@ -327,6 +319,7 @@ class DocaSubmitter(Submitter):
             )
 
     def _raise_for(self, res: np.ndarray, what: str) -> None:
+        """The first failed unit's result row as the one native failure record."""
         for u, r in enumerate(res):
             st = int(r["status"])
             if st == 0:
@@ -335,18 +328,19 @@ class DocaSubmitter(Submitter):
                 f"rank {self.rank}, {what} (doca {self.handler.cli}), unit {u}: last "
                 f"ticket {int(r['ticket'])}, DOCA poll returned {int(r['cq_status'])}"
             )
-            if st == ENOSEQ:
-                raise CompletionTimeout(
-                    f"no sequence word from the peer within {self.timeout_ns / 1e9:g} s ({where};"
-                    f" the word held {int(r['post_ns'])})"
+            if st == ENOSEQ:  # the peer's sequence word did not come (the word is in post_ns)
+                failure = LoopFailure(
+                    TIMEOUT,
+                    where,
+                    message=f"no sequence word from the peer (the word held {int(r['post_ns'])})",
                 )
-            if st == 2:
-                raise CompletionTimeout(
-                    f"no completion within {self.timeout_ns / 1e9:g} s ({where})"
-                )
-            if st == 3:
-                raise CompletionError(f"error CQE ({where})", 0, int(r["ticket"]), 0)
-            raise FabricError(f"{STATUS.get(st, st)} ({where})")
+            elif st == 2:
+                failure = LoopFailure(TIMEOUT, where)
+            elif st == 3:  # DOCA's poll reports an error CQE without its syndrome
+                failure = LoopFailure(CQE_ERROR, where, wqe_counter=int(r["ticket"]))
+            else:
+                failure = LoopFailure(str(STATUS.get(st, f"status {st}")), where)
+            raise_failure(failure, what, self.timeout_ns / 1e9)
 
     def _base_details(self) -> dict[str, Any]:
         h = self.dev.headers
@@ -362,8 +356,8 @@ class DocaSubmitter(Submitter):
 
     # ---- loops ---------------------------------------------------------------------------------
     def latency(self, work: LatencyWork) -> np.ndarray:
-        if work.mode not in MODES:
-            raise ConfigError("modes (--modes)", work.mode, ", ".join(MODES))
+        if work.mode not in LATENCY_MODES:
+            raise ConfigError("modes (--modes)", work.mode, ", ".join(LATENCY_MODES))
         op = op_for("inline" if work.inline else "pointer", work.size)
         # the selected lane first: the one unit posts on QP 0, the quiet walks them all
         order = [work.lanes[work.selected]] + [
@@ -513,7 +507,7 @@ class DocaSubmitter(Submitter):
             cqes=int(c1.get("cqes", 0)) - int(c0.get("cqes", 0)),
         )
 
-    def point_details(self) -> dict[str, Any]:  # type: ignore[override]
+    def point_details(self) -> dict[str, Any]:
         return dict(self.details)
 
     def close(self) -> None:

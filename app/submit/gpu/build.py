@@ -5,21 +5,16 @@ and keeps its own on-disk cache, so a second run loads the cubin without compili
 
 from __future__ import annotations
 
-import importlib.resources
 from pathlib import Path
 from typing import Any
 
+from ...cuda_host import cuda_dir
 from .params import CQ_POLLS, ORDERINGS
 
 KERNELS = (
     "gda_prepare", "gda_finish", "gda_single_op", "gda_respond", "gda_msg_rate", "gda_clock",
 )  # fmt: skip
 _MODULES: dict[tuple[str, str, int], Any] = {}
-
-
-def cuda_dir() -> Path:
-    """The installed cuda/ directory (CMake installs it as gicbench/cuda)."""
-    return Path(str(importlib.resources.files("gicbench") / "cuda"))
 
 
 def build_options(ordering: str, root: Path, cq_poll: str = "expected") -> tuple[str, ...]:

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..base import Lane
-from .device import DeviceMap
+from ..gpu_runtime.device_map import DeviceMap
+from ..work import Lane
 
 COLUMNS = (
     "sq_buf", "sq_wqebbs", "sq_dbrec", "sq_doorbell", "qpn", "cq_buf", "cq_ncqe", "cq_dbrec",

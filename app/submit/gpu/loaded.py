@@ -16,13 +16,13 @@ background that outlives the probe by the timeout is aborted and reported with i
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ...cuda_host import cuda_dir
 from ...errors import CompletionTimeout, ConfigError
-from ..base import Buffer, Lane
+from ..work import LoadedResult, LoadedWork
 from . import build, status
 
 if TYPE_CHECKING:
@@ -38,41 +38,12 @@ MAX_INLINE = 512
 _MODULES: dict[tuple[str, int], Any] = {}
 
 
-@dataclass(frozen=True)
-class GpuLoadedWork:
-    """`background` CTAs post batches of `batch` inline writes of `size` bytes (paced to
-    `pace_mps` per endpoint when > 0); one thread round trips (requester) or answers the probe
-    on lane 0, `shared` with background CTA 0 or private. `reply`: the landing slice the answer
-    (requester) or the request (responder) arrives in."""
-
-    lanes: tuple[Lane, ...]  # background + 1: lane 0 the probe's
-    requester: bool
-    shared: bool
-    background: int
-    batch: int
-    pace_mps: float
-    size: int
-    reply: Buffer
-    iters: int
-    warmup: int
-
-
-@dataclass
-class GpuLoadedResult:
-    rtt_ns: np.ndarray  # requester only
-    background: int  # background writes retired while the measured probes ran
-    probe_ns: int  # the measured probes' span (GPU globaltimer)
-    posted: int  # background writes posted over the whole call
-    doorbells: int
-    cqes: int
-
-
 def lanes_needed(background: int) -> int:
     """Lanes per peer: the probe's private QP and one QP per background CTA."""
     return background + 1
 
 
-def check(work: GpuLoadedWork, bbs: int) -> None:
+def check(work: LoadedWork, bbs: int) -> None:
     """What the kernels rely on, refused before anything is launched."""
     if not 8 <= work.size <= MAX_INLINE:
         raise ConfigError("size", work.size, f"8..{MAX_INLINE} (an inline probe)")
@@ -103,7 +74,7 @@ def module(ordering: str) -> Any:
 
     key = (ordering, cp.cuda.runtime.getDevice())
     if key not in _MODULES:
-        root = build.cuda_dir()
+        root = cuda_dir()
         src = (root / "gda" / "loaded.cu").read_text()
         mod = cp.RawModule(code=src, options=build.build_options(ordering, root))
         mod.compile()
@@ -121,7 +92,7 @@ def pace_ps(background: int, pace_mps: float) -> int:
     return round(background * 1e6 / pace_mps) if pace_mps > 0 else 0
 
 
-def run(sub: GpuSubmitter, work: GpuLoadedWork) -> GpuLoadedResult:
+def run(sub: GpuSubmitter, work: LoadedWork) -> LoadedResult:
     """One loaded round trip call: prepare, launch, wait."""
     call = Call(sub, work)
     call.start()
@@ -133,7 +104,7 @@ class Call:
     launches: a device allocation or copy waits for the kernels already running, and a probe
     waiting for its peer's answer would then wait for that peer's preparation (until timeout)."""
 
-    def __init__(self, sub: GpuSubmitter, work: GpuLoadedWork) -> None:
+    def __init__(self, sub: GpuSubmitter, work: LoadedWork) -> None:
         cp = sub.cp
         self.sub, self.work = sub, work
         self.bbs = sub._bbs(True, work.size, False)
@@ -177,7 +148,7 @@ class Call:
                  np.uint64(sub._abort_dev)),
             )  # fmt: skip
 
-    def finish(self) -> GpuLoadedResult:
+    def finish(self) -> LoadedResult:
         sub, work = self.sub, self.work
         _wait(sub, self.pr, self.bg, self.lw, self.cta_out, self.what)
         st = sub.status.get()
@@ -186,20 +157,23 @@ class Call:
         words = self.lw.get()
         out = self.cta_out.get()
         background = int(words[BACKGROUND]) // self.bbs - (work.iters if work.shared else 0)
-        res = GpuLoadedResult(
+        posted = int(out[:, 0].sum())
+        res = LoadedResult(
             rtt_ns=self.samples.get()[: work.iters]
             if work.requester
             else np.array([], dtype=np.int64),
             background=max(0, background),
             probe_ns=int(words[T1]) - int(words[T0]),
-            posted=int(out[:, 0].sum()),
-            doorbells=int(out[:, 1].sum()),
-            cqes=int(out[:, 2].sum()),
+            details={
+                "background_posted": posted,
+                "background_doorbells": int(out[:, 1].sum()),
+                "background_cqes": int(out[:, 2].sum()),
+            },
         )
         self.keep = None
         sub.details = {
             "background_ctas": float(work.background),
-            "background_posted": float(res.posted),
+            "background_posted": float(posted),
         }
         return res
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,22 +22,23 @@ from ...errors import ConfigError, FabricError, UnsupportedError
 from ...fabric.base import Posting, host_view
 from ...mlx5 import write_wqebbs
 from ...platform import Probe
-from ..base import (
+from ..base import Shape, Submitter, register
+from ..gpu_runtime import clock_lock, smclock
+from ..gpu_runtime.device_map import DeviceMap, stage
+from ..work import (
+    MODE_CODES,
     Buffer,
     LatencyWork,
+    LoadedResult,
+    LoadedWork,
     RateResult,
     RateWork,
     RespondWork,
-    Shape,
-    Submitter,
-    register,
 )
-from . import build, lanes, smclock, status
-from .device import DeviceMap, stage
+from . import build, lanes, status
 from .forward import Forwarder
 from .params import CQ_POLLS, DOORBELLS, ORDERINGS, PUBLISH_CODES, UNSAFE_ORDERINGS, GpuParams
 
-MODE_CODES = {"issue": 0, "put_completion": 1, "round_trip": 2}
 MAX_QP_STATES = 8192
 STATE_WORDS = 16  # uint32 words of cuda/gda/queue.cuh QpState (one 64-byte row)
 MAX_DS = 63  # segments of one WQE (ds is 6 bits)
@@ -65,7 +66,9 @@ def _abort_page(cp: Any, device: int) -> tuple[int, int]:
 class GpuSubmitter(Submitter):
     name = "gpu"
     summary = "mini-gda: GPU threads build WQEs, ring doorbells and poll CQs (CUDA kernels)"
-    shapes = frozenset({Shape.LATENCY, Shape.RESPOND, Shape.RATE})
+    shapes = frozenset(
+        {Shape.LATENCY, Shape.RESPOND, Shape.RATE, Shape.LOADED, Shape.CLOCK}
+    )
     posting = (Posting.MLX5_QUEUES.value,)
     needs_gpu = True
     cpu_progress = False
@@ -98,6 +101,38 @@ class GpuSubmitter(Submitter):
                 "gpu with --queues device (the host thread that forwards the doorbell stores the "
                 "record and the doorbell, which --queues device keeps in GPU memory; use --queues "
                 "host for --doorbell host)",
+            )
+
+    @classmethod
+    def loaded_lanes(cls, params: Any, background: int) -> int:
+        from .loaded import lanes_needed
+
+        return lanes_needed(background)
+
+    @classmethod
+    def check_loaded(
+        cls,
+        params: Any,
+        *,
+        queues: Sequence[str],
+        background: int,
+        batch: int,
+        max_size: int,
+        sq_depth: int,
+    ) -> None:
+        """mini-gda's limits: a warp builds a background batch, and a batch and the probe's
+        WQE fit one SQ."""
+        from .loaded import MAX_BATCH
+
+        if batch > MAX_BATCH:
+            raise ConfigError("batch (--batch)", batch, f"1..{MAX_BATCH} with --submitter gpu")
+        bbs = write_wqebbs(True, max_size, False)
+        if (batch + 1) * bbs > sq_depth:
+            raise ConfigError(
+                "batch (--batch)",
+                batch,
+                f"<= {sq_depth // bbs - 1}: a batch and the probe of {bbs} WQEBBs each "
+                f"fit the SQ (--sq-depth {sq_depth})",
             )
 
     @classmethod
@@ -367,11 +402,18 @@ class GpuSubmitter(Submitter):
             cqes=int(out[:, 3].sum()),
         )
 
-    def loaded(self, work: Any) -> Any:
+    def loaded(self, work: LoadedWork) -> LoadedResult:
         """loaded-rtt's probe under background load (app/submit/gpu/loaded.py)."""
         from .loaded import run
 
         return run(self, work)
+
+    @contextlib.contextmanager
+    def locked_clock(self, mhz: int) -> Iterator[float]:
+        with clock_lock.locked(self.device.pci_bus_id, mhz):
+            measured = self.measure_clock()
+            clock_lock.check_measured(mhz, measured)
+            yield measured
 
     def _doorbell_details(self) -> dict[str, float]:
         """--doorbell host: the doorbells the host thread rang in the call (the GPU rang none)."""

@@ -14,10 +14,11 @@ import numpy as np
 
 from ...cuda_host import device_pointer
 from ...errors import CompletionTimeout, ConfigError, FabricError
-from ..base import LatencyWork, RespondWork
+from ..failures import LoopInterrupted
+from ..work import LatencyWork, LoadedWork, ProxyRateWork, RespondWork
 from .gpu_kernels import source
 from .params import ProxyParams
-from .work import LoadedWork, ProxyRateWork, check_background, ring_counts, rings_of
+from .rings import check_background, ring_counts, rings_of
 
 _REGISTER_PORTABLE_MAPPED = 0x1 | 0x2  # cudaHostRegisterPortable | cudaHostRegisterMapped
 _ALREADY_REGISTERED = 712  # cudaErrorHostMemoryAlreadyRegistered
@@ -158,8 +159,6 @@ class GpuProducers:
             err = eng.native.first_error()
             eng.sub.raise_error(what, err, {})
         if why == "interrupted":
-            from ..host import LoopInterrupted
-
             raise LoopInterrupted(f"rank {eng.sub.rank}: {what} interrupted by a signal", 0, 0)
         if why == "timeout":
             raise CompletionTimeout(
@@ -391,7 +390,7 @@ class GpuProducers:
     # ---- loaded round trip ------------------------------------------------------------------
     def loaded(self, eng: Any, work: LoadedWork, handoff: int) -> tuple[np.ndarray, dict]:
         cp = self.cp
-        check_background(handoff == 1, work.background, eng.native.rings(), work.reserved)
+        check_background(handoff == 1, work.background, eng.native.rings(), not work.shared)
         for r in self._ring_range(eng):  # slot 0 is the probe's; px_background cycles over 1..
             ln = work.lanes[eng.native.ring_lane(r)]
             if min(ln.src.length, ln.dst.length) // work.size < 2:
@@ -404,7 +403,7 @@ class GpuProducers:
             ctl_dev = rings[0] + self.consts.CONTROL_OFF
             ctl = self._control(eng)
             nr = len(rings)
-            first = 1 if work.reserved else 0
+            first = 0 if work.shared else 1
             lanes, slots = self._lanes_slots(eng, work.size, work.lanes)
             ring_ptrs = cp.asarray(np.array(rings, dtype=np.uint64))
             reserve = cp.zeros(nr, dtype=cp.uint64)
@@ -483,13 +482,13 @@ class GpuProducers:
             for b in range(P):
                 for j, r in enumerate(rings_of(b, P, nr, first)):
                     counts[r] += int(per_block[b, j])
-            if not work.reserved:
+            if work.shared:
                 counts[0] += work.iters + work.warmup
             for r in range(nr):
                 ok, err = eng.native.wait_completed(r, counts[r], "drain")
                 eng.check("loaded drain", ok, err, {})
             background = bg1 - bg0
-            if not work.reserved:
+            if work.shared:
                 background = max(0, background - (work.iters + work.warmup))
             rtt = (
                 self._cycles_to_ns(out.get()[: work.iters])

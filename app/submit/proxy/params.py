@@ -44,7 +44,12 @@ class ProxyParams:
         1, flag="--workers", lo=1, hi=MAX_WORKERS, help="proxy workers T (each with its own QP)"
     )
     rings: int = knob(
-        1, flag="--rings", lo=1, hi=MAX_RINGS, help="descriptor rings R (at least one per worker)"
+        0,
+        flag="--rings",
+        lo=0,
+        hi=MAX_RINGS,
+        help="descriptor rings R, at least one per worker (0: what the loop needs: one per "
+        "lane of a rate loop; the probe's and one per background producer, loaded-rtt)",
     )
     ring_depth: int = knob(
         1024, flag="--ring-depth", lo=2, hi=1 << 20, help="16-byte slots per ring (power of two)"
@@ -100,11 +105,11 @@ class ProxyParams:
         check_knobs(self)
         if self.ring_depth & (self.ring_depth - 1):
             raise ConfigError("ring_depth (--ring-depth)", self.ring_depth, "a power of two")
-        if self.rings < self.workers:
+        if self.rings and self.rings < self.workers:
             raise ConfigError(
                 "rings (--rings)", self.rings, f">= --workers {self.workers} (a ring per worker)"
             )
-        if self.handoff == "tuned" and self.producers > self.rings:
+        if self.handoff == "tuned" and self.rings and self.producers > self.rings:
             raise ConfigError(
                 "producers (--producers)",
                 self.producers,
@@ -129,6 +134,16 @@ class ProxyParams:
                     f"host on this machine: GPU producers need an NVIDIA GPU and CuPy "
                     f"({cupy.detail})",
                 )
+
+    def rate_rings(self, lanes: int) -> int:
+        """Rings of a rate loop over `lanes` lanes: --rings, else one per lane (ring r writes
+        through lane r), and never fewer than the workers."""
+        return max(self.rings or lanes, self.workers)
+
+    def loaded_rings(self, background: int) -> int:
+        """Rings of a loaded round trip: --rings, else ring 0 for the probe and one per
+        background producer (what the tuned handoff needs: one producer per ring)."""
+        return self.rings or max(self.workers, min(MAX_RINGS, 1 + background))
 
     @property
     def cores(self) -> tuple[int, ...]:

@@ -7,32 +7,34 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from ...errors import CompletionError, CompletionTimeout, ConfigError, FabricError
+from ...errors import ConfigError
 from ...fabric.base import Posting
-from ...mlx5.constants import Syndrome
 from ...platform import Probe
-from ..base import (
+from ..base import Shape, Submitter, register
+from ..failures import LoopFailure, raise_failure
+from ..native_lanes import lane_table
+from ..work import (
+    MODE_CODES,
     LatencyWork,
+    LoadedResult,
+    LoadedWork,
+    ProxyRateWork,
     RateResult,
     RateWork,
     RespondWork,
-    Shape,
-    Submitter,
-    register,
 )
-from ..host import LoopInterrupted, lane_table
 from .cores import default_cores
 from .params import HANDOFFS, MAX_CHAIN, ProxyParams
+from .rings import check_background, lane_counts, proxy_geometry, ring_counts
 from .verbs import on_verbs, refusal, verbs_lanes
-from .work import LoadedResult, LoadedWork, ProxyRateWork, lane_counts, proxy_geometry
 from .workers import worker_fields
 
-MODE_CODES = {"issue": 0, "put_completion": 1, "round_trip": 2}
 MAX_INLINE = 512
+HOST_PRODUCERS = 4  # proxy-rate's host producer threads by default (GPU: one CTA per ring)
 
 
 def _native_proxy() -> Any:
@@ -131,9 +133,12 @@ class Engine:
 class ProxySubmitter(Submitter):
     name = "proxy"
     summary = "mini-proxy: producers fill host rings, pinned CPU workers post chains of WQEs"
-    shapes = frozenset({Shape.LATENCY, Shape.RESPOND, Shape.RATE})
+    shapes = frozenset(
+        {Shape.LATENCY, Shape.RESPOND, Shape.RATE, Shape.LOADED, Shape.PROXY_RATE}
+    )
     posting = (Posting.MLX5_QUEUES.value, Posting.POST_SEND.value)
     Params = ProxyParams
+    point_headers: ClassVar[dict[str, str]] = {"workers": "T", "rings": "R"}
 
     @classmethod
     def availability(cls, probes: Mapping[str, Probe]) -> str | None:
@@ -173,7 +178,7 @@ class ProxySubmitter(Submitter):
                 raise ConfigError(
                     "qps (-q)", pt["qps"], "<= 32 with --scope all and --submitter proxy"
                 )
-            if "threads" in pt and params.rings < int(pt.get("qps", 1)):
+            if "threads" in pt and params.rings and params.rings < int(pt.get("qps", 1)):
                 raise ConfigError(
                     "rings (--rings)",
                     params.rings,
@@ -189,11 +194,65 @@ class ProxySubmitter(Submitter):
                 )
 
     @classmethod
-    def check_rate_lanes(cls, knobs: Mapping[str, Any], lanes: int) -> None:
-        """--workers against the lanes a rank's msg-rate/payload rate loop drives (-q x its
-        destinations), for a pre-flight caller that knows the rank's pattern (the experiment's
-        check_rank): the refusal ProxySubmitter.rate otherwise raises at the point's start."""
-        proxy_geometry(dict(knobs), lanes, 1)
+    def check_rate_lanes(cls, params: ProxyParams, lanes: int) -> None:
+        """--workers and --rings against the lanes a rank's msg-rate/payload rate loop drives
+        (-q x its destinations), for a pre-flight caller that knows the rank's pattern (the
+        experiment's check_rank): what ProxySubmitter.rate would otherwise refuse at the
+        point's start."""
+        proxy_geometry(params, lanes, 1)
+
+    @classmethod
+    def point_fields(
+        cls, params: ProxyParams, shape: Shape, point: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        if shape == Shape.LOADED:
+            return {"workers": params.workers, "rings": params.loaded_rings(point["background"])}
+        return {}
+
+    @classmethod
+    def loaded_lanes(cls, params: ProxyParams, background: int) -> int:
+        return params.workers  # a QP per worker
+
+    @classmethod
+    def loaded_queues(cls, params: ProxyParams) -> tuple[str, ...]:
+        # tuned: one producer per ring, so the probe cannot share a ring with the background
+        return ("reserved",) if params.handoff == "tuned" else ("shared", "reserved")
+
+    @classmethod
+    def check_loaded(
+        cls,
+        params: ProxyParams,
+        *,
+        queues: Sequence[str],
+        background: int,
+        batch: int,
+        max_size: int,
+        sq_depth: int,
+    ) -> None:
+        if batch > MAX_CHAIN:
+            raise ConfigError("batch (--batch)", batch, f"1..{MAX_CHAIN} with --submitter proxy")
+        rings = params.loaded_rings(background)
+        if "reserved" in queues and rings < 2:
+            raise ConfigError(
+                "rings (--rings)", rings, ">= 2 with --queue reserved (ring 0 is the probe's)"
+            )
+        tuned = params.handoff == "tuned"
+        if "shared" in queues and tuned:
+            raise ConfigError(
+                "queue (--queue)",
+                "shared",
+                "reserved with --handoff tuned (one producer per ring: the probe cannot share "
+                "a ring); use --handoff baseline to compare shared and reserved",
+            )
+        for q in queues:
+            check_background(tuned, background, rings, q == "reserved")
+
+    @classmethod
+    def proxy_rate_producers(cls, params: ProxyParams, rings: int) -> int:
+        """--producers, else one GPU CTA per ring, or up to HOST_PRODUCERS host threads."""
+        if params.producers:
+            return params.producers
+        return rings if params.producer == "gpu" else min(rings, HOST_PRODUCERS)
 
     @classmethod
     def check_provider(
@@ -247,7 +306,7 @@ class ProxySubmitter(Submitter):
         return Engine(self, lanes, workers, rings, batch, max_size, inline)
 
     # ---- errors -------------------------------------------------------------------------
-    def raise_error(self, what: str, err: dict[str, Any], params: dict[str, Any]) -> None:
+    def raise_error(self, what: str, err: dict[str, Any], values: dict[str, Any]) -> None:
         where = f"rank {self.rank}, {what}, {err['who'] or 'proxy'}"
         if err["ring"] >= 0:
             where += (
@@ -259,53 +318,23 @@ class ProxySubmitter(Submitter):
                 f", QP 0x{err['qpn']:06x}: SQ producer index {err['pi']}, retired "
                 f"{err['retired']}, CQ consumer index {err['cq_ci']}"
             )
-        kind = err["kind"]
-        if kind == "timeout":
-            extra = ""
-            if err["word_expected"]:
-                extra = (
-                    f"; polled word holds {err['word_seen']}, waiting for {err['word_expected']}"
-                )
-            msg = f": {err['message']}" if err["message"] else ""
-            raise CompletionTimeout(
-                f"no progress within {self.timeout_ns / 1e9:g} s{msg} ({where}{extra})"
-            )
-        if kind == "cqe_error" and err["wc_status"] >= 0:  # a verbs lane's ibv_wc
+        f = LoopFailure.from_native(err, where)
+        if f.kind == "cqe_error" and f.wc_status >= 0:  # a verbs lane's ibv_wc
+            self.fabric.sw["errors"] += 1
+
+        def wc_error(f: LoopFailure) -> BaseException:
             from ...fabric.verbs.posting import completion_error
 
-            self.fabric.sw["errors"] += 1
-            exc = completion_error(
-                self.fabric, err["wc_status"], err["wr_id"], err["qpn"], err["vendor_err"], what
-            )
-            exc.add_note(where)
-            raise exc
-        if kind == "cqe_error":
-            synd = err["syndrome"]
-            try:
-                name = Syndrome(synd).name
-            except ValueError:
-                name = "unknown"
-            raise CompletionError(
-                f"error CQE {name} (0x{synd:02x}, vendor 0x{err['vendor_syndrome']:02x}) for WQE "
-                f"{err['wqe_counter']} ({where})",
-                synd,
-                err["wqe_counter"],
-                err["qpn"],
-            )
-        if kind == "interrupted":
-            raise LoopInterrupted(
-                f"{what} interrupted by a signal after {err['done']} of {err['total']} "
-                f"operations ({where})",
-                err["done"],
-                err["total"],
-            )
-        if kind == "bad_arguments":
-            field = err["field"]
-            exc = ConfigError(field, params.get(field, err["message"]), err["allowed"])
-            exc.add_note(err["message"])
-            raise exc
-        detail = f": {err['message']}" if err["message"] else ""
-        raise FabricError(f"{what} failed: {kind}{detail} ({where})")
+            return completion_error(self.fabric, f.wc_status, f.wr_id, f.qpn, f.vendor_err, what)
+
+        raise_failure(
+            f,
+            what,
+            self.timeout_ns / 1e9,
+            values=values,
+            waiting_for="progress",
+            wc_error=wc_error,
+        )
 
     # ---- the shared loop shapes -----------------------------------------------------------
     def latency(self, work: LatencyWork) -> np.ndarray:
@@ -350,22 +379,8 @@ class ProxySubmitter(Submitter):
     def rate(self, work: RateWork) -> RateResult:
         # Every lane the experiment hands out carries writes (and is validated): each needs a
         # ring, since ring r writes through lane r when rings = lanes.
-        if self.params.rings < len(work.lanes):
-            raise ConfigError(
-                "rings (--rings)",
-                self.params.rings,
-                f">= {len(work.lanes)} (one ring per lane of this experiment's rate loop)",
-            )
-        workers, rings, producers = proxy_geometry(
-            {
-                "workers": self.params.workers,
-                "rings": self.params.rings,
-                "producers": self.params.producers,
-            },
-            len(work.lanes),
-            work.threads,
-        )
-        res = self.proxy_rate(
+        workers, rings, producers = proxy_geometry(self.params, len(work.lanes), work.threads)
+        return self.proxy_rate(
             ProxyRateWork(
                 lanes=work.lanes,
                 workers=workers,
@@ -379,19 +394,13 @@ class ProxySubmitter(Submitter):
                 window=work.window,
             )
         )
-        return res
 
     def rate_lane_messages(
         self, nlanes: int, threads: int, batch: int, per_thread: int
     ) -> list[int] | None:
-        knobs = {
-            "workers": self.params.workers,
-            "rings": self.params.rings,
-            "producers": self.params.producers,
-        }
-        return lane_counts(knobs, nlanes, threads, per_thread)
+        return lane_counts(self.params, nlanes, threads, per_thread)
 
-    # ---- proxy-only work ----------------------------------------------------------------
+    # ---- the shapes only mini-proxy has among the CPU-driven submitters ---------------------
     def proxy_rate(self, work: ProxyRateWork) -> RateResult:
         if self.params.handoff == "tuned" and work.producers > work.rings:
             raise ConfigError(
@@ -428,15 +437,25 @@ class ProxySubmitter(Submitter):
             cqes=sum(int(w["cqes"]) for w in eng.stats),
         )
 
+    def proxy_rate_lane_messages(
+        self, workers: int, rings: int, producers: int, per_producer: int
+    ) -> list[int]:
+        # ring r writes through lane r mod T; its i-th descriptor to slot i mod slots
+        counts = ring_counts(rings, producers, per_producer)
+        return [
+            max(c for r, c in enumerate(counts) if r % workers == lane) for lane in range(workers)
+        ]
+
     def loaded(self, work: LoadedWork) -> LoadedResult:
-        with self.engine(work.lanes, work.workers, work.rings, work.batch, work.size, True) as eng:
+        workers, rings = self.params.workers, self.params.loaded_rings(work.background)
+        with self.engine(work.lanes, workers, rings, work.batch, work.size, True) as eng:
             if self.gpu is not None:
                 rtt, stats = self.gpu.loaded(eng, work, self.handoff_code)
             else:
                 ok, rtt, stats, err = eng.native.loaded(
                     work.requester,
                     self.handoff_code,
-                    work.reserved,
+                    not work.shared,
                     work.background,
                     work.pace_mps,
                     work.size,
@@ -448,19 +467,18 @@ class ProxySubmitter(Submitter):
                     "loaded round trip" if work.requester else "loaded responder",
                     ok,
                     err,
-                    {"rings": work.rings, "handoff": self.params.handoff, "size": work.size},
+                    {"rings": rings, "handoff": self.params.handoff, "size": work.size},
                 )
+        self.last_ring_messages = list(stats["ring_messages"])
         return LoadedResult(
             rtt_ns=np.asarray(rtt, dtype=np.int64),
             background=int(stats["background"]),
             probe_ns=int(stats["probe_ns"]),
-            ring_messages=list(stats["ring_messages"]),
-            workers=eng.stats,
+            details=worker_fields(eng.stats, self.params.precondition),
         )
 
-    def point_details(self) -> dict[str, Any]:  # type: ignore[override]
-        """Where the last engine's workers ran and their clock (workers.py): single-op and
-        payload record it this way; proxy-rate and loaded-rtt add the same fields themselves.
+    def point_details(self) -> dict[str, Any]:
+        """Where the last engine's workers ran and their clock (workers.py), for every shape.
         Taken once: a point that started no engine records none."""
         stats, self.last_workers = self.last_workers, []
         return worker_fields(stats, self.params.precondition) if stats else {}

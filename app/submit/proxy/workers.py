@@ -1,7 +1,7 @@
 """Where mini-proxy's workers ran and their clock state (the paper, arXiv 2610.01380, App. C.1):
-the one place that turns an engine's per-worker stats into trace fields. proxy-rate and
-loaded-rtt add them to their results; single-op and payload get them through
-ProxySubmitter.point_details (the harness adds those to every point that took samples)."""
+the one place that turns an engine's per-worker stats into trace fields. Every point that took
+samples gets them through ProxySubmitter.point_details; a loaded round trip's responder, which
+takes none, through its LoadedResult's details."""
 
 from __future__ import annotations
 
@@ -20,9 +20,3 @@ def worker_fields(stats: list[dict[str, Any]], precondition: str) -> dict[str, A
         "precondition": precondition,
     }
 
-
-def worker_results(sub: Any) -> dict[str, Any]:
-    """The fields of `sub`'s last engine (a proxy submitter)."""
-    return worker_fields(
-        list(getattr(sub, "last_workers", [])), str(getattr(sub.params, "precondition", ""))
-    )

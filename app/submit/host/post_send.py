@@ -1,7 +1,7 @@
 """The host submitter's post-send path: its loops on a provider without mlx5 queues in memory.
 
 A generic verbs device keeps its queues behind libibverbs, so the host submitter
-(app/submit/host.py) hands its typed work (LatencyWork, RespondWork, RateWork) to this path
+(submitter.py) hands its typed work (LatencyWork, RespondWork, RateWork) to this path
 instead of its WQE loops. The loops are native (proxy/src/verbs_loops.cpp, over the NIC objects
 the verbs fabric owns natively): ibv_post_send chains of pre-linked work requests, ibv_poll_cq,
 no allocation and no Python per operation. One submitting thread.
@@ -19,13 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CompletionTimeout, ConfigError, FabricError
-from ..fabric.base import QueuePair
-from ..fabric.verbs.fabric import native
-from ..fabric.verbs.posting import completion_error
-from .base import Buffer, LatencyWork, RateResult, RateWork, RespondWork
-
-MODE_CODES = {"issue": 0, "put_completion": 1, "round_trip": 2}
+from ...errors import ConfigError
+from ...fabric.base import QueuePair
+from ...fabric.verbs.fabric import native
+from ...fabric.verbs.posting import completion_error
+from ..failures import LoopFailure, raise_failure
+from ..work import MODE_CODES, Buffer, LatencyWork, RateResult, RateWork, RespondWork
 
 
 def post_send_path(fabric: Any, rank: int, timeout_ns: int) -> PostSendPath | None:
@@ -61,36 +60,22 @@ class PostSendPath:
                 raise ConfigError("size", size, f"<= {b.length} B (the lane's {name} buffer)")
 
     def _raise(self, what: str, err: dict[str, Any]) -> None:
-        kind, qpn = err["kind"], err["qpn"]
+        qpn = err["qpn"]
         peer = self.f._peer_of.get(qpn)
         to = f" to rank {peer}" if peer is not None else ""
         where = (
             f"rank {self.rank}, QP 0x{qpn:06x}{to}, {what}: {err['posted']} posted, "
             f"{err['completed']} completed"
         )
-        if kind == "cqe_error":
+        f = LoopFailure.from_native(err, where)
+        if f.kind == "cqe_error":  # a work completion's ibv_wc status
             self.f.sw["errors"] += 1
-            raise completion_error(
-                self.f, err["status"], err["wr_id"], err["wc_qpn"] or qpn, err["vendor_err"], what
-            )
-        if kind == "timeout":
-            extra = ""
-            if err["word_expected"]:
-                extra = (
-                    f"; polled word holds {err['word_seen']}, waiting for {err['word_expected']}"
-                )
-            raise CompletionTimeout(f"no completion within {self.timeout_s:g} s ({where}{extra})")
-        if kind == "interrupted":
-            from .host import LoopInterrupted
+            f.wc_status, f.qpn = int(err["status"]), int(err["wc_qpn"] or qpn)
 
-            raise LoopInterrupted(
-                f"{what} interrupted by a signal after {err['done']} of {err['total']} "
-                f"operations ({where})",
-                err["done"],
-                err["total"],
-            )
-        detail = f": {err['message']}" if err["message"] else ""
-        raise FabricError(f"{what} failed: {kind}{detail} ({where})")
+        def wc_error(f: LoopFailure) -> BaseException:
+            return completion_error(self.f, f.wc_status, f.wr_id, f.qpn, f.vendor_err, what)
+
+        raise_failure(f, what, self.timeout_s, wc_error=wc_error)
 
     def _count(self, wqes: int, doorbells: int, cqes: int, nbytes: int) -> None:
         sw = self.f.sw

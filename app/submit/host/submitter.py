@@ -1,9 +1,10 @@
-"""The host submitter: Python configures, the native loops in proxy/ post and poll.
+"""The host submitter: Python configures, the native loops (native/) post and poll.
 
-Lanes travel to C++ as one uint64 table with the columns of `gicbench._native.host.LANE_COLUMNS`
-(the submitter's own layout). A loop that fails returns the queue state; it is raised here as
-CompletionTimeout or CompletionError with rank, QP and indices. On a provider without mlx5 queues
-in memory (verbs), the same typed work goes through the post-send path (verbs_path.py).
+Lanes travel to C++ as one uint64 table (app/submit/native_lanes.py). A loop that fails returns
+the queue state as the native error record; it is raised through the one decoder
+(app/submit/failures.py) as CompletionTimeout, CompletionError or LoopInterrupted with rank, QP
+and indices. On a provider without mlx5 queues in memory (verbs), the same typed work goes
+through the post-send path (post_send.py).
 """
 
 from __future__ import annotations
@@ -13,31 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CompletionError, CompletionTimeout, ConfigError, FabricError
-from ..fabric.base import Posting
-from ..mlx5.constants import Syndrome
-from ..platform import Probe
-from .base import (
-    Buffer,
-    Lane,
-    LatencyWork,
-    RateResult,
-    RateWork,
-    RespondWork,
-    Shape,
-    Submitter,
-    register,
-)
-
-MODE_CODES = {"issue": 0, "put_completion": 1, "round_trip": 2}
-
-
-class LoopInterrupted(FabricError):
-    """SIGTERM/SIGINT ended a native loop early; `done` of `total` operations had been issued."""
-
-    def __init__(self, message: str, done: int, total: int) -> None:
-        self.done, self.total = done, total
-        super().__init__(message)
+from ...fabric.base import Posting
+from ...platform import Probe
+from ..base import Shape, Submitter, register
+from ..failures import LoopFailure, raise_failure
+from ..native_lanes import lane_table
+from ..work import MODE_CODES, Buffer, LatencyWork, RateResult, RateWork, RespondWork
+from .post_send import post_send_path
 
 
 def write_wqebbs(payload: str, size: int, transport: str = "rc", compact_av: bool = False) -> int:
@@ -51,27 +34,9 @@ def max_batch(sq_wqebbs: int, payload: str, size: int, transport: str = "rc") ->
 
 
 def _native_host() -> Any:
-    from .. import _native
+    from ... import _native
 
     return _native.host
-
-
-def lane_row(lane: Lane, compact_av: bool = False) -> list[int]:
-    sq, cq = lane.qp.sq, lane.qp.sq.cq
-    row = [sq.buf, sq.wqebb_cnt, sq.dbrec, sq.doorbell, lane.qp.qpn, cq.buf, cq.ncqe, cq.dbrec]
-    if lane.dc is not None:
-        row += [1, lane.dc.dc_key, lane.dc.dctn, (lane.dc.lid & 0xFFFF) | (int(compact_av) << 32)]
-    else:
-        row += [0, 0, 0, 0]
-    region = min(lane.src.length, lane.dst.length)
-    row += [lane.src.addr, lane.src.key, lane.dst.addr, lane.dst.key, region]
-    return row
-
-
-def lane_table(lanes: tuple[Lane, ...] | list[Lane]) -> np.ndarray:
-    width = len(_native_host().LANE_COLUMNS)
-    rows = [lane_row(lane) for lane in lanes]
-    return np.ascontiguousarray(np.array(rows, dtype=np.uint64).reshape(-1, width))
 
 
 def _buf(b: Buffer) -> tuple[int, int, int]:
@@ -87,8 +52,6 @@ class HostSubmitter(Submitter):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        from .verbs_path import post_send_path
-
         # None on a provider with mlx5 queues in memory (emu, mlx5): the native WQE loops.
         self._post_send = post_send_path(self.fabric, self.rank, self.timeout_ns)
 
@@ -104,49 +67,14 @@ class HostSubmitter(Submitter):
     def _hook(self) -> tuple[int, int]:
         return self.progress.cpu_hook
 
-    def _raise(self, what: str, err: dict[str, Any], params: dict[str, Any]) -> None:
+    def _raise(self, what: str, err: dict[str, Any], values: dict[str, Any]) -> None:
         where = (
             f"rank {self.rank}, {what}, QP 0x{err['qpn']:06x}: SQ producer index "
             f"{err['pi']}, retired {err['retired']}, CQ consumer index {err['cq_ci']}"
         )
-        if err["kind"] == "timeout":
-            extra = ""
-            if err["word_expected"]:
-                extra = (
-                    f"; polled word holds {err['word_seen']}, waiting for {err['word_expected']}"
-                )
-            raise CompletionTimeout(
-                f"no completion within {self.timeout_ns / 1e9:g} s ({where}{extra})"
-            )
-        if err["kind"] == "cqe_error":
-            synd = err["syndrome"]
-            try:
-                name = Syndrome(synd).name
-            except ValueError:
-                name = "unknown"
-            raise CompletionError(
-                f"error CQE {name} (0x{synd:02x}, vendor 0x{err['vendor_syndrome']:02x}) for WQE "
-                f"{err['wqe_counter']} ({where})",
-                synd,
-                err["wqe_counter"],
-                err["qpn"],
-            )
-        if err["kind"] == "interrupted":
-            raise LoopInterrupted(
-                f"{what} interrupted by a signal after {err['done']} of {err['total']} "
-                f"operations ({where})",
-                err["done"],
-                err["total"],
-            )
-        if err["kind"] == "bad_arguments":
-            # refused before anything was posted: the field, what is allowed; the native
-            # sentence (lane, QP) rides along as a note
-            field = err["field"]
-            exc = ConfigError(field, params.get(field, err["message"]), err["allowed"])
-            exc.add_note(err["message"])
-            raise exc
-        detail = f": {err['message']}" if err["message"] else ""
-        raise FabricError(f"{what} failed: {err['kind']}{detail} ({where})")
+        raise_failure(
+            LoopFailure.from_native(err, where), what, self.timeout_ns / 1e9, values=values
+        )
 
     def latency(self, work: LatencyWork) -> np.ndarray:
         if self._post_send is not None:

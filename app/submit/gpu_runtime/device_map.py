@@ -1,4 +1,4 @@
-"""Where the GPU reaches each queue and buffer: device addresses only.
+"""Where the GPU reaches each queue and buffer: device addresses only (every GPU submitter).
 
 Two sources, in this order: the objects' own device fields (`SendQueue.device_buf`, ...,
 `MemoryRegion.device_addr`: a provider that hands out GPU-reachable objects, such as a CUDA engine

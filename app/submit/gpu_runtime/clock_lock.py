@@ -1,6 +1,6 @@
-"""SM clock control for the clock sweep: lock the graphics clock with `nvidia-smi -lgc f,f`,
-always restore it with `nvidia-smi -rgc` (on success, failure, signal and at exit), and the
-tolerance within which the clock measured in a kernel must match the lock."""
+"""SM clock control (the clock-control shape, for the clock sweep): lock the graphics clock with
+`nvidia-smi -lgc f,f`, always restore it with `nvidia-smi -rgc` (on success, failure, signal and
+at exit), and the tolerance within which the clock measured in a kernel must match the lock."""
 
 from __future__ import annotations
 

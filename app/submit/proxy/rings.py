@@ -1,70 +1,21 @@
-"""Work that only the proxy submitter takes: proxy-rate's T/R/B point and loaded-rtt's probe under
-background load. The experiments that hand it out refuse other submitters in pre-flight."""
+"""How mini-proxy's producers, rings, workers and lanes map onto each other: one place for the
+geometry the native engine (proxy/src/proxy_engine.cpp, proxy_host.cpp) and the GPU producers
+(cuda/proxy/) follow, so the Python side can predict what lands where."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
-
 from ...errors import ConfigError
-from ..base import Buffer, Lane
+from .params import ProxyParams
 
 
-@dataclass(frozen=True)
-class ProxyRateWork:
-    """T workers (lanes[:T], one QP each), R rings, chains of up to B WQEs; `producers` fill the
-    rings with `messages` writes of `size` bytes each (after `warmup`)."""
-
-    lanes: tuple[Lane, ...]
-    workers: int
-    rings: int
-    batch: int
-    producers: int
-    size: int
-    inline: bool
-    messages: int
-    warmup: int
-    window: int
-
-
-@dataclass(frozen=True)
-class LoadedWork:
-    """A probe's round trip on ring 0 (its own ring when `reserved`, else shared with the
-    background), while `background` producers load this rank's rings; `requester` False answers
-    the probe instead. `reply` is the word the answer lands in (requester) or the request lands
-    in (responder): the last 8 bytes of a landing buffer of `size` bytes."""
-
-    lanes: tuple[Lane, ...]
-    requester: bool
-    reserved: bool
-    workers: int
-    rings: int
-    batch: int
-    background: int
-    pace_mps: float
-    size: int
-    reply: Buffer
-    iters: int
-    warmup: int
-
-
-@dataclass
-class LoadedResult:
-    rtt_ns: np.ndarray  # requester only
-    background: int  # background writes completed while the probe ran
-    probe_ns: int
-    ring_messages: list[int]
-    workers: list[dict]
-
-
-def proxy_geometry(knobs: dict, lanes: int, threads: int) -> tuple[int, int, int]:
+def proxy_geometry(params: ProxyParams, lanes: int, threads: int) -> tuple[int, int, int]:
     """(workers, rings, producers) the proxy's generic rate loop uses for `lanes` lanes and an
     experiment's `threads` (ProxySubmitter.rate): one place for that choice. Each worker owns
-    at least one of the lanes (QPs), so --workers above the lanes is refused, not capped: the
-    lanes (QPs x destinations of the rank) are only known once the pattern has a rank, so this
-    is checked at the start of the point, before any ring or thread exists."""
-    workers = int(knobs.get("workers", 1))
+    at least one of the lanes (QPs), and every lane needs a ring (ring r writes through lane r
+    when rings = lanes), so --workers above the lanes and --rings below them are refused, not
+    capped. The lanes (QPs x destinations of the rank) are known once the pattern has a rank:
+    pre-flight's check_rank asks this (ProxySubmitter.check_rate_lanes)."""
+    workers = params.workers
     if workers > lanes:
         raise ConfigError(
             "workers (--workers)",
@@ -72,8 +23,15 @@ def proxy_geometry(knobs: dict, lanes: int, threads: int) -> tuple[int, int, int
             f"1..{lanes} for this rate loop: one QP per worker, and it drives {lanes} QP(s) "
             "(-q x destinations); raise -q or lower --workers",
         )
-    rings = max(int(knobs.get("rings", 1)), workers)
-    producers = int(knobs.get("producers", 0)) or threads
+    if params.rings and params.rings < lanes:
+        raise ConfigError(
+            "rings (--rings)",
+            params.rings,
+            f">= {lanes} (one ring per lane of this rate loop: -q x destinations), or 0 "
+            "for as many as it needs",
+        )
+    rings = params.rate_rings(lanes)
+    producers = params.producers or threads
     return workers, rings, producers
 
 
@@ -104,11 +62,11 @@ def ring_lane(r: int, workers: int, lanes: int) -> int:
     return w + ((r // workers) % n) * workers
 
 
-def lane_counts(knobs: dict, lanes: int, threads: int, per_thread: int) -> list[int]:
+def lane_counts(params: ProxyParams, lanes: int, threads: int, per_thread: int) -> list[int]:
     """How far into its slots each lane's region is written by the generic rate loop: every
     ring writes its k-th message to slot k mod slots of its lane's region, so a lane shared by
     rings is covered as far as its busiest ring."""
-    workers, rings, producers = proxy_geometry(knobs, lanes, threads)
+    workers, rings, producers = proxy_geometry(params, lanes, threads)
     per_lane = [0] * lanes
     for r, c in enumerate(ring_counts(rings, producers, per_thread)):
         lane = ring_lane(r, workers, lanes)

@@ -1,0 +1,186 @@
+"""The typed work of every loop shape a submitter may offer, and what each loop returns.
+
+Experiments build these from their points and hand them to the submitter's method of the same
+shape (`latency`, `respond`, `rate`, `loaded`, `proxy_rate`; `locked_clock` for clock control);
+they never call past them. Work is made of `Lane`s: a QP towards one peer with the lane's source
+and destination regions. How a submitter lays lanes out (a native table, a GPU array) is its own
+business.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..fabric.base import MemoryRegion, QueuePair
+
+
+class Shape(str, enum.Enum):
+    """Loop shapes an experiment asks for and a submitter declares (`Submitter.shapes`)."""
+
+    LATENCY = "latency"  # one operation at a time, timed per operation
+    RESPOND = "respond"  # answer a peer's requests (the far side of a round trip)
+    RATE = "rate"  # many operations outstanding, timed over windows
+    LOADED = "loaded"  # a probe's round trip while background producers load the endpoint
+    PROXY_RATE = "proxy-rate"  # R descriptor rings drained by T workers in chains of B
+    CLOCK = "clock"  # lock the SM clock of the GPU that runs the loops, and measure it
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A byte range the NIC reaches: local (key = lkey) or remote (key = rkey)."""
+
+    addr: int
+    key: int
+    length: int
+
+    @classmethod
+    def local(cls, mr: MemoryRegion, offset: int = 0, length: int | None = None) -> Buffer:
+        n = mr.length - offset if length is None else length
+        if offset < 0 or n <= 0 or offset + n > mr.length:
+            raise ValueError(f"slice [{offset}, {offset + n}) outside a {mr.length}-byte region")
+        return cls(mr.addr + offset, mr.lkey, n)
+
+    def slice(self, offset: int, length: int) -> Buffer:
+        if offset < 0 or length <= 0 or offset + length > self.length:
+            raise ValueError(f"slice [{offset}, {offset + length}) outside {self.length} bytes")
+        return Buffer(self.addr + offset, self.key, length)
+
+
+@dataclass(frozen=True)
+class DcAddress:
+    """The address vector a DCI puts in each WQE to reach a peer's DC target."""
+
+    dctn: int
+    dc_key: int
+    lid: int
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One QP driven towards one peer: where it reads (src) and where it writes (dst)."""
+
+    qp: QueuePair
+    peer: int
+    src: Buffer
+    dst: Buffer
+    dc: DcAddress | None = None
+
+
+# ---- LATENCY and RESPOND ------------------------------------------------------------------------
+# What a latency loop times, and the code each native loop and kernel knows it by.
+LATENCY_MODES = ("issue", "put_completion", "round_trip")
+MODE_CODES = {mode: code for code, mode in enumerate(LATENCY_MODES)}
+
+
+@dataclass(frozen=True)
+class LatencyWork:
+    """Operations one at a time on lanes[selected]; `lanes` are all configured QPs (the scope
+    of an all-QP quiet). `reply` is the local buffer a round trip's answer lands in."""
+
+    lanes: tuple[Lane, ...]
+    selected: int
+    mode: str  # issue | put_completion | round_trip
+    size: int
+    inline: bool
+    scope_all: bool
+    iters: int
+    warmup: int
+    reply: Buffer | None = None
+
+
+@dataclass(frozen=True)
+class RespondWork:
+    """Answer `count` round-trip requests that land in `watch`, writing back through `lane`."""
+
+    lane: Lane
+    watch: Buffer
+    size: int
+    inline: bool
+    count: int
+
+
+# ---- RATE and PROXY_RATE ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RateWork:
+    """Many writes outstanding: thread t owns lanes t, t+T, ...; `batch` WQEs per doorbell."""
+
+    lanes: tuple[Lane, ...]
+    threads: int
+    batch: int
+    size: int
+    inline: bool
+    messages_per_thread: int
+    warmup_per_thread: int
+    window: int
+
+
+@dataclass
+class RateResult:
+    """A rate loop's windows (int64 ns, each `window` messages of one thread or producer) and
+    its totals over the timed region (the final drain included)."""
+
+    windows_ns: np.ndarray
+    elapsed_ns: int
+    messages: int
+    doorbells: int
+    cqes: int
+
+
+@dataclass(frozen=True)
+class ProxyRateWork:
+    """T workers (lanes[:T], one QP each), R rings, chains of up to B WQEs; `producers` fill the
+    rings with `messages` writes of `size` bytes each (after `warmup`). Returns a RateResult."""
+
+    lanes: tuple[Lane, ...]
+    workers: int
+    rings: int
+    batch: int
+    producers: int
+    size: int
+    inline: bool
+    messages: int
+    warmup: int
+    window: int
+
+
+# ---- LOADED -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LoadedWork:
+    """A probe's round trip of `size` inline bytes on lanes[0] while `background` producers
+    (host threads or GPU CTAs) post batches of `batch` writes on this endpoint, paced to
+    `pace_mps` M msg/s per endpoint when > 0. `shared`: the probe's queue (a ring or a QP) is
+    one the background also fills, else it is reserved for the probe. `requester` False answers
+    the peer's probe instead. `reply`: the landing slice the answer (requester) or the request
+    (responder) arrives in; the probe's sequence word is its last 8 bytes. `lanes`: as many as
+    the submitter's `loaded_lanes` asked for."""
+
+    lanes: tuple[Lane, ...]
+    requester: bool
+    shared: bool
+    background: int
+    batch: int
+    pace_mps: float
+    size: int
+    reply: Buffer
+    iters: int
+    warmup: int
+
+
+@dataclass
+class LoadedResult:
+    """The probe's samples (requester only), the background writes retired while the measured
+    probes ran and the span they ran in, and the submitter's own numbers for the trace."""
+
+    rtt_ns: np.ndarray
+    background: int
+    probe_ns: int
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def background_mps(self) -> float:
+        """The rate the background carried during the probe (M msg/s)."""
+        return self.background / self.probe_ns * 1e3 if self.probe_ns > 0 else 0.0
