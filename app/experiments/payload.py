@@ -11,18 +11,13 @@ goodput measured when it is 0.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
+from typing import Any
 
 from ..knobs import KIND_FLOAT, KIND_SIZE, Knob
-from ..submit.base import RateWork, Shape
-from .common import BATCH, QPS, THREADS, WARMUP, SizeSweep, field, rate_results
+from ..submit.base import Shape
+from .common import BATCH, QPS, THREADS, WARMUP, SizeSweep, field
 from .msg_rate import MESSAGES, WINDOWS, MsgRate
-from .registry import Column, PointResult, register
-
-if TYPE_CHECKING:
-    from .context import Layout, RankContext
+from .registry import Column, register
 
 REFERENCE = Knob(
     "--reference-gbps",
@@ -95,40 +90,9 @@ class Payload(MsgRate):
             for size in p.sizes
         ]
 
-    def run_point(self, ctx: RankContext, point: dict[str, Any]) -> PointResult:
-        t = ctx.traffic
-        if not t.sends:
-            return PointResult(role=t.role)
-        point = with_counts(point)
-        lanes = tuple(lane for d in t.sends_to for lane in ctx.lanes_to(d, "rc", point["qps"]))
-        res = ctx.submitter.rate(
-            RateWork(
-                lanes=lanes,
-                threads=point["threads"],
-                batch=point["batch"],
-                size=point["size"],
-                inline=False,
-                messages_per_thread=point["messages_per_thread"],
-                warmup_per_thread=point["warmup_per_thread"],
-                window=point["window"],
-            )
-        )
-        return PointResult(
-            samples={"window_ns": res.windows_ns},
-            results=rate_results(res, point["size"], len(t.sends_to)),
-            role=t.role,
-        )
-
-    def expected_landing(
-        self,
-        ctx: RankContext,
-        point: dict[str, Any],
-        source: int,
-        source_bytes: np.ndarray,
-        layout: Layout,
-    ) -> list[tuple[int, np.ndarray]]:
+    def counted(self, point: dict[str, Any]) -> dict[str, Any]:
         # the submitter says how its rate loop spread the messages (rate_lane_messages)
-        return super().expected_landing(ctx, with_counts(point), source, source_bytes, layout)
+        return with_counts(point)
 
     def columns(self) -> list[Column]:
         return [

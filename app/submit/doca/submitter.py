@@ -32,6 +32,7 @@ from ...platform import Probe
 from ..base import Shape, Submitter, register
 from ..failures import CQE_ERROR, TIMEOUT, LoopFailure, raise_failure
 from ..gpu_runtime import smclock
+from ..gpu_runtime.device import rank_device
 from ..gpu_runtime.device_map import DeviceMap, stage
 from ..work import LATENCY_MODES, Lane, LatencyWork, RateResult, RateWork, RespondWork
 from .layout import (
@@ -178,10 +179,7 @@ class DocaSubmitter(Submitter):
 
         from .device import DocaDevice
 
-        n = cp.cuda.runtime.getDeviceCount()
-        if n < 1:
-            raise UnsupportedError("the doca submitter needs a CUDA GPU: none found")
-        with cp.cuda.Device(local_rank % n):
+        with rank_device(cp, local_rank, "doca submitter"):
             DocaDevice().preload()
             smclock.measure(cp, ns=1000)
 
@@ -212,10 +210,7 @@ class DocaSubmitter(Submitter):
         from .device import DocaDevice
 
         self.cp = cp
-        n = cp.cuda.runtime.getDeviceCount()
-        if n < 1:
-            raise UnsupportedError("the doca submitter needs a CUDA GPU: none found")
-        self.device = cp.cuda.Device(self.rank % n)
+        self.device = rank_device(cp, self.rank, "doca submitter")
         self.device.use()
         p: DocaParams = self.params
         self.handler, self.sharing = p.nic_handler, p.sharing_mode

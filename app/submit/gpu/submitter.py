@@ -18,12 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import ConfigError, FabricError, UnsupportedError
+from ...errors import ConfigError, FabricError
 from ...fabric.base import Posting, host_view
 from ...mlx5 import write_wqebbs
 from ...platform import Probe
 from ..base import Shape, Submitter, register
 from ..gpu_runtime import clock_lock, smclock
+from ..gpu_runtime.device import rank_device
 from ..gpu_runtime.device_map import DeviceMap, stage
 from ..work import (
     MODE_CODES,
@@ -144,11 +145,8 @@ class GpuSubmitter(Submitter):
 
         from . import loaded
 
-        n = cp.cuda.runtime.getDeviceCount()
-        if n < 1:
-            raise UnsupportedError("the GPU submitter needs a CUDA GPU: none found")
         p = params if isinstance(params, GpuParams) else GpuParams()
-        with cp.cuda.Device(local_rank % n):
+        with rank_device(cp, local_rank, "GPU submitter"):
             k = build.kernels(p.ordering, p.cq_poll)
             loaded.kernels(p.ordering)
             stream = cp.cuda.Stream(non_blocking=True)
@@ -161,10 +159,7 @@ class GpuSubmitter(Submitter):
         import cupy as cp
 
         self.cp = cp
-        n = cp.cuda.runtime.getDeviceCount()
-        if n < 1:
-            raise UnsupportedError("the GPU submitter needs a CUDA GPU: none found")
-        self.device = cp.cuda.Device(self.rank % n)  # node-local rank i takes GPU i mod count
+        self.device = rank_device(cp, self.rank, "GPU submitter")
         self.device.use()
         self.ordering = self.params.ordering
         if self.ordering not in ORDERINGS:

@@ -16,6 +16,7 @@ from ...fabric.base import Posting
 from ...platform import Probe
 from ..base import Shape, Submitter, register
 from ..failures import LoopFailure, raise_failure
+from ..gpu_runtime.device import rank_device
 from ..native_lanes import lane_table
 from ..work import (
     MODE_CODES,
@@ -277,8 +278,7 @@ class ProxySubmitter(Submitter):
 
         from .gpu import load_kernels
 
-        n = cp.cuda.runtime.getDeviceCount()
-        with cp.cuda.Device(local_rank % n):
+        with rank_device(cp, local_rank, "GPU producers (--producer gpu)"):
             load_kernels(cp, _native_proxy())
 
     def __init__(self, **kw: Any) -> None:
