@@ -1,7 +1,8 @@
 """gicbench: dissect GPU-initiated and CPU-proxy RDMA communication.
 
-The package is layered top to bottom as the data flows (see DESIGN.md in the repository):
-cli -> experiments -> submit -> fabric -> bootstrap, with trace and analysis beside them.
+The package is layered top to bottom as the data flows (docs/architecture.md): cli -> analysis
+-> sweep -> harness -> plan -> experiments -> submit | bootstrap -> fabric -> trace, mlx5 and the
+rest, each importing only the layers below it.
 """
 
 __version__ = "0.1.0"

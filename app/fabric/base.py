@@ -1,4 +1,5 @@
-"""The provider interface: what a NIC must hand a submitter (DESIGN.md, "the one contract").
+"""The provider interface: what a NIC must hand a submitter (docs/architecture.md, "the one
+contract").
 
 A fabric provider owns the NIC objects of one rank. Submitters only see the memory objects below
 (SQ ring, doorbell record, doorbell word, CQ ring, CQ consumer record, QPN, keys) and never ask

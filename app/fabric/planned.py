@@ -1,5 +1,6 @@
-"""Providers that are designed (DESIGN.md) but not implemented in this release: listed so that
-`gicbench doctor` and `--provider` say what is missing here, and refused before any resource."""
+"""Providers that are designed (docs/architecture.md) but not implemented in this release: listed
+so that `gicbench doctor` and `--provider` say what is missing here, and refused before any
+resource."""
 
 from __future__ import annotations
 
