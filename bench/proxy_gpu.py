@@ -16,63 +16,37 @@ import sys
 import threading
 import time
 import traceback
-import uuid
 from pathlib import Path
 
 import numpy as np
 
-from gicbench.fabric.base import Access
-from gicbench.fabric.emu import EmuFabric
-from gicbench.submit.base import Buffer, Lane, LatencyWork, LoadedWork, ProxyRateWork
+from gicbench.submit.base import Buffer, LatencyWork, LoadedWork, ProxyRateWork
 from gicbench.submit.proxy import ProxySubmitter
 from gicbench.submit.proxy.params import ProxyParams
+
+# The tests' resource classes make the ranks, queues and buffers (one place for that wiring).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from resources import Traffic
 
 SIZE = 1 << 16
 NQPS = 8
 
 
-class World:
-    """Two emu ranks of one job in this process, NQPS RC QP pairs between them."""
+class World(Traffic):
+    """Two emu ranks of one job in this process, NQPS RC QP pairs between them, a source and a
+    landing buffer of SIZE on each (tests/resources.py's Traffic: every lane the whole buffers)."""
 
     def __init__(self, depth: int = 512, progress: str = "thread") -> None:
-        job = "pxg-" + uuid.uuid4().hex[:8]
-        self.fs = [EmuFabric(r, 2, job, progress=progress, segment_bytes=64 << 20) for r in (0, 1)]
-        infos = [f.local_info() for f in self.fs]
-        for f in self.fs:
-            f.add_peers(infos)
-        for f in self.fs:
-            f.seal()
-        self.rc = []
-        for _ in range(NQPS):
-            pair = [f.create_qp(f.create_cq(depth), depth) for f in self.fs]
-            self.fs[0].connect(pair[0], self.fs[1].endpoint(pair[1]))
-            self.fs[1].connect(pair[1], self.fs[0].endpoint(pair[0]))
-            self.rc.append(pair)
-        self.bufs = [
-            (
-                f.register(SIZE, Access.LOCAL_WRITE),
-                f.register(SIZE, Access.LOCAL_WRITE | Access.REMOTE_WRITE),
-            )
-            for f in self.fs
-        ]
-
-    def lanes(self, n: int, side: int = 0) -> tuple[Lane, ...]:
-        src, dst = self.bufs[side][0], self.bufs[1 - side][1]
-        return tuple(
-            Lane(p[side], 1 - side, Buffer.local(src), Buffer(dst.addr, dst.rkey, dst.length))
-            for p in self.rc[:n]
-        )
+        super().__init__(NQPS, depth, progress=progress, segment_bytes=64 << 20, mr_bytes=SIZE,
+                         prefix="pxg")  # fmt: skip
+        self.start()
 
     def proxy(self, rank: int, **kw) -> ProxySubmitter:
-        f = self.fs[rank]
+        f = self.fabrics[rank]
         params = ProxyParams(precondition_s=0.05, **kw)
         return ProxySubmitter(
             rank=rank, fabric=f, progress=f.progress_policy(), timeout_s=5.0, params=params
         )
-
-    def close(self) -> None:
-        for f in self.fs:
-            f.close()
 
 
 def stats_us(ns: np.ndarray) -> dict:

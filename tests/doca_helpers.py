@@ -1,4 +1,5 @@
-"""What the DOCA tests share: the headers (or why the test cannot run) and the nvcc flags.
+"""What the DOCA tests share: the headers (or why the test cannot run), the nvcc flags, and
+queues made as DOCA asks for them (DocaQueues).
 
 Where nvcc exists, set-up (make setup) fetches the headers; a test that finds none then fails,
 naming the fix, unless set-up recorded that no package index was reachable (the OFFLINE mark),
@@ -7,9 +8,14 @@ test does."""
 
 from __future__ import annotations
 
-import pytest
+from typing import Any
 
+import pytest
+from resources import Traffic
+
+from gicbench.fabric.base import CompletionQueue, QueuePair
 from gicbench.submit.doca import build, headers
+from gicbench.submit.doca.layout import init_cq
 
 
 def nvcc_or_skip() -> str:
@@ -27,3 +33,36 @@ def headers_or_fail() -> headers.Gpunetio:
     if offline:
         pytest.skip(f"DOCA GPUNetIO headers absent and set-up was offline: {offline}")
     pytest.fail(headers.unavailable_reason())
+
+
+class DocaQueues(Traffic):
+    """resources.Traffic with its RC QPs and their send CQs made as DOCA asks, on the ranks in
+    `option_ranks` (plain elsewhere): `options` is the DOCA submitter's QueueOptions or
+    layout.queue_kwargs (a DBR-less SQ for GPU_SM_NO_DBR; CQs that ignore overrun, collapsed for
+    CQ_64B_COLLAPSED). `init_cqs`: rank 0's CQs prepared as DOCA's host library prepares them
+    (init_cq; the DOCA submitter does it itself when it attaches the queues)."""
+
+    def __init__(
+        self,
+        options: Any,
+        qps: int,
+        *,
+        option_ranks: tuple[int, ...] = (0,),
+        init_cqs: bool = False,
+        **kw: Any,
+    ) -> None:
+        super().__init__(qps, **kw)
+        self.options, self.option_ranks, self.init_cqs = options, option_ranks, init_cqs
+
+    def create_cq(self, rank: int) -> CompletionQueue:
+        if rank not in self.option_ranks:
+            return super().create_cq(rank)
+        cq = self.fabrics[rank].create_cq(self.depth, **self.options.cq)
+        if self.init_cqs and rank == 0:
+            init_cq(cq)
+        return cq
+
+    def create_qp(self, rank: int, cq: CompletionQueue, dci: bool = False) -> QueuePair:
+        if rank not in self.option_ranks or dci:
+            return super().create_qp(rank, cq, dci)
+        return self.fabrics[rank].create_qp(cq, self.depth, **self.options.qp)

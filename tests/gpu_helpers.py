@@ -1,13 +1,11 @@
 """What the gpu-marked tests share: CuPy and a usable CUDA GPU, or a skip that says which is
-missing (CI has neither)."""
+missing (CI has neither), and the worlds they build (tests/test_resources.py builds each of them
+on the CPU and checks what it hands out)."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -34,20 +32,19 @@ def cupy_or_skip() -> Any:
     return cupy
 
 
-@contextmanager
-def two_fabrics(prefix: str, **kw: Any) -> Iterator[list[Any]]:
-    """Two emu ranks in this process, peered (64 MiB segments, an engine thread each unless
-    `kw` says otherwise); closed however the test ends."""
-    from gicbench.fabric.emu import EmuFabric
-
-    kw = {"progress": "thread", "segment_bytes": 64 << 20, **kw}
-    job = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    fs = [EmuFabric(r, 2, job, **kw) for r in range(2)]
-    try:
-        infos = [f.local_info() for f in fs]
-        for f in fs:
-            f.add_peers(infos)
-        yield fs
-    finally:
-        for f in fs:
-            f.close()
+# The in-process worlds of the gpu-marked tests (resources.EmuRanks keywords): two ranks with
+# an engine thread each, 64 MiB segments, not sealed.
+GPU_RANKS: dict[str, Any] = {"progress": "thread", "segment_bytes": 64 << 20, "seal": False}
+# The same pair on emu's CUDA engine (two CTAs; it progresses itself); `queues` per test.
+CUDA_RANKS: dict[str, Any] = {**GPU_RANKS, "progress": "inline", "engine": "cuda", "engine_ctas": 2}
+# What the GPU submitters' tests send over (resources.Traffic keywords): rank 0 to rank 1, SQs
+# and CQs of 256, lane i its own 4 KiB slice of rank 0's host-mapped source (which
+# register_cuda() maps into the GPU) and of rank 1's landing.
+SLICE = 4096
+GPU_LANES: dict[str, Any] = {
+    **GPU_RANKS,
+    "depth": 256,
+    "slice_bytes": SLICE,
+    "both_ways": False,
+    "src_domain": "host-mapped",
+}

@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
+from doca_helpers import DocaQueues
 from gpu_helpers import cupy_or_skip
 
 from gicbench.fabric.base import Access, host_view
-from gicbench.fabric.emu import EmuFabric
 from gicbench.submit.doca.layout import (
     STATUS,
     CqType,
@@ -30,7 +29,6 @@ from gicbench.submit.doca.layout import (
     Op,
     Scope,
     Sharing,
-    init_cq,
     job_record,
     lane_record,
     proxy_bytes,
@@ -43,10 +41,36 @@ DEPTH = 64
 NQPS = 2
 REGION = 1 << 16  # landing bytes per QP
 REPORT: list[dict] = []
+# The pair the DOCA kernels post on (resources.Traffic keywords): rank 0 to rank 1, lane i its
+# own REGION of the source and of the landing; CPU engine threads, 64 MiB segments, sealed.
+QUEUES = {"depth": DEPTH, "both_ways": False, "slice_bytes": REGION, "progress": "thread",
+          "segment_bytes": 64 << 20, "prefix": "dd"}  # fmt: skip
 
 
 def _gpu() -> None:
     cupy_or_skip()
+
+
+class DeviceQueues(DocaQueues):
+    """NQPS RC pairs, rank 0's queues as DOCA's layout asks (queue_kwargs, init_cq) for
+    `handler` and `cq_type`; rank 0's source (REGION per QP) and fetch words, rank 1's landing
+    (REGION per QP) and signal words, and, for a host-thread handler, the GPU's proxy words or
+    ready slots (host-mapped, one MR for all QPs). CPU engine threads."""
+
+    def __init__(self, handler: NicHandler, cq_type: CqType) -> None:
+        super().__init__(queue_kwargs(handler, cq_type, DEPTH), NQPS, init_cqs=True, **QUEUES)
+        self.handler = handler
+
+    def create_mrs(self):
+        bufs = super().create_mrs()
+        f0, f1 = self.fabrics
+        self.fetched = f0.register(NQPS * 8, Access.LOCAL_WRITE)
+        self.signal = f1.register(NQPS * 8, ACCESS_SIG)
+        nb = self.proxy_bytes = proxy_bytes(self.handler, DEPTH)
+        self.words = None
+        if nb:
+            self.words = f0.register(NQPS * nb, Access.LOCAL_WRITE, domain="host-mapped")
+        return bufs
 
 
 @contextmanager
@@ -54,33 +78,10 @@ def world(handler: NicHandler, cq_type: CqType) -> Iterator[dict]:
     from gicbench.submit.doca.device import DocaDevice
     from gicbench.submit.doca.proxy import HostRinger
 
-    job = "dd-" + uuid.uuid4().hex[:8]
-    with ExitStack() as stack:
-        fs = [EmuFabric(r, 2, job, progress="thread", segment_bytes=64 << 20) for r in range(2)]
-        for f in fs:
-            stack.callback(f.close)
-        infos = [f.local_info() for f in fs]
-        for f in fs:
-            f.add_peers(infos)
-        for f in fs:
-            f.seal()
-        a = queue_kwargs(handler, cq_type, DEPTH)
-        qps, peers = [], []
-        for _ in range(NQPS):
-            cq = fs[0].create_cq(a.ncqe, **a.cq)
-            init_cq(cq)
-            q0 = fs[0].create_qp(cq, DEPTH, **a.qp)
-            q1 = fs[1].create_qp(fs[1].create_cq(DEPTH), DEPTH)
-            fs[0].connect(q0, fs[1].endpoint(q1))
-            fs[1].connect(q1, fs[0].endpoint(q0))
-            qps.append(q0)
-            peers.append(q1)
-        src = fs[0].register(NQPS * REGION, Access.LOCAL_WRITE)
-        fetched = fs[0].register(NQPS * 8, Access.LOCAL_WRITE)
-        landing = fs[1].register(NQPS * REGION, Access.LOCAL_WRITE | Access.REMOTE_WRITE)
-        signal = fs[1].register(NQPS * 8, ACCESS_SIG)
-        nb = proxy_bytes(handler, DEPTH)  # the GPU's proxy words / ready slots, one MR for all
-        words = fs[0].register(NQPS * nb, Access.LOCAL_WRITE, domain="host-mapped") if nb else None
+    with DeviceQueues(handler, cq_type) as dq:
+        fs, qps = dq.fabrics, [pair[0] for pair in dq.rc]
+        src, landing, signal, words, nb = (dq.src_mr(0), dq.landing_mr(1), dq.signal, dq.words,
+                                           dq.proxy_bytes)  # fmt: skip
         dev_addrs = fs[0].register_cuda()
         if words is not None:
             host_view(words.addr, words.length)[:] = 0
@@ -92,7 +93,7 @@ def world(handler: NicHandler, cq_type: CqType) -> Iterator[dict]:
             lane_record(
                 _slice(src, i), landing.addr + i * REGION, landing.rkey,
                 sig_remote=signal.addr + 8 * i, sig_rkey=signal.rkey,
-                sig_local=_slice(fetched, i, 8),
+                sig_local=_slice(dq.fetched, i, 8),
             ) for i in range(NQPS)
         ])  # fmt: skip
         dev = DocaDevice()
@@ -101,7 +102,7 @@ def world(handler: NicHandler, cq_type: CqType) -> Iterator[dict]:
             for q, p in zip(qps, proxy, strict=True):
                 ringer.add(q, handler, p[0])
             ringer.start()
-            stack.callback(ringer.stop)
+            dq.on_close(ringer.stop)
         yield {"fs": fs, "qps": qps, "dev": dev, "doca_qps": dev.build(recs), "lanes": lanes,
                "src": src, "landing": landing, "signal": signal}  # fmt: skip
 

@@ -4,17 +4,16 @@ the GPU's proxy word / ready slots written from Python, the proxy publishes, the
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import numpy as np
 import pytest
+from doca_helpers import DocaQueues
 
 from gicbench import mlx5
-from gicbench.fabric.base import Access, host_view
-from gicbench.fabric.emu import EmuFabric
-from gicbench.submit.doca.layout import CqType, NicHandler, init_cq, proxy_bytes, queue_kwargs
+from gicbench.fabric.base import host_view
+from gicbench.submit.doca.layout import CqType, NicHandler, proxy_bytes, queue_kwargs
 from gicbench.submit.doca.proxy import HostRinger
 
 DEPTH = 16
@@ -22,25 +21,13 @@ DEPTH = 16
 
 @contextmanager
 def pair(handler: NicHandler) -> Iterator[tuple]:
-    job = "dp-" + uuid.uuid4().hex[:8]
-    fs = [EmuFabric(r, 2, job, progress="inline", segment_bytes=8 << 20) for r in range(2)]
-    try:
-        infos = [f.local_info() for f in fs]
-        for f in fs:
-            f.add_peers(infos)
-        for f in fs:
-            f.seal()
-        args = queue_kwargs(handler, CqType.CQ_64B, DEPTH)
-        qps = [f.create_qp(f.create_cq(args.ncqe, **args.cq), DEPTH, **args.qp) for f in fs]
-        init_cq(qps[0].sq.cq)
-        fs[0].connect(qps[0], fs[1].endpoint(qps[1]))
-        fs[1].connect(qps[1], fs[0].endpoint(qps[0]))
-        landing = fs[1].register(4096, Access.LOCAL_WRITE | Access.REMOTE_WRITE)
+    """One RC pair, both QPs as DOCA's layout asks for `handler` (rank 0's CQ prepared by
+    init_cq), rank 1's landing, and the GPU's host-mapped words as a numpy array."""
+    args = queue_kwargs(handler, CqType.CQ_64B, DEPTH)
+    with DocaQueues(args, 1, depth=DEPTH, option_ranks=(0, 1), init_cqs=True, both_ways=False,
+                    segment_bytes=8 << 20, prefix="dp") as w:  # fmt: skip
         word = np.zeros(proxy_bytes(handler, DEPTH) // 8, np.uint64)  # the GPU's host-mapped words
-        yield fs, qps[0], landing, word
-    finally:
-        for f in fs:
-            f.close()
+        yield w.fabrics, w.rc[0][0], w.landing_mr(1), word
 
 
 def write_wqe(qp, i: int, landing, value: int) -> None:

@@ -10,20 +10,18 @@ import os
 import shutil
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
-import numpy as np
 import pytest
-from gpu_helpers import cupy_or_skip, two_fabrics
+from doca_helpers import DocaQueues
+from gpu_helpers import CUDA_RANKS, GPU_LANES, SLICE, cupy_or_skip
+from resources import factory
 
-from gicbench.fabric.base import Access, host_view
-from gicbench.fabric.emu import EmuFabric
-from gicbench.submit.base import Buffer, Lane, LatencyWork, RateWork
+from gicbench.fabric.base import host_view
+from gicbench.submit.base import Buffer, LatencyWork, RateWork
 from gicbench.submit.doca.params import EARLY_RING_HANDLERS, HANDLERS, DocaParams
 
 pytestmark = pytest.mark.gpu
-SLICE = 4096
 DEPTH = 256
 
 
@@ -35,45 +33,56 @@ def _gpu() -> None:
         pytest.skip(unavailable_reason())
 
 
+class DocaLanes(DocaQueues):
+    """The DOCA submitter's world: rank 0's queues made with its queue options (with
+    `both_ways`, rank 1's too: the responder's), and submitter() for a rank."""
+
+    def __init__(self, params: DocaParams, qps: int, **kw) -> None:
+        from gicbench.submit.doca.submitter import DocaSubmitter
+
+        ranks = (0, 1) if kw.get("both_ways") else (0,)
+        options = DocaSubmitter.queue_options(params, DEPTH)
+        super().__init__(options, qps, option_ranks=ranks, **kw)
+        self.params = params
+
+    def submitter(self, rank: int = 0):
+        """A DocaSubmitter on `rank`'s fabric driving its RC QPs. Every rank's takes GPU 0:
+        the in-process engines keep their queues there."""
+        from gicbench.submit.doca.submitter import DocaSubmitter
+
+        f = self.fabrics[rank]
+        sub = DocaSubmitter(rank=0, fabric=f, progress=f.progress_policy(), timeout_s=5.0,
+                            params=self.params)  # fmt: skip
+        sub.attach_queues([pair[rank] for pair in self.rc])
+        return sub
+
+
+# Rank 0 sends to rank 1 over `n` RC lanes; the source filled from seed 3.
+SETUP = {**GPU_LANES, "depth": DEPTH, "seed": 3, "prefix": "d"}
+# A QP each way (rank 0 -> 1 requests, 1 -> 0 replies), one slice each, sources and landing
+# buffers in host-mapped memory (the kernels poll the landing buffers' sequence words), each
+# rank's source from its own seed.
+PAIR = {"both_ways": True, "landing_domain": "host-mapped", "seed": (0, 1)}
+
+
 @pytest.fixture
 def world():
+    """`world(params, n, **kw)`: a DocaLanes pair with `n` RC lanes."""
     _gpu()
-    with two_fabrics("d") as fs:
-        yield fs
+    with factory(DocaLanes, **SETUP) as make:
+        yield make
 
 
-def _setup(fs, params: DocaParams, n: int):
-    from gicbench.submit.doca.submitter import DocaSubmitter
-
-    qo = DocaSubmitter.queue_options(params, DEPTH)
-    qps = []
-    for _ in range(n):
-        a = fs[0].create_qp(fs[0].create_cq(DEPTH, **qo.cq), DEPTH, **qo.qp)
-        b = fs[1].create_qp(fs[1].create_cq(DEPTH), DEPTH)
-        fs[0].connect(a, fs[1].endpoint(b))
-        fs[1].connect(b, fs[0].endpoint(a))
-        qps.append(a)
-    src = fs[0].register(SLICE * n, Access.LOCAL_WRITE, domain="host-mapped")
-    dst = fs[1].register(SLICE * n, Access.LOCAL_WRITE | Access.REMOTE_WRITE)
-    host_view(src.addr, src.length)[:] = np.random.default_rng(3).integers(
-        0, 256, src.length, dtype=np.uint8
-    )
-    lanes = tuple(
-        Lane(qp, 1, Buffer.local(src, i * SLICE, SLICE),
-             Buffer(dst.addr + i * SLICE, dst.rkey, SLICE))
-        for i, qp in enumerate(qps)
-    )  # fmt: skip
-    sub = DocaSubmitter(rank=0, fabric=fs[0], progress=fs[0].progress_policy(), timeout_s=5.0,
-                        params=params)  # fmt: skip
-    sub.attach_queues(qps)
-    return sub, lanes, src, dst
+def _setup(world, params: DocaParams, n: int):
+    w = world(params, n)
+    return (w.fabrics, w.submitter(), *w.one_way())
 
 
 @pytest.mark.parametrize("handler", HANDLERS)
 @pytest.mark.parametrize("sharing", ["exclusive", "gpu"])
 def test_latency_lands_the_sequence_word(world, handler: str, sharing: str) -> None:
-    fs = world
-    sub, lanes, src, dst = _setup(fs, DocaParams(doca_handler=handler, doca_sharing=sharing), 4)
+    params = DocaParams(doca_handler=handler, doca_sharing=sharing)
+    fs, sub, lanes, src, dst = _setup(world, params, 4)
     try:
         for mode in ("issue", "put_completion"):
             for size, inline in ((8, True), (64, False)):
@@ -102,9 +111,8 @@ def test_latency_lands_the_sequence_word(world, handler: str, sharing: str) -> N
      ("gpu", "warp", 128, 2, False)],
 )  # fmt: skip
 def test_rate_lands_every_slot(world, handler, sharing, scope, threads, nlanes, inline) -> None:
-    fs = world
     params = DocaParams(doca_handler=handler, doca_sharing=sharing, doca_scope=scope)
-    sub, lanes, src, dst = _setup(fs, params, nlanes)
+    fs, sub, lanes, src, dst = _setup(world, params, nlanes)
     try:
         size, per_thread, warm = 8, 200, 10
         res = sub.rate(RateWork(lanes, threads, 1, size, inline, per_thread, warm, 20))
@@ -154,6 +162,10 @@ def test_gicbench_run_every_handler_end_to_end(tmp_path: Path, handler: str) -> 
 
 
 # ---- the CUDA engine (queues in GPU memory or the segment) and round trips --------------------
+# SETUP on emu's CUDA engine; `queues` per test.
+CUDA_SETUP = {**SETUP, **CUDA_RANKS, "prefix": "dc"}
+
+
 @pytest.fixture(params=["device", "host"])
 def cuda_world(request):
     """The same pair on emu's CUDA engine: --queues device (rings, records, doorbells and CQs in
@@ -165,20 +177,8 @@ def cuda_world(request):
     # Every kernel loaded before the engines start (lazy loading under a running engine kernel
     # may wait for a context synchronisation that never comes), as the harness does.
     DocaSubmitter.preload(DocaParams(), 0)
-    job = "dc-" + uuid.uuid4().hex[:8]
-    fs = [
-        EmuFabric(r, 2, job, progress="inline", segment_bytes=64 << 20, engine="cuda",
-                  engine_ctas=2, queues=request.param)
-        for r in range(2)
-    ]  # fmt: skip
-    infos = [f.local_info() for f in fs]
-    for f in fs:
-        f.add_peers(infos)
-    yield fs
-    for f in fs:
-        f.stop_engine()
-    for f in fs:
-        f.close()
+    with factory(DocaLanes, **CUDA_SETUP, queues=request.param) as make:
+        yield make
 
 
 def _clean(fab, handler: str) -> None:
@@ -197,14 +197,15 @@ def test_doca_cuda_engine_every_handler_lands(cuda_world, handler: str) -> None:
     records and doorbells and are refused with GPU-resident queues."""
     from gicbench.errors import UnsupportedError
 
-    fs = cuda_world
-    device = fs[0].queues == "device"
     params = DocaParams(doca_handler=handler, doca_sharing="gpu")
+    w = cuda_world(params, 2)
+    fs = w.fabrics
+    device = fs[0].queues == "device"
     if device and params.nic_handler.host_thread:
         with pytest.raises(UnsupportedError, match="a CPU store cannot reach it"):
-            _setup(fs, params, 2)
+            w.submitter()
         return
-    sub, lanes, src, dst = _setup(fs, params, 2)
+    sub, (lanes, src, dst) = w.submitter(), w.one_way()
     try:
         assert sub.qps is not None
         for mode in ("issue", "put_completion"):
@@ -229,42 +230,22 @@ def test_doca_cuda_engine_every_handler_lands(cuda_world, handler: str) -> None:
         sub.close()
 
 
-def _pair(fs, params: DocaParams):
-    """A QP each way (rank 0 -> 1 requests, 1 -> 0 replies), sources and landing buffers in
-    host-mapped memory (the kernels poll the landing buffers' sequence words), a submitter per
-    rank. Both submitters take GPU 0: the in-process engines keep their queues there."""
-    from gicbench.submit.doca.submitter import DocaSubmitter
-
-    qo = DocaSubmitter.queue_options(params, DEPTH)
-    q = [f.create_qp(f.create_cq(DEPTH, **qo.cq), DEPTH, **qo.qp) for f in fs]
-    fs[0].connect(q[0], fs[1].endpoint(q[1]))
-    fs[1].connect(q[1], fs[0].endpoint(q[0]))
-    acc = Access.LOCAL_WRITE | Access.REMOTE_WRITE
-    src = [f.register(SLICE, Access.LOCAL_WRITE, domain="host-mapped") for f in fs]
-    land = [f.register(SLICE, acc, domain="host-mapped") for f in fs]
-    for r, s in enumerate(src):
-        host_view(s.addr, SLICE)[:] = np.random.default_rng(r).integers(0, 256, SLICE, np.uint8)
-    lanes = [
-        Lane(q[r], 1 - r, Buffer.local(src[r], 0, SLICE),
-             Buffer(land[1 - r].addr, land[1 - r].rkey, SLICE))
-        for r in range(2)
-    ]  # fmt: skip
-    subs = []
-    for r in range(2):
-        s = DocaSubmitter(rank=0, fabric=fs[r], progress=fs[r].progress_policy(), timeout_s=5.0,
-                          params=params)  # fmt: skip
-        s.attach_queues([q[r]])
-        subs.append(s)
-    return subs, lanes, src, land
+def _pair(world, params: DocaParams):
+    """A QP each way (PAIR), a submitter per rank: (fabrics, submitters, lanes, sources,
+    landings), each list indexed by rank."""
+    w = world(params, 1, **PAIR)
+    lanes = [w.lanes(side=r)[0] for r in range(2)]
+    src, land = [w.src_mr(r) for r in range(2)], [w.landing_mr(r) for r in range(2)]
+    return w.fabrics, [w.submitter(r) for r in range(2)], lanes, src, land
 
 
-def _round_trips(fs, handler: str) -> None:
+def _round_trips(world, handler: str) -> None:
     import threading
 
     from gicbench.submit.base import RespondWork
 
     params = DocaParams(doca_handler=handler)
-    (req, resp), lanes, src, land = _pair(fs, params)
+    fs, (req, resp), lanes, src, land = _pair(world, params)
     try:
         for size, inline in ((8, True), (64, False)):
             total = 40 + 5

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from resources import EmuRanks
 
 from gicbench import mlx5
 from gicbench.errors import CompletionError, ConfigError, FabricError, UnsupportedError
@@ -24,16 +25,8 @@ def _job() -> str:
 
 @pytest.fixture
 def pair():
-    job = _job()
-    fs = [EmuFabric(r, 2, job, progress="inline", segment_bytes=SMALL) for r in range(2)]
-    infos = [f.local_info() for f in fs]
-    for f in fs:
-        f.add_peers(infos)
-    for f in fs:
-        f.seal()
-    yield fs
-    for f in fs:
-        f.close()
+    with EmuRanks(segment_bytes=SMALL) as w:
+        yield w.fabrics
 
 
 def _rc(fs):
@@ -223,12 +216,8 @@ def test_thread_mode_has_no_hook() -> None:
 
 
 def test_thread_mode_executes_without_polling() -> None:
-    job = _job()
-    fs = [EmuFabric(r, 2, job, progress="thread", segment_bytes=SMALL) for r in range(2)]
-    try:
-        infos = [f.local_info() for f in fs]
-        for f in fs:
-            f.add_peers(infos)
+    with EmuRanks(progress="thread", segment_bytes=SMALL, seal=False) as w:
+        fs = w.fabrics
         (cq0, _), (qp0, _) = _rc(fs)
         mr = fs[1].register(64)
         _post_ring(fs[0], qp0, mr.addr, mr.rkey, b"threaded")
@@ -236,9 +225,6 @@ def test_thread_mode_executes_without_polling() -> None:
         while not mlx5.cqe_ready(buf, 0, cq0.ncqe):
             pass  # no progress call: the engine thread does the work
         assert bytes(fs[1].view(mr)[:8]) == b"threaded"
-    finally:
-        for f in fs:
-            f.close()
 
 
 @pytest.mark.parametrize("progress", ["thread", "inline"])
@@ -247,12 +233,8 @@ def test_native_posting_under_concurrency_is_exact(progress: str) -> None:
     one CQE per doorbell batch (the release/acquire pairing of doorbell and WQE stores)."""
     from gicbench._native import emu as native
 
-    job = _job()
-    fs = [EmuFabric(r, 2, job, progress=progress, segment_bytes=8 << 20) for r in range(2)]
-    try:
-        infos = [f.local_info() for f in fs]
-        for f in fs:
-            f.add_peers(infos)
+    with EmuRanks(progress=progress, segment_bytes=8 << 20, seal=False) as w:
+        fs = w.fabrics
         dst = fs[1].register(64)
         rcq = fs[1].create_cq(16)
         sqs, cqs = [], []
@@ -283,9 +265,6 @@ def test_native_posting_under_concurrency_is_exact(progress: str) -> None:
         assert after["cqes"] - before["cqes"] == total // 16
         assert after["stale_wqes"] == after["errors"] == after["bad_doorbells"] == 0
         assert bytes(fs[1].view(dst)[:8]) == (0x0123456789ABCDEF).to_bytes(8, "little")
-    finally:
-        for f in fs:
-            f.close()
 
 
 def test_responder_cq_lock_of_a_dead_process_is_taken_over(pair) -> None:

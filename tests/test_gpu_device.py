@@ -4,55 +4,42 @@ ordering posting real writes that land, never a hang (a QP that cannot send time
 
 from __future__ import annotations
 
-import uuid
-
 import numpy as np
 import pytest
-from gpu_helpers import cupy_or_skip, two_fabrics
+from gpu_helpers import CUDA_RANKS, GPU_LANES, SLICE, cupy_or_skip
+from resources import Traffic, factory
 
 from gicbench.errors import CompletionTimeout
-from gicbench.fabric.base import Access, host_view
-from gicbench.fabric.emu import EmuFabric
-from gicbench.submit.base import Buffer, Lane, LatencyWork, RateWork
+from gicbench.fabric.base import host_view
+from gicbench.submit.base import LatencyWork, RateWork
 from gicbench.submit.gpu import ORDERINGS
 from gicbench.submit.gpu.lanes import lane_messages
 from gicbench.submit.gpu.params import RECORD_UNORDERED_ORDERINGS, UNSAFE_ORDERINGS, GpuParams
 
 pytestmark = pytest.mark.gpu
-SLICE = 4096
 
 
 def _gpu() -> None:
     cupy_or_skip()
 
 
+# Rank 0 sends to rank 1 over RC lanes; the source filled from seed 7.
+RC_LANES = {**GPU_LANES, "seed": 7, "prefix": "g"}
+
+
 @pytest.fixture
 def world():
-    """Rank 0 sends to rank 1 over `n` RC QPs; returns (fabrics, lanes factory)."""
+    """`world(n, connect=True)`: the pair with `n` RC lanes (resources.Traffic)."""
     _gpu()
-    with two_fabrics("g") as fs:
-        yield fs
+    with factory(Traffic, **RC_LANES) as make:
+        yield make
 
 
-def _lanes(fs, n: int, connect: bool = True):
-    qps = []
-    for _ in range(n):
-        a = fs[0].create_qp(fs[0].create_cq(256), 256)
-        b = fs[1].create_qp(fs[1].create_cq(256), 256)
-        if connect:
-            fs[0].connect(a, fs[1].endpoint(b))
-            fs[1].connect(b, fs[0].endpoint(a))
-        qps.append(a)
-    src = fs[0].register(SLICE * n, Access.LOCAL_WRITE, domain="host-mapped")
-    dst = fs[1].register(SLICE * n, Access.LOCAL_WRITE | Access.REMOTE_WRITE)
-    rng = np.random.default_rng(7)
-    host_view(src.addr, src.length)[:] = rng.integers(0, 256, src.length, dtype=np.uint8)
-    lanes = tuple(
-        Lane(qp, 1, Buffer.local(src, i * SLICE, SLICE), Buffer(dst.addr + i * SLICE, dst.rkey,
-             SLICE))
-        for i, qp in enumerate(qps)
-    )  # fmt: skip
-    return lanes, src, dst
+def _lanes(world, n: int, connect: bool = True):
+    """`n` lanes of a fresh pair (`connect=False`: the QPs stay in RESET): (fabrics, lanes,
+    rank 0's source, rank 1's landing)."""
+    w = world(n, connect=connect)
+    return (w.fabrics, *w.one_way())
 
 
 def _submitter(fs, ordering: str, publish: str = "thread", timeout_s: float = 5.0):
@@ -69,8 +56,7 @@ def _submitter(fs, ordering: str, publish: str = "thread", timeout_s: float = 5.
 
 @pytest.mark.parametrize("ordering", ORDERINGS)
 def test_single_op_every_ordering_lands_and_counts(world, ordering: str) -> None:
-    fs = world
-    lanes, src, dst = _lanes(fs, 4)
+    fs, lanes, src, dst = _lanes(world, 4)
     sub = _submitter(fs, ordering)
     try:
         assert 1e8 < sub.sm_clock_hz < 5e9
@@ -101,8 +87,7 @@ def test_single_op_every_ordering_lands_and_counts(world, ordering: str) -> None
      ("warp", 96, 8, 3), ("thread", 4, 16, 8)],
 )  # fmt: skip
 def test_msg_rate_publication_modes_land_every_slot(world, publish, threads, batch, nlanes) -> None:
-    fs = world
-    lanes, src, dst = _lanes(fs, nlanes)
+    fs, lanes, src, dst = _lanes(world, nlanes)
     sub = _submitter(fs, "gpu-fence", publish)
     try:
         size, per_thread, warm = 8, 300, 10
@@ -126,8 +111,7 @@ def test_msg_rate_publication_modes_land_every_slot(world, publish, threads, bat
 
 
 def test_a_qp_that_cannot_send_times_out_instead_of_hanging(world) -> None:
-    fs = world
-    lanes, _, _ = _lanes(fs, 1, connect=False)  # RESET: the doorbell is never executed
+    fs, lanes, _, _ = _lanes(world, 1, connect=False)  # RESET: the doorbell is never executed
     sub = _submitter(fs, "gpu-fence", timeout_s=0.3)
     try:
         with pytest.raises(CompletionTimeout, match=r"no completion within 0\.3 s"):
@@ -137,32 +121,22 @@ def test_a_qp_that_cannot_send_times_out_instead_of_hanging(world) -> None:
         sub.close()
 
 
+CUDA_LANES = {**RC_LANES, **CUDA_RANKS, "queues": "device", "prefix": "gc"}
+
+
 @pytest.fixture
 def cuda_world():
     """The same pair on the emulated NIC's CUDA engine, queues in GPU memory."""
     _gpu()
-    job = "gc-" + uuid.uuid4().hex[:8]
-    fs = [
-        EmuFabric(r, 2, job, progress="inline", segment_bytes=64 << 20, engine="cuda",
-                  engine_ctas=2, queues="device")
-        for r in range(2)
-    ]  # fmt: skip
-    infos = [f.local_info() for f in fs]
-    for f in fs:
-        f.add_peers(infos)
-    yield fs
-    for f in fs:  # both engines stop before either fabric closes (one process, two ranks)
-        f.stop_engine()
-    for f in fs:
-        f.close()
+    with factory(Traffic, **CUDA_LANES) as make:
+        yield make
 
 
 def test_gpu_submitter_on_the_cuda_engine_never_waits_for_the_engine_kernel(cuda_world) -> None:
     """The engine is a kernel that runs until its fabric closes: the submitter's set-up (SM
     clock), loops and close() must wait on their own stream, never the device (a
     cudaDeviceSynchronize there hung `gicbench run --engine cuda` on the H200)."""
-    fs = cuda_world
-    lanes, _src, dst = _lanes(fs, 2)
+    fs, lanes, _src, dst = _lanes(cuda_world, 2)
     sub = _submitter(fs, "gpu-fence")
     try:
         assert 1e8 < sub.sm_clock_hz < 5e9

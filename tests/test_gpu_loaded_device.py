@@ -6,16 +6,13 @@ kernels."""
 
 from __future__ import annotations
 
-import uuid
-
-import numpy as np
 import pytest
-from gpu_helpers import cupy_or_skip
+from gpu_helpers import GPU_LANES, cupy_or_skip
+from resources import Traffic
 
 from gicbench.errors import CompletionTimeout
-from gicbench.fabric.base import Access, host_view
-from gicbench.fabric.emu import EmuFabric
-from gicbench.submit.base import Buffer, Lane, LoadedWork
+from gicbench.fabric.base import host_view
+from gicbench.submit.base import Buffer, LoadedWork
 from gicbench.submit.gpu import loaded as gl
 from gicbench.submit.gpu.params import GpuParams
 
@@ -28,44 +25,21 @@ def _gpu() -> None:
     cupy_or_skip()
 
 
+# CTAS + 1 RC QP pairs, each rank's source and landing mapped into the GPU, lanes both ways
+# (lane i its own slice); both sources drawn from one generator seeded 11, rank 0's first.
+PAIR = {**GPU_LANES, "slice_bytes": SLICE, "both_ways": True, "landing_domain": "host-mapped",
+        "seed": 11, "prefix": "gl"}  # fmt: skip
+
+
 @pytest.fixture
 def pair():
-    """Two ranks, CTAS + 1 RC QP pairs, each rank's source and landing mapped into the GPU;
-    yields (fabrics, lanes per rank, landing per rank, source per rank)."""
+    """Two ranks, CTAS + 1 RC QP pairs (PAIR); yields (fabrics, lanes per rank, landing per
+    rank, source per rank)."""
     _gpu()
-    job = "gl-" + uuid.uuid4().hex[:8]
-    fs = [EmuFabric(r, 2, job, progress="thread", segment_bytes=64 << 20) for r in range(2)]
-    infos = [f.local_info() for f in fs]
-    for f in fs:
-        f.add_peers(infos)
-    n = CTAS + 1
-    qps = [[], []]
-    for _ in range(n):
-        a = fs[0].create_qp(fs[0].create_cq(256), 256)
-        b = fs[1].create_qp(fs[1].create_cq(256), 256)
-        fs[0].connect(a, fs[1].endpoint(b))
-        fs[1].connect(b, fs[0].endpoint(a))
-        qps[0].append(a)
-        qps[1].append(b)
-    src = [f.register(SLICE * n, Access.LOCAL_WRITE, domain="host-mapped") for f in fs]
-    land = [
-        f.register(SLICE * n, Access.LOCAL_WRITE | Access.REMOTE_WRITE, domain="host-mapped")
-        for f in fs
-    ]
-    rng = np.random.default_rng(11)
-    for s in src:
-        host_view(s.addr, s.length)[:] = rng.integers(0, 256, s.length, dtype=np.uint8)
-    lanes = [
-        tuple(
-            Lane(qps[r][i], 1 - r, Buffer.local(src[r], i * SLICE, SLICE),
-                 Buffer(land[1 - r].addr + i * SLICE, land[1 - r].rkey, SLICE))
-            for i in range(n)
-        )
-        for r in range(2)
-    ]  # fmt: skip
-    yield fs, lanes, land, src
-    for f in fs:
-        f.close()
+    with Traffic(CTAS + 1, **PAIR) as w:
+        ranks = range(2)
+        yield (w.fabrics, [w.lanes(side=r) for r in ranks], [w.landing_mr(r) for r in ranks],
+               [w.src_mr(r) for r in ranks])  # fmt: skip
 
 
 def _subs(fs, timeout_s: float = 5.0) -> list:

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import struct
 
-import numpy as np
 import pytest
-from gpu_helpers import two_fabrics
-from test_gpu_device import SLICE, _gpu, _lanes
+from gpu_helpers import SLICE
+from resources import Traffic, factory
+from test_gpu_device import RC_LANES, _gpu, _lanes
 
 from gicbench.errors import CompletionTimeout
-from gicbench.fabric.base import Access, host_view
-from gicbench.submit.base import Buffer, DcAddress, Lane, LatencyWork, RateWork
+from gicbench.fabric.base import host_view
+from gicbench.submit.base import LatencyWork, RateWork
 from gicbench.submit.gpu.lanes import lane_messages
 from gicbench.submit.gpu.params import GpuParams
 
@@ -24,9 +24,10 @@ DC_KEY = 0x5EED
 
 @pytest.fixture
 def world():
+    """`world(n)`: the pair with `n` RC lanes, as test_gpu_device makes it."""
     _gpu()
-    with two_fabrics("gp") as fs:
-        yield fs
+    with factory(Traffic, **{**RC_LANES, "prefix": "gp"}) as make:
+        yield make
 
 
 def _sub(fs, doorbell="gpu", cq_poll="expected", publish="thread", ordering="gpu-fence",
@@ -43,23 +44,14 @@ def _cq_record(qp) -> int:
     return struct.unpack(">I", host_view(qp.sq.cq.dbrec, 4).tobytes())[0] & 0xFFFFFF
 
 
-def _dc_lanes(fs, n: int):
-    dct = fs[1].create_dct(fs[1].create_cq(256), DC_KEY)
-    av = DcAddress(dctn=dct.dctn, dc_key=DC_KEY, lid=dct.lid)
-    src = fs[0].register(SLICE * n, Access.LOCAL_WRITE, domain="host-mapped")
-    dst = fs[1].register(SLICE * n, Access.LOCAL_WRITE | Access.REMOTE_WRITE)
-    host_view(src.addr, src.length)[:] = np.random.default_rng(3).integers(
-        0, 256, src.length, dtype=np.uint8
-    )
-    lanes = []
-    for i in range(n):
-        dci = fs[0].create_qp(fs[0].create_cq(256), 256, dci=True)
-        fs[0].connect(dci, {})
-        lanes.append(
-            Lane(dci, 1, Buffer.local(src, i * SLICE, SLICE),
-                 Buffer(dst.addr + i * SLICE, dst.rkey, SLICE), av)
-        )  # fmt: skip
-    return tuple(lanes), src, dst
+# Rank 0's DCIs aimed at one DCT of rank 1, lane i its own slice; the source from seed 3.
+DC_LANES = {**RC_LANES, "dc_key": DC_KEY, "seed": 3, "prefix": "gp"}
+
+
+def _dc_lanes(world, n: int):
+    """`n` DC lanes of a fresh pair (no RC QPs): (fabrics, lanes, source, landing)."""
+    w = world(0, dcis=n, **DC_LANES)
+    return w.fabrics, w.dc_lanes(), w.src_mr(0), w.landing_mr(1)
 
 
 def _single_op_lands(fs, sub, lanes, src, dst) -> None:
@@ -88,8 +80,7 @@ def _rate_lands(fs, sub, lanes, src, dst, publish, threads, batch, per_thread=40
 
 @pytest.mark.parametrize("cq_poll", ["scan", "expected"])
 def test_both_cq_polls_land_and_keep_the_cq_record_safe(world, cq_poll: str) -> None:
-    fs = world
-    lanes, src, dst = _lanes(fs, 4)
+    fs, lanes, src, dst = _lanes(world, 4)
     sub = _sub(fs, cq_poll=cq_poll)
     try:
         # single-op: 528 CQEs through lane 0's 256-entry CQ, every WQE signaled, the record
@@ -109,8 +100,7 @@ def test_both_cq_polls_land_and_keep_the_cq_record_safe(world, cq_poll: str) -> 
 
 @pytest.mark.parametrize("ordering", ["none", "gpu-fence", "gpu-release-store", "sys-fence"])
 def test_host_doorbell_single_op_lands_and_the_thread_rings(world, ordering: str) -> None:
-    fs = world
-    lanes, src, dst = _lanes(fs, 2)
+    fs, lanes, src, dst = _lanes(world, 2)
     sub = _sub(fs, doorbell="host", ordering=ordering)
     try:
         _single_op_lands(fs, sub, lanes, src, dst)
@@ -128,8 +118,7 @@ def test_host_doorbell_single_op_lands_and_the_thread_rings(world, ordering: str
     [("thread", 64, 4, 4), ("warp", 32, 32, 1), ("lock", 16, 2, 2), ("thread", 1, 1, 1)],
 )
 def test_host_doorbell_msg_rate_lands_every_slot(world, publish, threads, batch, nlanes) -> None:
-    fs = world
-    lanes, src, dst = _lanes(fs, nlanes)
+    fs, lanes, src, dst = _lanes(world, nlanes)
     sub = _sub(fs, doorbell="host", publish=publish)
     try:
         res = _rate_lands(fs, sub, lanes, src, dst, publish, threads, batch)
@@ -142,8 +131,7 @@ def test_host_doorbell_msg_rate_lands_every_slot(world, publish, threads, batch,
 
 
 def test_host_doorbell_a_qp_that_cannot_send_times_out(world) -> None:
-    fs = world
-    lanes, _, _ = _lanes(fs, 1, connect=False)
+    fs, lanes, _, _ = _lanes(world, 1, connect=False)
     sub = _sub(fs, doorbell="host", timeout_s=0.3)
     try:
         with pytest.raises(CompletionTimeout, match=r"no completion within 0\.3 s"):
@@ -156,8 +144,7 @@ def test_host_doorbell_a_qp_that_cannot_send_times_out(world) -> None:
 
 @pytest.mark.parametrize("doorbell", ["gpu", "host"])
 def test_dc_writes_built_by_kernels_land(world, doorbell: str) -> None:
-    fs = world
-    lanes, src, dst = _dc_lanes(fs, 2)
+    fs, lanes, src, dst = _dc_lanes(world, 2)
     sub = _sub(fs, doorbell=doorbell)
     try:
         _single_op_lands(fs, sub, lanes, src, dst)
@@ -175,8 +162,7 @@ def test_dc_writes_built_by_kernels_land(world, doorbell: str) -> None:
 )
 def test_the_largest_shapes_land(world, publish, threads, batch, per_thread) -> None:
     """528 QPs, 16,384 threads, 256 WQEs per doorbell (issue 12's ranges)."""
-    fs = world
-    lanes, src, dst = _lanes(fs, 528)
+    fs, lanes, src, dst = _lanes(world, 528)
     sub = _sub(fs, publish=publish)
     try:
         _rate_lands(fs, sub, lanes, src, dst, publish, threads, batch, per_thread, 0)

@@ -12,7 +12,8 @@ import threading
 
 import numpy as np
 import pytest
-from host_world import SIZE, emu_world, lane_of
+from host_world import SIZE, emu_world
+from resources import lane_of
 
 from gicbench.errors import CompletionError, CompletionTimeout
 from gicbench.fabric.base import RemoteBuffer, host_view

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from host_world import emu_world
+from host_world import emu_world, proxy
 
 from gicbench import _native
 from gicbench.submit.base import Buffer, LatencyWork, ProxyRateWork
@@ -47,18 +47,10 @@ def _gpu() -> bool:
 @pytest.mark.skipif(not _gpu(), reason="needs an NVIDIA GPU and CuPy")
 @pytest.mark.parametrize("handoff", ["baseline", "tuned"])
 def test_gpu_producers_enqueue_and_load(handoff) -> None:
-    from gicbench.submit.proxy import ProxySubmitter
-    from gicbench.submit.proxy.params import ProxyParams
 
     with emu_world(nqps=2, depth=64) as w:
         f = w.fabrics[0]
-        sub = ProxySubmitter(
-            rank=0,
-            fabric=f,
-            progress=f.progress_policy(),
-            timeout_s=5.0,
-            params=ProxyParams(producer="gpu", handoff=handoff, rings=2, precondition_s=0.0),
-        )
+        sub = proxy(w, 0, 5.0, producer="gpu", handoff=handoff, rings=2)
         try:
             for mode in ("issue", "put_completion"):
                 ns = sub.latency(
@@ -147,23 +139,10 @@ def test_gpu_loaded_reserved_two_ranks(handoff) -> None:
     import threading
 
     from gicbench.submit.base import LoadedWork
-    from gicbench.submit.proxy import ProxySubmitter
-    from gicbench.submit.proxy.params import ProxyParams
 
     with emu_world(nqps=4, depth=64, timeout_s=5.0) as w:
         kw = {"producer": "gpu", "handoff": handoff, "workers": 2, "rings": 4}
-        subs = []
-        for rank in (0, 1):
-            f = w.fabrics[rank]
-            subs.append(
-                ProxySubmitter(
-                    rank=rank,
-                    fabric=f,
-                    progress=f.progress_policy(),
-                    timeout_s=5.0,
-                    params=ProxyParams(precondition_s=0.0, **kw),
-                )
-            )
+        subs = [proxy(w, rank, 5.0, **kw) for rank in (0, 1)]
         out: dict = {}
 
         def run(side: int) -> None:

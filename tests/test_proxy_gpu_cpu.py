@@ -13,13 +13,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from host_world import SIZE, emu_world
+from host_world import SIZE, emu_world, proxy
 from proxy_gpu_cpu import compiler, cpu_producers
+from resources import sliced
 
 from gicbench import _native
 from gicbench.submit.base import (
     Buffer,
-    Lane,
     LatencyWork,
     LoadedWork,
     ProxyRateWork,
@@ -40,13 +40,9 @@ def build_dir(tmp_path_factory) -> Path:
 
 
 def submitter(w, rank: int, gpu: bool, build_dir: Path, **kw) -> ProxySubmitter:
-    f = w.fabrics[rank]
-    params = ProxyParams(precondition_s=0.0, **kw)
-    sub = ProxySubmitter(
-        rank=rank, fabric=f, progress=f.progress_policy(), timeout_s=5.0, params=params
-    )
+    sub = proxy(w, rank, 5.0, **kw)
     if gpu:
-        sub.gpu = cpu_producers(params, build_dir)
+        sub.gpu = cpu_producers(sub.params, build_dir)
     return sub
 
 
@@ -54,14 +50,6 @@ def pattern(w, rank: int = 0, seed: int = 7) -> np.ndarray:
     src = np.random.default_rng(seed).integers(0, 256, SIZE, dtype=np.uint8)
     w.src(rank)[:] = src
     return src
-
-
-def sliced(lanes: tuple[Lane, ...], n: int, region: int) -> tuple[Lane, ...]:
-    """Lane i: its own `region` bytes of the source and of the landing buffer."""
-    return tuple(
-        Lane(ln.qp, ln.peer, ln.src.slice(i * region, region), ln.dst.slice(i * region, region))
-        for i, ln in enumerate(lanes[:n])
-    )
 
 
 def landing_of(run, build_dir: Path, **kw) -> dict[str, object]:

@@ -10,7 +10,8 @@ import time
 
 import numpy as np
 import pytest
-from host_world import SIZE, emu_world
+from host_world import SIZE, emu_world, proxy
+from resources import sliced
 
 from gicbench import _native
 from gicbench.errors import CompletionError, CompletionTimeout, ConfigError, FabricError
@@ -24,7 +25,6 @@ from gicbench.submit.base import (
     RateWork,
     RespondWork,
 )
-from gicbench.submit.proxy import ProxySubmitter
 from gicbench.submit.proxy.params import ProxyParams
 from gicbench.submit.proxy.rings import ring_counts
 
@@ -34,14 +34,6 @@ PX = _native.proxy
 def tasks() -> int:
     """Threads of this process (native ones included)."""
     return len(os.listdir("/proc/self/task"))
-
-
-def proxy(w, rank: int, timeout_s: float = 2.0, **kw) -> ProxySubmitter:
-    f = w.fabrics[rank]
-    params = ProxyParams(precondition_s=0.0, **kw)
-    return ProxySubmitter(
-        rank=rank, fabric=f, progress=f.progress_policy(), timeout_s=timeout_s, params=params
-    )
 
 
 @pytest.fixture
@@ -124,10 +116,7 @@ def test_proxy_rate_counts_chains_and_payload(world, workers, rings, batch, prod
     sub = proxy(w, 0, handoff=handoff, workers=workers, rings=rings)
     size, per = 64, 3000
     # lane i: its own kilobyte of the source and of the landing buffer (16 slots of 64 B)
-    lanes = tuple(
-        Lane(ln.qp, ln.peer, ln.src.slice(i * 1024, 1024), ln.dst.slice(i * 1024, 1024))
-        for i, ln in enumerate(w.lanes(workers))
-    )
+    lanes = sliced(w.lanes(), workers, 1024)
     res = sub.proxy_rate(
         ProxyRateWork(lanes, workers, rings, batch, producers, size, True, per, 50, 300)
     )

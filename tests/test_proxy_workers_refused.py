@@ -5,7 +5,7 @@ for 8 workers ran 2 and recorded --workers 8)."""
 from __future__ import annotations
 
 import pytest
-from host_world import emu_world
+from host_world import emu_world, proxy
 
 from gicbench import _native
 from gicbench.errors import ConfigError
@@ -26,13 +26,7 @@ def test_geometry_refuses_workers_above_lanes() -> None:
 def test_rate_refuses_workers_above_lanes_before_any_engine() -> None:
     with emu_world(nqps=2, depth=64) as w:
         f = w.fabrics[0]
-        sub = ProxySubmitter(
-            rank=0,
-            fabric=f,
-            progress=f.progress_policy(),
-            timeout_s=2.0,
-            params=ProxyParams(workers=4, rings=4, precondition_s=0.0),
-        )
+        sub = proxy(w, 0, workers=4, rings=4)
         before = f.counters()["wqes"]
         with pytest.raises(ConfigError, match=r"workers \(--workers\).*1\.\.2 ") as e:
             sub.rate(RateWork(w.lanes(2), 1, 1, 64, True, 100, 0, 10))

@@ -11,14 +11,14 @@ needs a GPU and skips without one.
 from __future__ import annotations
 
 import threading
-import uuid
 from typing import Any
 
 import numpy as np
 import pytest
+from resources import EmuRanks
 
 from gicbench.fabric.base import CompletionQueue
-from gicbench.fabric.emu import EmuFabric, host_view
+from gicbench.fabric.emu import host_view
 
 ENGINES = ["cpu-inline", "cpu-thread", "cuda"]
 GPU_ENGINES = {"cuda"}  # marked gpu
@@ -38,38 +38,25 @@ def cuda_unavailable() -> str | None:
     return None
 
 
-class CpuWorld:
-    """`world` EmuFabric ranks of one job; progress 'inline' or 'thread', or the CUDA engine
-    (engine='cuda', one CTA per rank)."""
+class CpuWorld(EmuRanks):
+    """`world` EmuFabric ranks of one job, small tables, peered and sealed (resources.EmuRanks);
+    progress 'inline' or 'thread', or the CUDA engine (engine='cuda', one CTA per rank). The
+    cases make their own objects: the runner creates each one the case declares."""
 
     def __init__(self, world: int, progress: str, engine: str = "cpu") -> None:
-        job = "conf-" + uuid.uuid4().hex[:10]
-        self.fabrics: list[EmuFabric] = []
-        try:
-            for r in range(world):
-                self.fabrics.append(
-                    EmuFabric(
-                        r,
-                        world,
-                        job,
-                        progress=progress,
-                        segment_bytes=4 << 20,
-                        max_qps=16,
-                        max_cqs=16,
-                        max_mrs=16,
-                        max_dcts=4,
-                        engine=engine,
-                        engine_ctas=1 if engine == "cuda" else None,
-                    )
-                )
-            infos = [f.local_info() for f in self.fabrics]
-            for f in self.fabrics:
-                f.add_peers(infos)
-            for f in self.fabrics:  # everyone attached: the "barrier" has passed
-                f.seal()
-        except BaseException:
-            self.close()
-            raise
+        super().__init__(
+            world,
+            progress=progress,
+            segment_bytes=4 << 20,
+            engine=engine,
+            prefix="conf",
+            max_qps=16,
+            max_cqs=16,
+            max_mrs=16,
+            max_dcts=4,
+            engine_ctas=1 if engine == "cuda" else None,
+        )
+        self.start()
 
     def view(self, addr: int, nbytes: int) -> np.ndarray:
         return host_view(addr, nbytes)
@@ -93,12 +80,6 @@ class CpuWorld:
 
     def dct_key_violations(self, rank: int, dct: Any) -> int:
         return self.fabrics[rank].dct_counters(dct)["key_violations"]
-
-    def close(self) -> None:
-        for f in self.fabrics:  # every CUDA engine stops before any rank unmaps
-            f.stop_engine()
-        for f in self.fabrics:
-            f.close()
 
 
 def make_world(engine: str, world: int) -> CpuWorld:
