@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import site
 import subprocess
 import sys
 import tempfile
@@ -26,19 +27,37 @@ class OtherUser:
     uid: int
     gid: int
 
-    def run(self, *cmd: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+    def run(self, *cmd: str, check: bool = True, timeout: float = 120,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         """Run a command as this user (its own process, its own uid and gid)."""
         r = subprocess.run(
             list(cmd), user=self.uid, group=self.gid, extra_groups=[], capture_output=True,
-            text=True, timeout=timeout, check=False, cwd="/",
+            text=True, timeout=timeout, check=False, cwd="/", env=env,
         )  # fmt: skip
         if check and r.returncode != 0:
             raise AssertionError(f"as {self.name}: {cmd} exited {r.returncode}: {r.stderr}")
         return r
 
     def python(self, code: str, check: bool = True) -> subprocess.CompletedProcess:
-        """Python code run as this user with this environment's interpreter (gicbench importable)."""
-        return self.run(sys.executable, "-c", code, check=check)
+        """Python code run as this user, with this environment's packages importable."""
+        exe = self._interpreter()
+        env = {"PATH": os.defpath, "PYTHONPATH": os.pathsep.join(site.getsitepackages()),
+               "PYTHONDONTWRITEBYTECODE": "1"}  # fmt: skip
+        return self.run(exe, "-c", code, check=check, env=env)
+
+    def _interpreter(self) -> str:
+        """This interpreter when the user may run it (a venv's may live in a private home),
+        else the system's of the same version."""
+        version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+        for exe in (sys.executable, shutil.which(version, path="/usr/local/bin:/usr/bin")):
+            if exe is None:
+                continue
+            try:
+                if self.run(exe, "-c", "pass", check=False).returncode == 0:
+                    return exe
+            except PermissionError:
+                continue
+        pytest.skip(f"no {version} that user {self.name} may run")
 
 
 @pytest.fixture

@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from security_helpers import OtherUser, other_user, root_only_file, shared_dir  # noqa: F401
+import security_helpers
+from security_helpers import OtherUser, root_only_file
 from trace_helpers import make_run
 
 from gicbench import rundir
@@ -25,6 +26,10 @@ from gicbench.errors import ConfigError
 from gicbench.trace import read_manifest, write_manifest
 
 SECRET = "root's secret\n"
+
+# fixtures of the second local user (tests/security_helpers.py)
+other_user = security_helpers.other_user
+shared_dir = security_helpers.shared_dir
 
 
 def _small_run(path: Path) -> Path:
