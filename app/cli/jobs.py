@@ -167,6 +167,14 @@ def _setup(o: RenderOptions) -> str:
             "# module and prints a help-file error for it: native (socket peer uid) serves both.",
             'export PMIX_MCA_psec="${PMIX_MCA_psec:-native}"',
         ]
+    if o.nodes == 1:
+        from ..sweep.local_mpi import shell_exports
+
+        lines += [
+            "# One node: MPI between the ranks over shared memory only, no TCP listener on any",
+            "# interface (docs/security.md); a value set before the job is kept.",
+            *shell_exports(),
+        ]
     at_exit: list[str] = []
     if o.gpus_per_node:
         lines += [f"export GICBENCH_GPUS_PER_NODE={o.gpus_per_node}"]

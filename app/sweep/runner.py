@@ -26,6 +26,7 @@ from typing import Any
 
 from .. import safe_files
 from ..errors import ConfigError
+from .local_mpi import local_mpi_env
 from .manifest import (
     ASIDE,
     MANIFEST,
@@ -423,7 +424,8 @@ def _run_point(
     say(f"  {name}: {' '.join(cmd[:4])} ... ({entry['index'] + 1}/{len(doc['points'])})")
     t0 = time.monotonic()
     # Its own session: every process of the point can be found and ended by the session id.
-    proc = subprocess.Popen(cmd, start_new_session=True)
+    # On one node its ranks talk over shared memory only (local_mpi: no TCP listener).
+    proc = subprocess.Popen(cmd, start_new_session=True, env=local_mpi_env(os.environ))
     forwarded = killed = False
     while True:
         try:
