@@ -116,3 +116,20 @@ def test_sweep_lock_that_is_a_link_is_refused(tmp_path: Path, no_launch) -> None
     with pytest.raises(ConfigError, match="lock"):
         _sweep(d)
     assert victim.read_text() == SECRET
+
+
+def test_mps_pipe_directory_made_first_by_another_user_is_refused(
+    other_user: OtherUser, shared_dir: Path
+) -> None:
+    """The MPS pipe directory's name is known in advance (/tmp/gicbench-mps-<job>): a control
+    pipe another user made there is never trusted, whichever local rank finds it."""
+    from gicbench.sweep.bind import ensure_mps
+
+    pipe = shared_dir / "gicbench-mps-77" / "pipe"
+    other_user.run("mkdir", "-p", str(pipe))
+    other_user.run("mkfifo", str(pipe / "control"))
+    for rank in ("0", "1"):
+        env = {"CUDA_MPS_PIPE_DIRECTORY": str(pipe), "GICBENCH_LOCAL_RANK": rank,
+               "CUDA_MPS_LOG_DIRECTORY": str(pipe.parent / "log")}  # fmt: skip
+        with pytest.raises(ConfigError, match=f"owned by {other_user.name}"):
+            ensure_mps(env)
