@@ -300,3 +300,52 @@ def test_every_plot_is_saved_through_the_one_save_helper() -> None:
 
     source = inspect.getsource(plots)
     assert source.count(".savefig(") == 1, "plots.py: save figures with _save(fig, out)"
+
+
+# ---- trying to break the checks ---------------------------------------------------------------
+
+
+def test_directory_swapped_for_a_link_after_the_check_gets_nothing_through(tmp_path: Path) -> None:
+    """The check and the write use one descriptor: replacing the checked directory by a link to
+    another place between them sends the file to the checked directory, not through the link."""
+    from gicbench import safe_files
+
+    run, moved, victim_dir = tmp_path / "run", tmp_path / "moved", tmp_path / "victim"
+    run.mkdir()
+    victim_dir.mkdir()
+    fd = safe_files.open_dir(run, "test")
+    try:
+        run.rename(moved)
+        run.symlink_to(victim_dir)
+        safe_files.write_at(fd, "report.md", b"text\n", run / "report.md")
+    finally:
+        os.close(fd)
+    assert list(victim_dir.iterdir()) == []
+    assert (moved / "report.md").read_bytes() == b"text\n"
+
+
+def test_fifo_at_run_json_is_replaced_not_opened(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    os.mkfifo(run / "run.json")
+    write_manifest(run, {"world_size": 1, "status": "running"})  # (opening it would block)
+    assert read_manifest(run)["status"] == "running"
+
+
+def test_a_run_directory_is_never_reused(tmp_path: Path) -> None:
+    run = _small_run(tmp_path / "run")
+    with pytest.raises(ConfigError, match="an earlier run"):
+        rundir.claim(run)
+    only_link = tmp_path / "link-only"
+    only_link.mkdir()
+    (only_link / "report.md").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(ConfigError, match=r"report\.md"):
+        rundir.claim(only_link)
+
+
+def test_report_directory_given_as_a_link_is_refused(tmp_path: Path, capsys) -> None:
+    run = _small_run(tmp_path / "run")
+    (tmp_path / "latest").symlink_to(run)
+    assert main(["report", str(tmp_path / "latest")]) == 2
+    assert "symbolic link" in capsys.readouterr().err
+    assert not (run / "report.md").exists()

@@ -133,3 +133,30 @@ def test_mps_pipe_directory_made_first_by_another_user_is_refused(
                "CUDA_MPS_LOG_DIRECTORY": str(pipe.parent / "log")}  # fmt: skip
         with pytest.raises(ConfigError, match=f"owned by {other_user.name}"):
             ensure_mps(env)
+
+
+def test_sweep_lock_that_is_a_fifo_is_refused(tmp_path: Path, no_launch) -> None:
+    d = tmp_path / "sweep"
+    d.mkdir()
+    os.mkfifo(d / ".lock")
+    with pytest.raises(ConfigError, match="FIFO"):
+        _sweep(d)
+
+
+def test_submitted_script_path_that_is_a_link_is_replaced_not_followed(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from gicbench.cli.main import main
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    sbatch = bin_dir / "sbatch"
+    sbatch.write_text("#!/bin/sh\necho 123\n")
+    sbatch.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    victim = root_only_file(tmp_path)
+    script = tmp_path / "job.sbatch"
+    script.symlink_to(victim)
+    assert main(["jobs", "submit", "single-node", "--script", str(script)]) == 0
+    assert victim.read_text() == SECRET
+    assert "#SBATCH" in script.read_text() and not script.is_symlink()

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from .. import safe_files
 from ..errors import ConfigError
 
 LAUNCHERS = ("srun", "mpiexec")
@@ -490,8 +491,7 @@ def submit_main(args: argparse.Namespace) -> int:
         raise ConfigError("sbatch", "not found", "Slurm's sbatch on PATH (or use `jobs render`)")
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     script = args.script or Path("runs") / "jobs" / f"{args.name}-{stamp}.sbatch"
-    script.parent.mkdir(parents=True, exist_ok=True)
-    script.write_text(text)
+    safe_files.write_text(script, text, "script (--script)", create_dir=True)
     previous = None
     for i in range(args.chain):
         cmd = ["sbatch", "--parsable"]
