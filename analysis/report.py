@@ -6,6 +6,7 @@ generic table, so a new experiment appears in the report without code changes he
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -178,10 +179,15 @@ def write_report(run_dir: Path, out: Path | None = None, allow_incomplete: bool 
     run_dir = Path(run_dir)
     out = Path(out) if out is not None else run_dir / "report.md"
     plot_dir = out.parent / "plots"
-    for d, label in ((out.parent, "report directory"), (plot_dir, "report plots directory")):
-        with safe_files.opened_dir(d, label, create=True):
-            pass  # refused before any work when another user could plant links there
+    places = ((out.parent, "report directory"), (plot_dir, "report plots directory"))
+    for d, label in places:  # refused before the work when another user could plant links
+        if os.path.lexists(d):
+            with safe_files.opened_dir(d, label):
+                pass
     df = load_run(run_dir, allow_incomplete=allow_incomplete, workers=workers)
+    for d, label in places:  # made only for a run that loaded
+        with safe_files.opened_dir(d, label, create=True):
+            pass
     agg = aggregate_ranks(df)
     lines = [f"# gicbench report: {md(run_dir.name)}", ""]
     if df.attrs.get("problems"):

@@ -349,3 +349,10 @@ def test_report_directory_given_as_a_link_is_refused(tmp_path: Path, capsys) -> 
     assert main(["report", str(tmp_path / "latest")]) == 2
     assert "symbolic link" in capsys.readouterr().err
     assert not (run / "report.md").exists()
+
+
+def test_report_on_a_directory_that_is_no_run_leaves_nothing_there(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["report", str(empty)]) == 2
+    assert list(empty.iterdir()) == []
