@@ -15,6 +15,7 @@ temporary and leaves the target as it was, and raises WriteError naming the path
 from __future__ import annotations
 
 import contextlib
+import errno
 import grp
 import os
 import pwd
@@ -46,7 +47,10 @@ def describe(path: str | Path) -> str:
     except OSError as e:
         return f"unreachable ({e.strerror})"
     if stat.S_ISLNK(st.st_mode):
-        target = os.readlink(path)
+        try:
+            target = os.readlink(path)
+        except OSError:
+            return "a symbolic link"
         dangling = not os.path.exists(path)
         return f"a symbolic link to {target}" + (" (dangling)" if dangling else "")
     kinds = (
@@ -165,7 +169,7 @@ def write_at(dir_fd: int, name: str, data: bytes, shown: str | Path, mode: int =
             except FileExistsError:
                 tmp = None
         if fd < 0:
-            raise FileExistsError(17, "no free temporary name", name)
+            raise FileExistsError(errno.EEXIST, "no free temporary name", name)
         try:
             _write_all(fd, data)
             os.fsync(fd)
@@ -173,12 +177,13 @@ def write_at(dir_fd: int, name: str, data: bytes, shown: str | Path, mode: int =
             os.close(fd)
         os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         tmp = None
-        os.fsync(dir_fd)  # the rename itself survives a crash
     except OSError as e:
         if tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=dir_fd)
         raise WriteError(e.errno, e.strerror or str(e), str(shown)) from None
+    with contextlib.suppress(OSError):  # the rename survives a crash where the filesystem can
+        os.fsync(dir_fd)
 
 
 def _write_all(fd: int, data: bytes) -> None:

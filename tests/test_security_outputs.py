@@ -356,3 +356,28 @@ def test_report_on_a_directory_that_is_no_run_leaves_nothing_there(tmp_path: Pat
     empty.mkdir()
     assert main(["report", str(empty)]) == 2
     assert list(empty.iterdir()) == []
+
+
+def test_group_writable_directory_is_refused_unless_the_group_is_the_users_own(
+    tmp_path: Path, other_user: OtherUser
+) -> None:
+    """Group write lets the group's other members plant links; a user-private group (named
+    after the user, no other members: the umask 002 convention) has none."""
+    import grp
+    import pwd
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chown(shared, -1, other_user.gid)  # the other user's primary group
+    os.chmod(shared, 0o775)
+    group = grp.getgrgid(other_user.gid).gr_name
+    with pytest.raises(ConfigError, match=f"group {group} can write it"):
+        rundir.claim(shared)
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    own = grp.getgrgid(os.getegid())
+    if own.gr_name != me or set(own.gr_mem) - {me}:
+        pytest.skip(f"this user's group {own.gr_name} is not a user-private group")
+    private = tmp_path / "private"
+    private.mkdir()
+    os.chmod(private, 0o775)
+    assert rundir.claim(private) is False
