@@ -26,6 +26,7 @@ DEAD = 4_194_305  # above the kernel's PID_MAX_LIMIT (4194304): no process ever 
 
 # fixtures of the second local user (tests/security_helpers.py)
 other_user = security_helpers.other_user
+shared_dir = security_helpers.shared_dir
 
 
 def _job() -> str:
@@ -42,50 +43,54 @@ def shm_entries():
     made: list[Path] = []
     yield made
     for p in made:
-        if p.is_dir() and not p.is_symlink():
-            p.rmdir()
-        else:
-            p.unlink(missing_ok=True)
+        p.unlink(missing_ok=True)
 
 
-def test_a_directory_named_like_a_segment_stops_nothing(shm_entries) -> None:
-    d = SHM / f"gicbench-{_job()}-{DEAD}-r0"
+# The janitor's cases run in a directory like /dev/shm (sticky, writable by all) of the test's
+# own: entries of a dead pid in the real one would be removed by, or trip, the janitor of any
+# other gicbench run on the machine while the test runs.
+
+
+def test_a_directory_named_like_a_segment_stops_nothing(shared_dir: Path) -> None:
+    d = shared_dir / f"gicbench-{_job()}-{DEAD}-r0"
     d.mkdir()
-    shm_entries.append(d)
-    assert d.name not in janitor()
-    f = _open(_job())  # creation runs the janitor too
-    f.close()
+    assert janitor(shared_dir) == []
     assert d.is_dir()
 
 
-def test_links_and_fifos_named_like_segments_are_left_alone(tmp_path: Path, shm_entries) -> None:
+def test_links_and_fifos_named_like_segments_are_left_alone(
+    tmp_path: Path, shared_dir: Path
+) -> None:
     target = tmp_path / "target"
     target.write_text("kept\n")
-    link = SHM / f"gicbench-{_job()}-{DEAD}-r0"
+    link = shared_dir / f"gicbench-{_job()}-{DEAD}-r0"
     link.symlink_to(target)
-    fifo = SHM / f"gicbench-{_job()}-{DEAD}-r1"
+    fifo = shared_dir / f"gicbench-{_job()}-{DEAD}-r1"
     os.mkfifo(fifo)
-    shm_entries += [link, fifo]
-    removed = janitor()
-    assert link.name not in removed and fifo.name not in removed
+    stale = shared_dir / f"gicbench-{_job()}-{DEAD}-r2-0123456789abcdef"
+    stale.write_bytes(b"")
+    assert janitor(shared_dir) == [stale.name]  # only the regular file of this user
     assert link.is_symlink() and target.read_text() == "kept\n" and fifo.exists()
 
 
-def test_janitor_leaves_another_users_stale_segment(other_user: OtherUser, shm_entries) -> None:
-    theirs = SHM / f"gicbench-{_job()}-{DEAD}-r0"
+def test_janitor_leaves_another_users_stale_segment(
+    other_user: OtherUser, shared_dir: Path
+) -> None:
+    theirs = shared_dir / f"gicbench-{_job()}-{DEAD}-r0"
     other_user.run("touch", str(theirs))
-    shm_entries.append(theirs)
-    assert theirs.name not in janitor()
+    assert janitor(shared_dir) == []
     assert theirs.exists()
 
 
 def test_another_users_janitor_is_not_stopped_by_our_stale_segment(
-    other_user: OtherUser, shm_entries
+    other_user: OtherUser, shared_dir: Path
 ) -> None:
-    ours = SHM / f"gicbench-{_job()}-{DEAD}-r0"
+    ours = shared_dir / f"gicbench-{_job()}-{DEAD}-r0"
     ours.write_bytes(b"")
-    shm_entries.append(ours)
-    r = other_user.python("from gicbench.fabric.emu import janitor; print(janitor())", check=False)
+    r = other_user.python(
+        f"from gicbench.fabric.emu import janitor; print(janitor({str(shared_dir)!r}))",
+        check=False,
+    )
     assert r.returncode == 0, r.stderr
     assert ours.exists()
 
