@@ -3,7 +3,9 @@
 Exit status: 0 on success, 2 when a run is refused (missing, unknown schema, damaged or
 incomplete without --allow-incomplete, an unknown --experiment); the reason goes to stderr as one
 message, never a traceback (GICBENCH_DEBUG=1 shows it for input nothing anticipated). report
-exits 1 when a plot could not be drawn (noted in report.md) unless --allow-incomplete is given.
+exits 1 when a plot could not be drawn (noted in report.md) unless --allow-incomplete is given,
+and when a file could not be written (one line naming the path and the cause); it refuses (2) an
+output path inside a run or sweep directory other than the reported run's own report.md.
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from gicbench import safe_files
 from gicbench.errors import ConfigError, GicbenchError
+from gicbench.sweep.manifest import MANIFEST as SWEEP_MANIFEST
+from gicbench.trace.schema import MANIFEST_NAME
 
 from .fit_cli import print_outcome
 from .fits import apply as fit_apply
@@ -226,15 +231,52 @@ def run_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_report_out(run: Path, out: Path | None) -> None:
+    """Refuse a report path that is a link or a directory, or that lies inside a run or sweep
+    directory and is not the reported run's own report.md: a report never replaces a run's
+    files (run.json, traces, another run's report)."""
+    if out is None:
+        return
+    label = "out (-o)"
+    what = safe_files.describe(out)
+    if what.startswith("a symbolic link"):
+        raise ConfigError(label, str(out), f"a report file, not {what}: a report never "
+                                           "writes through a link")  # fmt: skip
+    if what == "a directory":
+        raise ConfigError(label, str(out), "a file name for the report (this is a directory)")
+    target = out.parent.resolve() / out.name
+    if target == Path(run).resolve() / "report.md":
+        return
+    for d in (target.parent, *target.parent.parents):
+        kind = next((k for k, name in (("run", MANIFEST_NAME), ("sweep", SWEEP_MANIFEST))
+                     if (d / name).exists()), None)  # fmt: skip
+        if kind is not None:
+            raise ConfigError(
+                label, str(out), f"a path outside run and sweep directories, or "
+                f"{Path(run) / 'report.md'}: it is inside the {kind} directory {d}, whose files "
+                "a report never replaces",
+            )  # fmt: skip
+
+
 def run_report(args: argparse.Namespace) -> int:
     from .report import write_report  # matplotlib only when a report is asked for
 
     failures: list[str] = []
-    ok, out = _guarded("report", lambda: write_report(
-        args.run, args.out, allow_incomplete=args.allow_incomplete, workers=args.jobs,
-        failures=failures))
+
+    def work() -> Path | safe_files.WriteError:
+        check_report_out(args.run, args.out)
+        try:
+            return write_report(args.run, args.out, allow_incomplete=args.allow_incomplete,
+                                workers=args.jobs, failures=failures)  # fmt: skip
+        except safe_files.WriteError as exc:  # the output's fault, not the trace's
+            return exc
+
+    ok, out = _guarded("report", work)
     if not ok:
         return EXIT_REFUSED
+    if isinstance(out, safe_files.WriteError):
+        print(f"gicbench report: {out}", file=sys.stderr)
+        return 1
     for f in failures:
         print(f"gicbench report: {f}", file=sys.stderr)
     print(f"wrote {out}")

@@ -6,6 +6,7 @@ against batch or QPs use a base-2 x axis and a linear rate axis.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,10 +18,23 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from gicbench import safe_files
+
 from .fits.apply import FitOutcome
 from .tables import header
 
 DPI = 120
+
+
+def _save(fig: plt.Figure, out: Path) -> Path:
+    """Every figure is saved here: drawn in memory, then written atomically beside `out`
+    (safe_files: never through a link, never half-written)."""
+    buf = io.BytesIO()
+    try:
+        fig.savefig(buf, format=out.suffix.lstrip(".") or "png", dpi=DPI)
+    finally:
+        plt.close(fig)
+    return safe_files.write_bytes(out, buf.getvalue(), "report plots directory")
 
 
 def size_label(value: float, _pos: object = None) -> str:
@@ -98,9 +112,7 @@ def latency_vs_size(table: pd.DataFrame, params: Sequence[str], title: str,
     fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
     fig.suptitle(title)
     fig.tight_layout(rect=(0, 0.045 * rows_of_legend + 0.02, 1, 1))
-    fig.savefig(out, dpi=DPI)
-    plt.close(fig)
-    return out
+    return _save(fig, out)
 
 
 def _combo(row: pd.Series, keys: Sequence[str]) -> tuple:
@@ -132,9 +144,7 @@ def rate_vs(table: pd.DataFrame, x: str, params: Sequence[str], y: str, title: s
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out, dpi=DPI)
-    plt.close(fig)
-    return out
+    return _save(fig, out)
 
 
 def latency_bars(table: pd.DataFrame, title: str, out: Path) -> Path:
@@ -156,9 +166,7 @@ def latency_bars(table: pd.DataFrame, title: str, out: Path) -> Path:
     ax.grid(True, axis="y", which="major", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out, dpi=DPI)
-    plt.close(fig)
-    return out
+    return _save(fig, out)
 
 
 def rate_bars(table: pd.DataFrame, params: Sequence[str], y: str, title: str,
@@ -177,9 +185,7 @@ def rate_bars(table: pd.DataFrame, params: Sequence[str], y: str, title: str,
     ax.set_title(title)
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out, dpi=DPI)
-    plt.close(fig)
-    return out
+    return _save(fig, out)
 
 
 def fit_curves(outcomes: Sequence[FitOutcome], title: str, out: Path) -> Path:
@@ -212,6 +218,4 @@ def fit_curves(outcomes: Sequence[FitOutcome], title: str, out: Path) -> Path:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out, dpi=DPI)
-    plt.close(fig)
-    return out
+    return _save(fig, out)

@@ -6,12 +6,16 @@ generic table, so a new experiment appears in the report without code changes he
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from gicbench import safe_files
+from gicbench.errors import ConfigError
 
 from . import plots
 from .fits import apply as fit_apply
@@ -39,6 +43,8 @@ class Section:
         """Draw one figure; data matplotlib cannot draw becomes a note, not a traceback."""
         try:
             self.images.append(draw(*args))
+        except (safe_files.WriteError, ConfigError):
+            raise  # the output cannot be written: the whole report fails, naming why
         except Exception as exc:
             plt_close_all()
             why = f"{self.title}: plot {draw.__name__} could not be drawn: " \
@@ -53,13 +59,24 @@ def plt_close_all() -> None:
     plt.close("all")
 
 
+_MD_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", **{c: "\\" + c for c in "\\`|[]*~"}}
+
+
+def md(value: object) -> str:
+    """Text from a run (run.json, trace parameters) as inert Markdown on one line: no HTML, no
+    link or image, no code span, no table cell boundary, no line break."""
+    text = " ".join(str(value).splitlines())
+    return "".join(_MD_ESCAPES.get(c, c) for c in text)
+
+
 def markdown_table(table: pd.DataFrame) -> list[str]:
     cols = list(table.columns)
-    lines = ["| " + " | ".join(header(c) for c in cols) + " |",
+    lines = ["| " + " | ".join(md(header(c)) for c in cols) + " |",
              "|" + "|".join("---:" if pd.api.types.is_numeric_dtype(table[c]) else ":---"
                             for c in cols) + "|"]
     for row in table.itertuples(index=False):
-        lines.append("| " + " | ".join(fmt(v, c) for v, c in zip(row, cols, strict=True)) + " |")
+        lines.append("| " + " | ".join(md(fmt(v, c)) for v, c in zip(row, cols, strict=True))
+                     + " |")
     return lines
 
 
@@ -68,7 +85,7 @@ def _table_block(agg: pd.DataFrame, experiment: str) -> tuple[pd.DataFrame, list
     shown, fixed = split_constant(full, caption_candidates(agg))
     lines: list[str] = []
     if fixed:
-        lines.append("Fixed: " + ", ".join(f"{k}={fmt(v, k)}" for k, v in fixed.items()) + ".")
+        lines.append("Fixed: " + ", ".join(md(f"{k}={fmt(v, k)}") for k, v in fixed.items()) + ".")
         lines.append("")
     lines += markdown_table(shown)
     if "count" in full.columns:
@@ -122,7 +139,8 @@ def _fit_block(agg: pd.DataFrame, experiment: str, plot_dir: Path, section: Sect
         outcomes = fit_apply.fit_table(name, full, params)
         section.lines += ["", f"### {name} fit", ""]
         for o in outcomes:
-            section.lines += ["    " + line for line in fit_apply.outcome_lines(o)]
+            section.lines += ["    " + " ".join(line.splitlines())  # stays in the code block
+                              for line in fit_apply.outcome_lines(o)]
         if name not in ("exposed", "ratio") and any(o.error is None for o in outcomes):
             section.plot(plots.fit_curves, outcomes, f"{experiment}: {name} fit",
                          plot_dir / f"{experiment}-fit-{name}.png")
@@ -149,7 +167,7 @@ def _provenance(df: pd.DataFrame) -> list[str]:
         v = m.get(k)
         if isinstance(v, list):
             v = " ".join(str(x) for x in v)
-        lines.append(f"| {k} | {'-' if v is None else str(v).replace('|', '/')} |")
+        lines.append(f"| {k} | {'-' if v is None else md(v)} |")
     return lines
 
 
@@ -161,14 +179,21 @@ def write_report(run_dir: Path, out: Path | None = None, allow_incomplete: bool 
     run_dir = Path(run_dir)
     out = Path(out) if out is not None else run_dir / "report.md"
     plot_dir = out.parent / "plots"
-    plot_dir.mkdir(parents=True, exist_ok=True)
+    places = ((out.parent, "report directory"), (plot_dir, "report plots directory"))
+    for d, label in places:  # refused before the work when another user could plant links
+        if os.path.lexists(d):
+            with safe_files.opened_dir(d, label):
+                pass
     df = load_run(run_dir, allow_incomplete=allow_incomplete, workers=workers)
+    for d, label in places:  # made only for a run that loaded
+        with safe_files.opened_dir(d, label, create=True):
+            pass
     agg = aggregate_ranks(df)
-    lines = [f"# gicbench report: {run_dir.name}", ""]
+    lines = [f"# gicbench report: {md(run_dir.name)}", ""]
     if df.attrs.get("problems"):
         lines += ["> **Incomplete run**: analysed with --allow-incomplete; numbers may be "
                   "missing ranks or points.", ">"]
-        lines += [f"> - {p}" for p in df.attrs["problems"]]
+        lines += [f"> - {md(p)}" for p in df.attrs["problems"]]
         lines.append("")
     lines += [*_provenance(df), ""]
     experiments = list(dict.fromkeys(agg["experiment"])) if not agg.empty else []
@@ -178,11 +203,10 @@ def write_report(run_dir: Path, out: Path | None = None, allow_incomplete: bool 
         section = Section(experiment)
         SECTIONS.get(experiment, _generic(experiment))(agg, plot_dir, section)
         _fit_block(agg, experiment, plot_dir, section)
-        lines += [f"## {experiment}", "", *section.lines, ""]
+        lines += [f"## {md(experiment)}", "", *section.lines, ""]
         if failures is not None:
             failures += section.failures
         for image in section.images:
             rel = image.relative_to(out.parent)
-            lines += [f"![{experiment}: {image.stem}]({rel.as_posix()})", ""]
-    out.write_text("\n".join(lines))
-    return out
+            lines += [f"![{md(experiment)}: {md(image.stem)}]({rel.as_posix()})", ""]
+    return safe_files.write_text(out, "\n".join(lines), "report directory")

@@ -124,16 +124,15 @@ def test_report_writes_markdown_and_pngs(run_a: Path) -> None:
 
 
 def test_new_experiment_gets_a_generic_section(tmp_path: Path) -> None:
-    write_manifest(
-        tmp_path, {"world_size": 1, "status": "complete", "experiments": ["clock-sweep"]}
-    )
+    run = tmp_path / "run"  # the report goes beside it: a path inside a run is refused
+    write_manifest(run, {"world_size": 1, "status": "complete", "experiments": ["clock-sweep"]})
     rng = np.random.default_rng(0)
-    with TraceWriter(tmp_path, 0, 1, {}) as w:
+    with TraceWriter(run, 0, 1, {}) as w:
         for mhz in (502, 995, 1845):
             with w.begin_point("clock-sweep", {"sm_clock_mhz": mhz, "size": 8}) as p:
                 p.add_samples("issue_ns", (2929e3 / mhz + 270 + rng.normal(0, 5, 50)).astype(int))
     out = tmp_path / "elsewhere" / "r.md"
-    assert run_report(_report([str(tmp_path), "-o", str(out)])) == 0
+    assert run_report(_report([str(run), "-o", str(out)])) == 0
     text = out.read_text()
     assert "## clock-sweep" in text and "| size(B) | sm_clock_mhz |" in text
     assert "| 8 | 502 | issue_ns |" in text and "Fixed: ranks=1." in text

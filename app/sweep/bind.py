@@ -11,6 +11,7 @@ import subprocess
 import time
 from collections.abc import Mapping
 
+from .. import safe_files
 from ..errors import ConfigError, UnsupportedError
 
 _LOCAL_RANK = ("SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK")
@@ -88,10 +89,13 @@ def bind_env(env: Mapping[str, str]) -> dict[str, str]:
 
 def ensure_mps(env: Mapping[str, str]) -> None:
     """Node-local rank 0 starts the MPS control daemon (all GPUs of the node, the pipe directory
-    of the job); the other ranks wait for its control pipe. MPS ends with the job's processes."""
+    of the job); the other ranks wait for its control pipe. MPS ends with the job's processes.
+    The pipe directory's name is predictable (/tmp/gicbench-mps-<job>): a directory or control
+    pipe of another user there is refused, never connected to."""
     pipe = env["CUDA_MPS_PIPE_DIRECTORY"]
     control = os.path.join(pipe, "control")
     if os.path.exists(control):
+        _check_mps_pipe(pipe, control)
         return
     if env.get("GICBENCH_LOCAL_RANK") == "0":
         exe = shutil.which("nvidia-cuda-mps-control")
@@ -102,6 +106,7 @@ def ensure_mps(env: Mapping[str, str]) -> None:
             )
         os.makedirs(pipe, exist_ok=True)
         os.makedirs(env["CUDA_MPS_LOG_DIRECTORY"], exist_ok=True)
+        _check_mps_pipe(pipe, None)
         daemon_env = {k: v for k, v in env.items() if k != "CUDA_VISIBLE_DEVICES"}
         subprocess.run([exe, "-d"], env=daemon_env, check=True)
     deadline = time.monotonic() + MPS_WAIT_S
@@ -109,3 +114,18 @@ def ensure_mps(env: Mapping[str, str]) -> None:
         if time.monotonic() > deadline:
             raise UnsupportedError(f"MPS control pipe {control} did not appear in {MPS_WAIT_S} s")
         time.sleep(0.1)
+    _check_mps_pipe(pipe, control)
+
+
+def _check_mps_pipe(pipe: str, control: str | None) -> None:
+    """The pipe directory, its parent (a job's own, under /tmp) and the control pipe are this
+    user's (or root's), and no other user can write the directories (ConfigError)."""
+    label = "CUDA_MPS_PIPE_DIRECTORY"
+    for d in (os.path.dirname(pipe.rstrip("/")), pipe):
+        with safe_files.opened_dir(d, label):
+            pass
+    if control is not None:
+        owner = os.lstat(control).st_uid
+        if owner not in (os.geteuid(), 0):
+            raise ConfigError(label, pipe, "a directory whose MPS control pipe is this user's: "
+                              f"{control} is owned by uid {owner}")  # fmt: skip

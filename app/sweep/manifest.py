@@ -1,15 +1,15 @@
 """`SWEEP_DIR/sweep.json`: the sweep, every point and its attempts. Written atomically (temporary
-file, fsync, rename) after every change, so a job killed at any moment leaves a readable manifest
-whose `running` point is known to be unfinished."""
+file, fsync, rename: gicbench.safe_files, never through a link) after every change, so a job
+killed at any moment leaves a readable manifest whose `running` point is known to be unfinished."""
 
 from __future__ import annotations
 
 import json
-import os
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .. import safe_files
 from ..errors import ConfigError
 from .spec import SCHEMA
 
@@ -52,14 +52,8 @@ def load_manifest(sweep_dir: str | Path) -> dict[str, Any]:
 
 def write_manifest(sweep_dir: Path, doc: dict[str, Any]) -> None:
     doc["updated"] = utc_now()
-    path = manifest_path(sweep_dir)
-    tmp = path.with_name(f".{MANIFEST}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    safe_files.write_text(manifest_path(sweep_dir), json.dumps(doc, indent=1) + "\n",
+                          "sweep directory")  # fmt: skip
 
 
 def run_status(run_dir: Path) -> str | None:

@@ -16,6 +16,7 @@ import fcntl
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -23,8 +24,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .. import safe_files
 from ..errors import ConfigError
-from .manifest import ASIDE, POINTS, load_manifest, run_status, utc_now, write_manifest
+from .local_mpi import local_mpi_env
+from .manifest import (
+    ASIDE,
+    MANIFEST,
+    POINTS,
+    load_manifest,
+    run_status,
+    utc_now,
+    write_manifest,
+)
 from .spec import SCHEMA, Point, SweepSpec
 
 LAUNCHERS = ("mpiexec", "srun")
@@ -153,8 +164,57 @@ class _Signals:
 LOCK_WAIT_S = 60.0  # a previous job's sweep may still be marking its last point
 
 
+LOCK = ".lock"
+RUN_MANIFEST = "run.json"  # a run's (gicbench.trace.schema.MANIFEST_NAME; trace is a lower layer)
+
+
+def claim_sweep_dir(sweep_dir: Path) -> None:
+    """A sweep runs into a new or empty directory, or resumes its own (sweep.json there); a run
+    directory (the sweep would hide the run from analyze), a directory holding anything else, a
+    link, or a directory another user could plant links in are refused (ConfigError)."""
+    label = "sweep directory (-d)"
+    try:
+        st: os.stat_result | None = os.lstat(sweep_dir)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        why = f"a path this user can reach ({e.strerror})"
+        raise ConfigError(label, str(sweep_dir), why) from None
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        raise ConfigError(label, str(sweep_dir), f"a directory ({sweep_dir} is "
+                                                 f"{safe_files.describe(sweep_dir)})")  # fmt: skip
+    with safe_files.opened_dir(sweep_dir, label, create=st is None) as fd:
+        held = set(os.listdir(fd))
+    if RUN_MANIFEST in held:
+        raise ConfigError(
+            label, str(sweep_dir), "a new or empty directory, or a sweep's own: it holds a run "
+            f"({RUN_MANIFEST}), which a sweep there would hide from analyze; choose another -d",
+        )  # fmt: skip
+    if MANIFEST in held:
+        return  # a resumed sweep
+    # what a sweep leaves before its first manifest: the lock and an empty points/
+    points = sorted(os.listdir(sweep_dir / POINTS)) if POINTS in held else []
+    other = sorted(held - {LOCK, POINTS}) + [f"{POINTS}/{p}" for p in points]
+    if other:
+        shown = ", ".join(other[:4]) + (" ..." if len(other) > 4 else "")
+        raise ConfigError(
+            label, str(sweep_dir), f"a new or empty directory, or a sweep's own: it holds other "
+            f"files ({shown}) and no {MANIFEST}; choose another -d",
+        )  # fmt: skip
+
+
 def _lock(sweep_dir: Path, say: Callable[[str], None]):
-    f = open(sweep_dir / ".lock", "a+")  # noqa: SIM115 (held for the whole sweep)
+    path = sweep_dir / LOCK
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise ConfigError("sweep lock", str(path), f"a regular file this user can open, not "
+                          f"{safe_files.describe(path)} ({e.strerror})") from None  # fmt: skip
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ConfigError("sweep lock", str(path), f"a regular file, not "
+                                                   f"{safe_files.describe(path)}")  # fmt: skip
+    f = os.fdopen(fd, "a+")  # held for the whole sweep
     deadline = time.monotonic() + LOCK_WAIT_S
     told = False
     while True:
@@ -197,7 +257,8 @@ def _move_aside(sweep_dir: Path, name: str) -> str | None:
     if not src.exists():
         return None
     aside = sweep_dir / ASIDE
-    aside.mkdir(exist_ok=True)
+    with safe_files.opened_dir(aside, "sweep aside directory", create=True):
+        pass  # (a link there is refused: points are moved into it)
     n = 1
     while (aside / f"{name}.{n}").exists():
         n += 1
@@ -236,9 +297,7 @@ def run_sweep(
             "ranks", spec.max_ranks, f"at most the allocation's {tasks} tasks (SLURM_NTASKS)"
         )
     sweep_dir = Path(sweep_dir)
-    if sweep_dir.exists() and not sweep_dir.is_dir():
-        raise ConfigError("sweep directory", str(sweep_dir), "a directory")
-    sweep_dir.mkdir(parents=True, exist_ok=True)
+    claim_sweep_dir(sweep_dir)
     lock = _lock(sweep_dir, say)
     try:
         return _run_locked(
@@ -268,7 +327,8 @@ def _run_locked(
             )
     else:
         doc = _new_manifest(spec)
-    (sweep_dir / POINTS).mkdir(exist_ok=True)
+    with safe_files.opened_dir(sweep_dir / POINTS, "sweep points directory", create=True):
+        pass
     left = slurm_time_left()
     deadline = time.monotonic() + left if left is not None else None
     submission = {
@@ -364,7 +424,8 @@ def _run_point(
     say(f"  {name}: {' '.join(cmd[:4])} ... ({entry['index'] + 1}/{len(doc['points'])})")
     t0 = time.monotonic()
     # Its own session: every process of the point can be found and ended by the session id.
-    proc = subprocess.Popen(cmd, start_new_session=True)
+    # On one node its ranks talk over shared memory only (local_mpi: no TCP listener).
+    proc = subprocess.Popen(cmd, start_new_session=True, env=local_mpi_env(os.environ))
     forwarded = killed = False
     while True:
         try:

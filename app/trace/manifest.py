@@ -1,13 +1,13 @@
-"""The run manifest `RUN/run.json`, written by rank 0 atomically (temporary file + os.replace)."""
+"""The run manifest `RUN/run.json`, written by rank 0 atomically and never through a link
+(gicbench.safe_files: the directory checked, a new temporary file renamed over run.json)."""
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from gicbench import safe_files
 from gicbench.errors import TraceError
 
 from . import schema
@@ -45,34 +45,19 @@ def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> Path:
     for key in MANIFEST_FIELDS:
         data.setdefault(key, None)
     text = schema.to_json(data)
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".run.json.", dir=run_dir)
-    try:
-        # mkstemp makes the file 0600; run.json gets the mode the rank files get (0666 - umask).
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "w") as out:
-            out.write(json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, manifest_path(run_dir))
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return manifest_path(run_dir)
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+    path = manifest_path(run_dir)
+    body = json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n"
+    return safe_files.write_text(path, body, "run directory", create_dir=True)
 
 
 def read_manifest(run_dir: Path) -> dict[str, Any]:
     """Load run.json; raises TraceError if it is missing, unreadable or not a JSON object."""
     path = manifest_path(run_dir)
     if not Path(run_dir).is_dir():
-        raise TraceError(f"{run_dir} is not a directory: expected a gicbench run directory")
+        what = safe_files.describe(run_dir)
+        raise TraceError(
+            f"{run_dir} is not a directory ({what}): expected a gicbench run directory"
+        )
     try:
         text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:

@@ -39,6 +39,8 @@ nb::dict rq_dict(const emu::RqInfo& r) {
 }  // namespace
 
 void bind_emu(nb::module_ m) {
+  // A taken segment name: FileExistsError, so gicbench.fabric.emu retries under a new name.
+  nb::exception<emu::SegmentExists>(m, "SegmentExists", PyExc_FileExistsError);
   m.attr("COUNTERS") = [] {
     nb::list l;
     for (const char* n : kCounterNames) l.append(n);

@@ -124,6 +124,7 @@ Segment Segment::create(const std::string& name, int rank, int world, uint64_t b
                                 " (the tables and doorbell pages alone) is needed");
 
   const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0 && errno == EEXIST) throw SegmentExists(sys_error("shm_open(create)", name).what());
   if (fd < 0) throw sys_error("shm_open(create)", name);
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     const auto err = sys_error("ftruncate", name);

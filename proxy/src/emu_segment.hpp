@@ -3,12 +3,19 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 
 #include "emu_layout.hpp"
 
 namespace gicbench {
 namespace emu {
+
+// create() found the name taken (shm_open: EEXIST). Python sees FileExistsError and retries
+// under a new name: another user may have made ours first.
+struct SegmentExists : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 struct Limits {
   uint32_t max_mrs = 1024;

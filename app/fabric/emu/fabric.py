@@ -59,7 +59,7 @@ from ..base import (
     SendQueue,
     host_view,
 )
-from .janitor import janitor, segment_name
+from .janitor import create_segment, janitor
 from .params import ENGINES, QUEUE_PLACEMENTS  # declared once, with the knobs
 
 # The CUDA engine is a persistent kernel: with CUDA's lazy module loading (the default since
@@ -238,12 +238,14 @@ class EmuFabric(Fabric):
         self._cuda: Any = None  # the CudaEngine with engine="cuda"
         if clean_stale:
             janitor()
-        self.shm_name = segment_name(job, os.getpid(), rank)
         with _checked("create segment", rank):
-            # +1: slot 0 of every table is reserved (no object number or key is 0)
-            self._nic = _native().Nic(
-                self.shm_name, rank, world_size, segment_bytes,
-                max_mrs + 1, max_qps + 1, max_cqs + 1, max_dcts + 1,
+            # +1: slot 0 of every table is reserved (no object number or key is 0); a random
+            # name, retried when taken (peers learn it from local_info, see janitor.py)
+            self.shm_name, self._nic = create_segment(
+                lambda name: _native().Nic(
+                    name, rank, world_size, segment_bytes,
+                    max_mrs + 1, max_qps + 1, max_cqs + 1, max_dcts + 1,
+                ), job, rank,
             )  # fmt: skip
         self._closed = False
         self._sealed = False
