@@ -158,7 +158,7 @@ class Experiment(ABC):
 def _having(shapes: frozenset[Shape]) -> list[str]:
     from ..submit import base as submitters
 
-    return [n for n in submitters.names() if shapes <= submitters.get(n).shapes]
+    return sorted(n for n in submitters.names() if shapes <= submitters.get(n).shapes)
 
 
 def register(cls: type[Experiment]) -> type[Experiment]:
