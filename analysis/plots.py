@@ -75,6 +75,9 @@ _LEGEND = {
     "threads": "{} thread{s}",
     "background": "{} bg producer{s}",
 }
+_FIT_NAMES = {"plateau": "plateau + power law", "clock": "C/f + B"}
+_SHORT = {"qps": "QPs", "workers": "workers T", "rings": "rings R", "batch": "batch B",
+          "producers": "producers P"}
 _MODES = {"issue": "issue", "put_completion": "put + completion", "round_trip": "round trip"}
 _WAYS = {  # completion-scope: (mode, scope) -> what the line is
     ("put_completion", "selected"): "selected-QP completion",
@@ -326,7 +329,7 @@ def rate_bars(table: pd.DataFrame, params: Sequence[str], y: str, title: str) ->
     ax.bar_label(bars, labels=[number_text(v) for v in vals], fontsize=8)
     ax.set_xticks(range(len(labels)), labels, rotation=20 if len(labels) > 4 else 0)
     ax.set_xlim(-0.8, len(labels) - 0.2)
-    ax.set_xlabel("point (" + ", ".join(axis_label(k) for k in keys) + ")")
+    ax.set_xlabel("point (" + ", ".join(_SHORT.get(k, k) for k in keys) + ")")
     ax.set_ylabel(axis_label(y))
     ax.set_title(title)
     ax.grid(True, axis="y", alpha=0.3)
@@ -443,16 +446,19 @@ def fit_curves(outcomes: Sequence[FitOutcome], title: str) -> Figure:
     fig, ax = plt.subplots(figsize=(6.6, 4.6))
     for i, o in enumerate(fitted):
         c = f"C{i % 10}"
-        name = series_label(list(o.group), list(o.group.values())) if o.group else "data"
+        name = series_label(list(o.group), list(o.group.values())) if o.group else "measured"
         xs, ys = o.data  # type: ignore[misc]
         ax.plot(xs, ys, "o", color=c, label=name)
         if o.curve is not None:
             ax.plot(o.curve[0], o.curve[1], "-", color=c, alpha=0.8,
-                    label=f"{name}: {first.fit} fit" + (f", R² {o.r2:.3f}"
-                                                       if o.r2 is not None else ""))
+                    label=f"{name}: {_FIT_NAMES.get(first.fit, first.fit)} fit"
+                    + (f", R² {o.r2:.3f}" if o.r2 is not None else ""))
     if first.fit == "plateau":
-        ax.set_xscale("log", base=2)
+        xs_all = pd.Series([x for o in fitted for x in o.data[0]])  # type: ignore[index]
+        ys_all = pd.Series([y for o in fitted for y in o.data[1]])  # type: ignore[index]
+        _base2_x(ax, xs_all)
         ax.set_yscale("log")
+        _log_ticks(ax, ys_all)
     ax.set_xlabel(axis_label(first.x))
     ax.set_ylabel(axis_label(first.y))
     ax.set_title(title)
