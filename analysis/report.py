@@ -69,9 +69,10 @@ def markdown_table(table: pd.DataFrame) -> list[str]:
     return lines
 
 
-WINDOW_NOTE = ("Window columns time a window of the stream (a twentieth of each thread's "
-               "messages; the last one carries the final drain), not one message: read the "
-               "rate columns for throughput.")
+WINDOW_NOTE = ("Window columns time how long the stream took to post one window of messages "
+               "(a twentieth of each thread's messages; posting stalls while the queue is "
+               "full, and the last window carries the final drain), not one message's latency: "
+               "read M msg/s and GB/s for throughput.")
 
 
 def _table_block(agg: pd.DataFrame, experiment: str) -> tuple[pd.DataFrame, list[str]]:
