@@ -73,3 +73,14 @@ def test_run_writes_the_file_beside_the_table(tmp_path: Path) -> None:
     doc = json.loads(path.read_text())
     assert doc["results"] and doc["results"][0]["experiment"] == "single-op"
     assert doc["config"]["output_file"] == str(path)
+
+
+def test_a_failed_run_still_writes_what_it_measured(tmp_path: Path) -> None:
+    path = tmp_path / "results.json"
+    r = launch(2, "run", "single-op", "-n", "50", "-w", "5", "--modes", "issue", "-e", "64",
+               "-f", "8", "-J", str(path), "-o", str(tmp_path / "run"),
+               env={"GICBENCH_FAULT": "raise:1:1"})
+    assert r.returncode != 0
+    doc = json.loads(path.read_text())
+    assert doc["status"] == "incomplete" and "injected fault" in doc["reason"]
+    assert [row["size"] for row in doc["results"]] == [8]  # point 0 finished, point 1 failed
