@@ -34,6 +34,7 @@ from .tables import (
     caption_candidates,
     compare_tables,
     experiment_table,
+    fit_outcomes,
     fmt,
     header,
     param_columns,
@@ -97,11 +98,11 @@ Fits = dict[str, list[tuple[str, fit_apply.FitOutcome]]]
 
 def _fits(exp: str, per_run: list[tuple[str, pd.DataFrame]], params: list[str]) -> list[
         tuple[str, fit_apply.FitOutcome]]:
-    """The fits the experiment declares, applied to each run's table."""
+    """The fits the experiment declares, applied to each run's table: one per curve."""
     return [(label, outcome)
             for name in fit_apply.declared_fits(exp)
             for label, table in per_run
-            for outcome in fit_apply.fit_table(name, table, params)]
+            for outcome in fit_outcomes(name, table, params)]
 
 
 def _tables(args: argparse.Namespace) -> tuple[list[dict], dict[str, pd.DataFrame],

@@ -61,7 +61,12 @@ def _columns(point: Point, names: dict[str, dict[str, str]]) -> dict[str, Any]:
                 continue  # the role is its own column
             col = names[kind].get(key)
             if col is None:
-                col = prefix + key if key in FIXED_COLUMNS or key in out else key
+                # A name that is a parameter somewhere and a result elsewhere (payload's
+                # --messages cap, proxy-rate's messages moved) keeps one kind per column,
+                # whichever experiment came first.
+                other = names["results" if kind == "params" else "params"].get(key)
+                clash = key in FIXED_COLUMNS or key in out or other == key
+                col = prefix + key if clash else key
                 names[kind][key] = col
             out[col] = _cell(value)
     for key, delta in point.counter_deltas.items():

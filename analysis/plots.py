@@ -1,7 +1,17 @@
-"""PNG plots for the report (matplotlib, Agg backend: no display needed).
+"""PNG plots for the report (matplotlib, Agg backend: no display needed), in the conventions of
+the papers' figures (arXiv 2610.01380):
 
-Latency against size is log-log with sizes on a base-2 axis, as in the papers' figures; rates
-against batch or QPs use a base-2 x axis and a linear rate axis.
+- latency against message size: log-log, sizes on a base-2 axis, p50 solid and p99 dashed;
+- message rate against workers T, one line per chain limit B, log rate axis (Fig. 7); against
+  batch, QPs or threads a base-2 x axis and a rate axis from 0 (§4.3.1);
+- the loaded round trip against the background load, shared queue dashed and reserved solid,
+  log latency axis, each point labelled with the background rate it carried (Fig. 6);
+- goodput against size with the reference, the threshold and a star at the first sampled size
+  reaching it (Fig. 8).
+
+Every axis names its quantity and unit, every line has a legend entry, and panel titles say
+what was timed ("put + completion", not a trace's dataset name). Each function returns the
+Figure; `save_figure` is the one place a figure is written to disk.
 """
 
 from __future__ import annotations
@@ -9,26 +19,84 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
-from matplotlib.lines import Line2D
+from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from gicbench import safe_files
+from gicbench.aggregate import unit_of
 
 from .fits.apply import FitOutcome
-from .tables import header
+from .tables import curve_keys
 
 DPI = 120
 
+# What each sample dataset timed, as a panel title.
+METRIC_TITLES = {
+    "issue_ns": "issue (post + doorbell)",
+    "completion_ns": "put + completion",
+    "rtt_ns": "round trip",
+    "window_ns": "window of messages",
+}
+# Axis label of a column: the quantity, then its unit in parentheses. Counts have no unit:
+# their label names what is counted.
+AXES = {
+    "size": "message size (B)",
+    "qps": "QPs per destination",
+    "threads": "submitting threads per rank",
+    "batch": "WQEs per doorbell (batch)",
+    "workers": "CPU workers T",
+    "rings": "descriptor rings R",
+    "producers": "producers P",
+    "background": "background producers per endpoint",
+    "sm_clock_mhz": "SM clock (MHz)",
+    "clock_mhz": "locked SM clock (MHz)",
+    "connections": "active connections",
+    "msg_rate_mps": "message rate (M msg/s)",
+    "msg_rate_mps_per_rank": "message rate per rank (M msg/s)",
+    "gbps": "goodput (GB/s)",
+    "p50_us": "latency, p50 (µs)",
+}
+COUNTS = ("qps", "threads", "batch", "workers", "rings", "producers", "background",
+          "connections")
+COUNT_AXES = frozenset(AXES[c] for c in COUNTS)
+# How a series' parameter reads in a legend.
+_LEGEND = {
+    "workers": "T={}",
+    "rings": "R={}",
+    "batch": "B={}",
+    "producers": "P={}",
+    "qps": "{} QP{s}",
+    "threads": "{} thread{s}",
+    "background": "{} bg producer{s}",
+}
+_FIT_NAMES = {"plateau": "plateau + power law", "clock": "C/f + B"}
+_SHORT = {"qps": "QPs", "workers": "workers T", "rings": "rings R", "batch": "batch B",
+          "producers": "producers P"}
+_MODES = {"issue": "issue", "put_completion": "put + completion", "round_trip": "round trip"}
+_WAYS = {  # completion-scope: (mode, scope) -> what the line is
+    ("put_completion", "selected"): "selected-QP completion",
+    ("put_completion", "all"): "all-QP quiet",
+    ("round_trip", "selected"): "signal (round trip)",
+}
+MODELLED_NOTE = "modelled, not measured"
 
-def _save(fig: plt.Figure, out: Path) -> Path:
-    """Every figure is saved here: drawn in memory, then written atomically beside `out`
-    (safe_files: never through a link, never half-written)."""
+
+def save_figure(fig: Figure, out: Path, modelled: bool = False) -> Path:
+    """Write one figure as a PNG and close it: the one place figures are saved. Drawn in memory,
+    then written atomically beside `out` (safe_files: never through a link, never half-written).
+    A figure drawn from a model rather than from measurements says so on its face
+    (`modelled`)."""
+    if modelled:
+        fig.text(0.995, 0.005, MODELLED_NOTE, ha="right", va="bottom", fontsize=8,
+                 style="italic", color="0.3")
     buf = io.BytesIO()
     try:
         fig.savefig(buf, format=out.suffix.lstrip(".") or "png", dpi=DPI)
@@ -37,18 +105,58 @@ def _save(fig: plt.Figure, out: Path) -> Path:
     return safe_files.write_bytes(out, buf.getvalue(), "report plots directory")
 
 
+def axis_label(col: str) -> str:
+    if col in AXES:
+        return AXES[col]
+    unit = unit_of(col)
+    return f"{col.replace('_', ' ')} ({unit})" if unit else col.replace("_", " ")
+
+
+def quantity(col: str) -> str:
+    """An axis label without its unit, for titles: "message size"."""
+    return axis_label(col).split(" (")[0]
+
+
 def size_label(value: float, _pos: object = None) -> str:
-    """8, 64, 1K, 4K, 1M: the byte labels of the papers' size axes."""
+    """8, 64, 1K, 4K, 1M: the byte labels of the papers' size axes (the unit is the axis')."""
     for unit, div in (("M", 1 << 20), ("K", 1 << 10)):
         if value >= div and value % div == 0:
             return f"{int(value // div)}{unit}"
     return f"{value:g}"
 
 
-def _series_label(keys: Sequence[str], values: Sequence[object]) -> str:
-    def show(v: object) -> str:
-        return f"{v:g}" if isinstance(v, float) else str(v)
-    return ", ".join(f"{k}={show(v)}" for k, v in zip(keys, values, strict=True)) or "all"
+def size_text(value: float) -> str:
+    """A size with its unit, for legends and tick labels: 8 B, 2 KiB, 1 MiB."""
+    for unit, div in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if value >= div and value % div == 0:
+            return f"{int(value // div)} {unit}"
+    return f"{value:g} B"
+
+
+def value_text(key: str, value: Any) -> str:
+    """One parameter's value as a legend or tick reads it: "8 B", "B=16", "put + completion"."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if key == "size":
+        return size_text(float(value))
+    if key == "mode":
+        return _MODES.get(str(value), str(value))
+    if key == "metric":
+        return METRIC_TITLES.get(str(value), str(value))
+    if key == "queue":
+        return f"{value} queue"
+    if key in _LEGEND:
+        return _LEGEND[key].format(value, s="" if value == 1 else "s")
+    return f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}"
+
+
+def number_text(v: float) -> str:
+    """A bar's value: three significant digits, thousands written out (7,150 not 7.15e+03)."""
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
+
+
+def series_label(keys: Sequence[str], values: Sequence[Any]) -> str:
+    return ", ".join(value_text(k, v) for k, v in zip(keys, values, strict=True)) or "all"
 
 
 def _log_ticks(ax: plt.Axes, values: pd.Series) -> None:
@@ -64,158 +172,331 @@ def _log_ticks(ax: plt.Axes, values: pd.Series) -> None:
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
-def _varying(table: pd.DataFrame, cols: Sequence[str]) -> list[str]:
-    return [c for c in cols if c in table.columns and table[c].nunique(dropna=False) > 1]
+def _base2_x(ax: plt.Axes, values: pd.Series, sizes: bool = False) -> None:
+    """A base-2 x axis with every sampled value labelled (up to 12), as the papers' axes."""
+    ax.set_xscale("log", base=2)
+    xs = sorted(float(v) for v in values.dropna().unique())
+    if len(xs) <= 12:
+        ax.set_xticks(xs)
+    ax.xaxis.set_major_formatter(FuncFormatter(size_label if sizes else
+                                               (lambda v, _p: f"{v:g}")))
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
-def latency_vs_size(table: pd.DataFrame, params: Sequence[str], title: str,
-                    out: Path) -> Path:
+def _groups(table: pd.DataFrame, keys: Sequence[str]) -> list[tuple[tuple, pd.DataFrame]]:
+    if not keys:
+        return [((), table)]
+    out = []
+    for key, g in table.groupby(list(keys), dropna=False, sort=True):
+        out.append((key if isinstance(key, tuple) else (key,), g))
+    return out
+
+
+def _name(key: Sequence[Any]) -> str:
+    """A curve's identity whatever the scalar types (numpy or Python) of its key."""
+    return repr(tuple(v.item() if isinstance(v, np.generic) else v for v in key))
+
+
+def _legend_below(fig: Figure, axes: Sequence[plt.Axes]) -> None:
+    """One legend under the panels with every line's label once."""
+    handles: dict[str, Any] = {}
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, h)
+    ncol = max(1, min(len(handles), 4))
+    rows = -(-len(handles) // ncol)
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=ncol,
+               fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, min(0.5, 0.05 * rows + 0.02), 1, 1))
+
+
+# ---- latency -----------------------------------------------------------------------------------
+
+
+def latency_vs_size(table: pd.DataFrame, params: Sequence[str], title: str) -> Figure:
     """One panel per metric: p50 (solid) and p99 (dashed, same colour) against size, log-log.
 
-    A line per combination of the parameters that vary within a panel; one colour per
-    combination across all panels, explained once in a legend below them."""
+    A line per curve (the parameters the user varied, tables.curve_keys); one colour per curve
+    across all panels, explained once in a legend below them."""
     metrics = list(dict.fromkeys(table["metric"]))
     others = [p for p in params if p != "size"]
-    keys = [p for p in others
-            if any(p in _varying(table[table["metric"] == m], others) for m in metrics)]
-    combos = list(dict.fromkeys(_combo(row, keys) for _, row in table.iterrows()))
-    colour = {c: f"C{i % 10}" for i, c in enumerate(sorted(combos, key=str))}
-    fig, axes = plt.subplots(1, len(metrics), figsize=(5.2 * len(metrics), 4.0), squeeze=False)
+    keys = curve_keys(table, "size", others, also=("metric",))
+    colour = {_name(k): f"C{i % 10}" for i, (k, _) in enumerate(_groups(table, keys))}
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5.2 * len(metrics), 4.2), squeeze=False)
     for ax, metric in zip(axes[0], metrics, strict=True):
         rows = table[table["metric"] == metric]
-        groups = rows.groupby(keys, dropna=False, sort=True) if keys else [((), rows)]
-        for key, g in groups:
-            key = key if isinstance(key, tuple) else (key,)
+        for key, g in _groups(rows, keys):
             g = g.sort_values("size")
-            c = colour[tuple(key)]
-            ax.plot(g["size"], g["p50_us"], "o-", color=c)
-            ax.plot(g["size"], g["p99_us"], "^--", color=c, alpha=0.6)
-        ax.set_xscale("log", base=2)
+            c = colour[_name(key)]
+            name = series_label(keys, key) + ", " if keys else ""
+            ax.plot(g["size"], g["p50_us"], "o-", color=c, label=f"{name}p50")
+            ax.plot(g["size"], g["p99_us"], "^--", color=c, alpha=0.6, label=f"{name}p99")
+        _base2_x(ax, rows["size"], sizes=True)
         ax.set_yscale("log")
-        sizes = sorted(rows["size"].dropna().unique())
-        if len(sizes) <= 12:  # label every sampled size, as the papers' size axes do
-            ax.set_xticks([float(v) for v in sizes])
-        ax.xaxis.set_major_formatter(FuncFormatter(size_label))
-        ax.xaxis.set_minor_formatter(NullFormatter())
         _log_ticks(ax, pd.concat([rows["p50_us"], rows["p99_us"]]))
-        ax.set_xlabel("message size (B)")
+        ax.set_xlabel(AXES["size"])
         ax.set_ylabel("latency (µs)")
-        ax.set_title(metric)
+        ax.set_title(METRIC_TITLES.get(metric, metric))
         ax.grid(True, which="major", alpha=0.3)
-    handles = [Line2D([], [], color="0.3", marker="o", ls="-", label="p50"),
-               Line2D([], [], color="0.3", marker="^", ls="--", alpha=0.6, label="p99")]
-    if keys:
-        handles += [Line2D([], [], color=colour[c], lw=3, label=_series_label(keys, c))
-                    for c in sorted(combos, key=str)]
-    ncol = min(len(handles), 2 + 3 * len(metrics) // 2)
-    rows_of_legend = -(-len(handles) // ncol)
-    fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
     fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0.045 * rows_of_legend + 0.02, 1, 1))
-    return _save(fig, out)
+    _legend_below(fig, axes[0])
+    return fig
 
 
-def _combo(row: pd.Series, keys: Sequence[str]) -> tuple:
-    return tuple(row[k] for k in keys)
-
-
-def rate_vs(table: pd.DataFrame, x: str, params: Sequence[str], y: str, title: str,
-            out: Path) -> Path:
-    """y (e.g. M msg/s summed over ranks) against x (batch, QPs ...) on a base-2 axis, one line
-    per combination of the other varying parameters."""
-    series_keys = _varying(table, [p for p in params if p != x])
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    groups = table.groupby(series_keys, dropna=False, sort=True) if series_keys else [
-        ((), table)]
-    for i, (key, g) in enumerate(groups):
-        key = key if isinstance(key, tuple) else (key,)
-        g = g.drop_duplicates(subset=[x]).sort_values(x)
-        ax.plot(g[x], g[y], "o-", color=f"C{i % 10}", label=_series_label(series_keys, key))
-    ax.set_xscale("log", base=2)
-    xs = sorted(table[x].dropna().unique())
-    if len(xs) <= 12:
-        ax.set_xticks([float(v) for v in xs])
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}"))
-    ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_ylim(bottom=0)
-    ax.set_xlabel(x)
-    ax.set_ylabel(header(y))
+def latency_vs(table: pd.DataFrame, x: str, params: Sequence[str], title: str,
+               names: dict[tuple, str] | None = None, series: Sequence[str] = ()) -> Figure:
+    """p50 (solid) and p99 (dashed) latency against x (QPs, SM clock ...), one line per curve;
+    `series` are columns every curve is split by (e.g. mode, scope) and `names` says what each
+    of their combinations is ("all-QP quiet")."""
+    keys = [*series, *[k for k in curve_keys(table, x, params, also=series) if k not in series]]
+    fig, ax = plt.subplots(figsize=(6.6, 4.6))
+    for i, (key, g) in enumerate(_groups(table, keys)):
+        g = g.sort_values(x)
+        head = tuple(key[: len(series)])
+        name = (names or {}).get(head) or series_label(list(series), head)
+        rest = series_label(keys[len(series):], key[len(series):]) if len(keys) > len(
+            series) else ""
+        label = ", ".join(t for t in (name if series else "", rest) if t) or "all"
+        c = f"C{i % 10}"
+        ax.plot(g[x], g["p50_us"], "o-", color=c, label=f"{label}, p50")
+        ax.plot(g[x], g["p99_us"], "^--", color=c, alpha=0.6, label=f"{label}, p99")
+    if x in ("qps", "threads", "batch", "size", "workers", "background"):
+        _base2_x(ax, table[x], sizes=x == "size")
+    ax.set_yscale("log")
+    _log_ticks(ax, pd.concat([table["p50_us"], table["p99_us"]]))
+    ax.set_xlabel(axis_label(x))
+    ax.set_ylabel("latency (µs)")
     ax.set_title(title)
-    ax.grid(True, alpha=0.3)
+    ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return _save(fig, out)
+    return fig
 
 
-def latency_bars(table: pd.DataFrame, title: str, out: Path) -> Path:
+def latency_bars(table: pd.DataFrame, title: str) -> Figure:
     """p50/p99/p99.9 per metric on a log axis, for a sweep with a single size."""
     metrics = list(dict.fromkeys(table["metric"]))
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(metrics) + 2), 4.2))
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.8 * len(metrics) + 2), 4.2))
     width = 0.26
     for j, (stat, key, alpha) in enumerate((("p50", "p50_us", 1.0), ("p99", "p99_us", 0.7),
                                             ("p99.9", "p999_us", 0.45))):
         vals = [float(table.loc[table["metric"] == m, key].median()) for m in metrics]
         xs = [i + (j - 1) * width for i in range(len(metrics))]
         bars = ax.bar(xs, vals, width, color="C0", alpha=alpha, label=stat)
-        ax.bar_label(bars, labels=[f"{v:.3g}" for v in vals], fontsize=7)
+        ax.bar_label(bars, labels=[number_text(v) for v in vals], fontsize=7)
     ax.set_yscale("log")
-    ax.set_xticks(range(len(metrics)), metrics)
+    ax.set_xticks(range(len(metrics)), [METRIC_TITLES.get(m, m) for m in metrics])
+    ax.set_xlabel("what was timed")
     ax.set_ylabel("latency (µs)")
     sizes = table["size"].dropna().unique() if "size" in table.columns else []
-    ax.set_title(title + (f", size {size_label(float(sizes[0]))} B" if len(sizes) == 1 else ""))
+    ax.set_title(title + (f", {size_text(float(sizes[0]))} messages" if len(sizes) == 1 else ""))
     ax.grid(True, axis="y", which="major", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return _save(fig, out)
+    return fig
 
 
-def rate_bars(table: pd.DataFrame, params: Sequence[str], y: str, title: str,
-              out: Path) -> Path:
+# ---- rates -------------------------------------------------------------------------------------
+
+
+def rate_vs(table: pd.DataFrame, x: str, params: Sequence[str], y: str, title: str,
+            log_y: bool = False) -> Figure:
+    """y (e.g. M msg/s summed over ranks) against x (batch, QPs, workers ...) on a base-2 axis,
+    one line per curve of the other parameters the user varied."""
+    keys = curve_keys(table, x, [p for p in params if p != x])
+    fig, ax = plt.subplots(figsize=(6.6, 4.6))
+    for i, (key, g) in enumerate(_groups(table, keys)):
+        g = g.drop_duplicates(subset=[x]).sort_values(x)
+        ax.plot(g[x], g[y], "o-", color=f"C{i % 10}",
+                label=series_label(keys, key) if keys else "sum over ranks")
+    _base2_x(ax, table[x], sizes=x == "size")
+    if log_y:
+        ax.set_yscale("log")
+        _log_ticks(ax, table[y])
+    else:
+        ax.set_ylim(bottom=0)
+    ax.set_xlabel(axis_label(x))
+    ax.set_ylabel(axis_label(y))
+    ax.set_title(title)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def rate_bars(table: pd.DataFrame, params: Sequence[str], y: str, title: str) -> Figure:
     """y per point, for a sweep where no rate axis varies (one bar per point)."""
-    keys = _varying(table, params) or [
-        k for k in ("size", "qps", "threads", "batch") if k in table.columns]
-    labels = [_series_label(keys, [row[k] for k in keys]) for _, row in table.iterrows()]
+    keys = [p for p in params if p in table.columns and table[p].nunique(dropna=False) > 1]
+    keys = keys or [k for k in ("size", "qps", "threads", "batch") if k in table.columns]
+    labels = [series_label(keys, [row[k] for k in keys]) for _, row in table.iterrows()]
     labels = [label.replace(", ", "\n") if len(keys) > 2 else label for label in labels]
-    fig, ax = plt.subplots(figsize=(max(4.5, 1.2 * len(labels) + 2), 4.2))
-    bars = ax.bar(range(len(labels)), table[y].astype(float), color="C0", width=0.5)
-    ax.bar_label(bars, labels=[f"{v:.3g}" for v in table[y].astype(float)], fontsize=8)
+    fig, ax = plt.subplots(figsize=(max(4.8, 1.3 * len(labels) + 2), 4.4))
+    vals = table[y].astype(float)
+    bars = ax.bar(range(len(labels)), vals, color="C0", width=0.5)
+    ax.bar_label(bars, labels=[number_text(v) for v in vals], fontsize=8)
     ax.set_xticks(range(len(labels)), labels, rotation=20 if len(labels) > 4 else 0)
     ax.set_xlim(-0.8, len(labels) - 0.2)
-    ax.set_ylabel(header(y))
+    ax.set_xlabel("point (" + ", ".join(_SHORT.get(k, k) for k in keys) + ")")
+    ax.set_ylabel(axis_label(y))
     ax.set_title(title)
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
-    return _save(fig, out)
+    return fig
 
 
-def fit_curves(outcomes: Sequence[FitOutcome], title: str, out: Path) -> Path:
-    """Data (markers) and the fitted curve (line) of each fitted group, one colour per group;
-    a crossover marks its threshold and crossing instead of a curve."""
+def goodput_vs_size(table: pd.DataFrame, params: Sequence[str], outcomes: Sequence[FitOutcome],
+                    title: str, y: str = "gbps") -> Figure:
+    """Goodput against size, one line per curve; for each fitted crossover the reference
+    (dash-dot), the threshold (dotted) and a star at the first sampled size reaching it, each in
+    the legend with its value (arXiv 2610.01380, Fig. 8)."""
+    keys = curve_keys(table, "size", [p for p in params if p != "size"])
+    fig, ax = plt.subplots(figsize=(6.8, 4.8))
+    colour: dict[tuple, str] = {}
+    for i, (key, g) in enumerate(_groups(table, keys)):
+        g = g.drop_duplicates(subset=["size"]).sort_values("size")
+        colour[_name(key)] = c = f"C{i % 10}"
+        ax.plot(g["size"], g[y], "o-", color=c, label=series_label(keys, key) if keys
+                else "goodput, sum over ranks")
+    drawn: set[tuple[float, float]] = set()
+    for o in outcomes:
+        if o.fit != "crossover" or o.error is not None:
+            continue
+        key = tuple(o.group.get(k) for k in keys)
+        c = colour.get(_name(key), "0.3")
+        name = series_label(keys, key) + ": " if keys else ""
+        ref, thr = o.params["reference"].value, o.params["threshold"].value
+        frac = o.params["fraction"].value or 0.0
+        if ref is not None and thr is not None and (ref, thr) not in drawn:
+            drawn.add((ref, thr))
+            whence = ("largest measured" if any("largest" in f for f in o.flags)
+                      else "--reference-gbps")
+            ax.axhline(ref, color=c, ls="-.", lw=1, alpha=0.6,
+                       label=f"{name}reference {ref:.3g} GB/s ({whence})")
+            ax.axhline(thr, color=c, ls=":", lw=1.2, alpha=0.8,
+                       label=f"{name}{frac:.0%} of it: {thr:.3g} GB/s")
+        size = o.params["size"].value
+        if size is not None:
+            hit = table.loc[table["size"] == size, y]
+            if keys:
+                sel = np.logical_and.reduce([table[k] == v for k, v in zip(keys, key,
+                                                                              strict=True)])
+                hit = table.loc[(table["size"] == size) & sel, y]
+            if len(hit):
+                ax.plot([size], [float(hit.iloc[0])], "*", ms=15, color=c, mec="k", mew=0.6,
+                        label=f"{name}first size at {frac:.0%}: {size_text(size)}")
+    _base2_x(ax, table["size"], sizes=True)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel(AXES["size"])
+    ax.set_ylabel(axis_label(y))
+    ax.set_title(title)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+# ---- loaded round trip -------------------------------------------------------------------------
+
+
+def loaded_rtt(table: pd.DataFrame, params: Sequence[str], title: str) -> Figure:
+    """The probe's round trip against the background load (or the probe size when the load is
+    one value and the size is not), shared queue dashed and reserved solid, p50 and a lighter
+    p99, log latency axis; each p50 point labelled with the background M msg/s it carried
+    (arXiv 2610.01380, Fig. 6)."""
+    x = "background"
+    if ("background" not in table.columns or table["background"].nunique() < 2) and (
+            "size" in table.columns and table["size"].nunique() > 1):
+        x = "size"
+    keys = ["queue", *[k for k in curve_keys(table, x, params, also=("queue",)) if k != "queue"]]
+    keys = [k for k in keys if k in table.columns]
+    fig, ax = plt.subplots(figsize=(6.8, 4.8))
+    for i, (key, g) in enumerate(_groups(table, keys)):
+        g = g.sort_values(x)
+        queue = key[0] if keys and keys[0] == "queue" else ""
+        ls, marker = ("--", "s") if queue == "shared" else ("-", "o")
+        c = f"C{i % 10}"
+        label = series_label(keys, key)
+        ax.plot(g[x], g["p50_us"], marker=marker, ls=ls, color=c, label=f"{label}, p50")
+        ax.plot(g[x], g["p99_us"], marker="^", ls=ls, color=c, alpha=0.35, lw=1,
+                label=f"{label}, p99")
+        if "background_mps" in g.columns:
+            for xv, yv, bg in zip(g[x], g["p50_us"], g["background_mps"], strict=True):
+                if pd.notna(bg) and pd.notna(yv):
+                    ax.annotate(f"{bg:.3g}", (xv, yv), textcoords="offset points",
+                                xytext=(6, 4), fontsize=7, color=c)
+    _base2_x(ax, table[x], sizes=x == "size")
+    if table[x].nunique() == 1:  # one load: room either side of the single column of points
+        v = float(table[x].iloc[0])
+        ax.set_xlim(v / 2, v * 2)
+    ax.set_yscale("log")
+    _log_ticks(ax, pd.concat([table["p50_us"], table["p99_us"]]))
+    ax.set_xlabel(axis_label(x) if x != "size" else "probe size (B)")
+    ax.set_ylabel("round trip (µs)")
+    ax.set_title(title)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8, title_fontsize=8, title="numbers: background M msg/s carried"
+              if "background_mps" in table.columns else None)
+    fig.tight_layout()
+    return fig
+
+
+# ---- fits --------------------------------------------------------------------------------------
+
+
+def fit_curves(outcomes: Sequence[FitOutcome], title: str) -> Figure:
+    """Data (markers) and the fitted curve (line) of each fitted group, one colour per group,
+    both in the legend (the SM-clock and plateau fits)."""
     fitted = [o for o in outcomes if o.error is None and o.data is not None]
     if not fitted:
         raise ValueError("no fitted group to plot")
     first = fitted[0]
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    fig, ax = plt.subplots(figsize=(6.6, 4.6))
     for i, o in enumerate(fitted):
         c = f"C{i % 10}"
-        label = ", ".join(f"{k}={v}" for k, v in o.group.items()) or "data"
+        name = series_label(list(o.group), list(o.group.values())) if o.group else "measured"
         xs, ys = o.data  # type: ignore[misc]
-        ax.plot(xs, ys, "o", color=c, label=label)
+        ax.plot(xs, ys, "o", color=c, label=name)
         if o.curve is not None:
-            ax.plot(o.curve[0], o.curve[1], "-", color=c, alpha=0.8)
-        if o.fit == "crossover":
-            ax.axhline(o.params["threshold"].value, color=c, ls=":", alpha=0.7)
-            size = o.params["size"].value
-            if size is not None:
-                ax.axvline(size, color=c, ls="--", alpha=0.7)
-    if first.fit in ("plateau", "crossover"):
-        ax.set_xscale("log", base=2)
+            ax.plot(o.curve[0], o.curve[1], "-", color=c, alpha=0.8,
+                    label=f"{name}: {_FIT_NAMES.get(first.fit, first.fit)} fit"
+                    + (f", R² {o.r2:.3f}" if o.r2 is not None else ""))
     if first.fit == "plateau":
+        xs_all = pd.Series([x for o in fitted for x in o.data[0]])  # type: ignore[index]
+        ys_all = pd.Series([y for o in fitted for y in o.data[1]])  # type: ignore[index]
+        _base2_x(ax, xs_all)
         ax.set_yscale("log")
-    ax.set_xlabel(first.x)
-    ax.set_ylabel(header(first.y))
+        _log_ticks(ax, ys_all)
+    ax.set_xlabel(axis_label(first.x))
+    ax.set_ylabel(axis_label(first.y))
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return _save(fig, out)
+    return fig
+
+
+def clock_latency(table: pd.DataFrame, outcomes: Sequence[FitOutcome], title: str) -> Figure:
+    """clock-sweep: p50 latency against the measured SM clock, one colour per timing, with the
+    fitted T(f) = C/f + B of each (arXiv 2610.01380, Fig. 5)."""
+    x = "sm_clock_mhz" if "sm_clock_mhz" in table.columns else "clock_mhz"
+    fig, ax = plt.subplots(figsize=(6.6, 4.6))
+    fits = {o.group.get("metric"): o for o in outcomes
+            if o.fit == "clock" and o.error is None and o.curve is not None}
+    for i, (metric, g) in enumerate(table.groupby("metric", sort=False)):
+        c = f"C{i % 10}"
+        name = METRIC_TITLES.get(str(metric), str(metric))
+        g = g.sort_values(x)
+        ax.plot(g[x], g["p50_us"], "o", color=c, label=f"{name}, p50")
+        o = fits.get(metric) or (next(iter(fits.values())) if len(fits) == 1 and
+                                 table["metric"].nunique() == 1 else None)
+        if o is not None:
+            ax.plot(o.curve[0], o.curve[1], "-", color=c, alpha=0.8,  # type: ignore[index]
+                    label=f"{name}, fit C/f + B: C={o.params['C'].value:.4g} cycles, "
+                          f"B={o.params['B'].value:.3g} µs")
+    ax.set_xlabel(axis_label(x))
+    ax.set_ylabel("latency, p50 (µs)")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -1,7 +1,8 @@
 """report.md for one run: provenance, then one section per experiment with a table and plots.
 
-Experiments with a section writer in SECTIONS get their plots; any other experiment gets the
-generic table, so a new experiment appears in the report without code changes here.
+Every experiment gicbench has a section writer in SECTIONS, with the plot of the papers' figure
+for it; any other experiment gets the generic table and a plot of each fit it declares, so a new
+experiment appears in the report without code changes here.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from matplotlib.figure import Figure
 
 from gicbench import safe_files
 from gicbench.errors import ConfigError
@@ -23,6 +25,7 @@ from .load import aggregate_ranks, load_run
 from .tables import (
     caption_candidates,
     experiment_table,
+    fit_outcomes,
     fmt,
     header,
     param_columns,
@@ -38,11 +41,14 @@ class Section:
     lines: list[str] = field(default_factory=list)
     images: list[Path] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    fits: dict[str, list[fit_apply.FitOutcome]] = field(default_factory=dict)
+    drawn_fits: set[str] = field(default_factory=set)  # fits a section's own figure shows
 
-    def plot(self, draw: Callable[..., Path], *args: Any) -> None:
-        """Draw one figure; data matplotlib cannot draw becomes a note, not a traceback."""
+    def plot(self, out: Path, draw: Callable[..., Figure], *args: Any, **kwargs: Any) -> None:
+        """Draw one figure and save it as `out`; data matplotlib cannot draw becomes a note,
+        not a traceback."""
         try:
-            self.images.append(draw(*args))
+            self.images.append(plots.save_figure(draw(*args, **kwargs), out))
         except (safe_files.WriteError, ConfigError):
             raise  # the output cannot be written: the whole report fails, naming why
         except Exception as exc:
@@ -80,6 +86,12 @@ def markdown_table(table: pd.DataFrame) -> list[str]:
     return lines
 
 
+WINDOW_NOTE = ("Window columns time how long the stream took to post one window of messages "
+               "(a twentieth of each thread's messages; posting stalls while the queue is "
+               "full, and the last window carries the final drain), not one message's latency: "
+               "read M msg/s and GB/s for throughput.")
+
+
 def _table_block(agg: pd.DataFrame, experiment: str) -> tuple[pd.DataFrame, list[str]]:
     full = experiment_table(agg, experiment, with_slowest=True, compact=True)
     shown, fixed = split_constant(full, caption_candidates(agg))
@@ -93,9 +105,19 @@ def _table_block(agg: pd.DataFrame, experiment: str) -> tuple[pd.DataFrame, list
         if (per_rank < LOW_TAIL_SAMPLES).any():
             lines += ["", f"Note: some points have fewer than {LOW_TAIL_SAMPLES} samples per "
                           "rank; their p99.9 is close to the maximum."]
+    if any(c.startswith("window_") for c in full.columns):
+        lines += ["", WINDOW_NOTE]
     lines += ["", "Statistics are the median over ranks of each rank's percentile; the slowest "
                   "rank is the one with the largest mean."]
     return full, lines
+
+
+def _params(agg: pd.DataFrame, full: pd.DataFrame) -> list[str]:
+    return [p for p in param_columns(agg) if p in full.columns]
+
+
+def _varies(full: pd.DataFrame, col: str) -> bool:
+    return col in full.columns and full[col].nunique() > 1
 
 
 def _single_op(agg: pd.DataFrame, plot_dir: Path, section: Section) -> None:
@@ -103,13 +125,41 @@ def _single_op(agg: pd.DataFrame, plot_dir: Path, section: Section) -> None:
     section.lines += lines
     if "p50_us" not in full.columns:
         return
-    params = [p for p in param_columns(agg) if p in full.columns]
     out = plot_dir / "single-op-latency.png"
     title = "single-op latency (median rank)"
-    if "size" in full.columns and full["size"].nunique() > 1:
-        section.plot(plots.latency_vs_size, full, params, title, out)
+    if _varies(full, "size"):
+        section.plot(out, plots.latency_vs_size, full, _params(agg, full), title)
     else:  # one size: a line per metric would be a dot; compare the percentiles instead
-        section.plot(plots.latency_bars, full, title, out)
+        section.plot(out, plots.latency_bars, full, title)
+
+
+def _completion_scope(agg: pd.DataFrame, plot_dir: Path, section: Section) -> None:
+    """Completion latency against the QP count: the selected QP, an all-QP quiet, a signal."""
+    full, lines = _table_block(agg, "completion-scope")
+    section.lines += lines
+    if "p50_us" not in full.columns:
+        return
+    out = plot_dir / "completion-scope-latency.png"
+    if _varies(full, "qps"):
+        series = [c for c in ("mode", "scope") if c in full.columns]
+        section.plot(out, plots.latency_vs, full, "qps", _params(agg, full),
+                     "completion against QPs (median rank)",
+                     names=plots._WAYS if series == ["mode", "scope"] else None, series=series)
+    else:
+        section.plot(out, plots.latency_bars, full, "completion-scope latency (median rank)")
+
+
+def _clock_sweep(agg: pd.DataFrame, plot_dir: Path, section: Section) -> None:
+    full, lines = _table_block(agg, "clock-sweep")
+    section.lines += lines
+    if "p50_us" in full.columns:
+        section.plot(plot_dir / "clock-sweep-latency.png", plots.clock_latency, full,
+                     section.fits.get("clock", []), "latency against SM clock (median rank)")
+        section.drawn_fits.add("clock")
+
+
+def _rate_axes(full: pd.DataFrame, candidates: tuple[str, ...]) -> list[str]:
+    return [x for x in candidates if _varies(full, x)]
 
 
 def _msg_rate(agg: pd.DataFrame, plot_dir: Path, section: Section) -> None:
@@ -117,36 +167,86 @@ def _msg_rate(agg: pd.DataFrame, plot_dir: Path, section: Section) -> None:
     section.lines += lines
     if "msg_rate_mps" not in full.columns:
         return
-    params = [p for p in param_columns(agg) if p in full.columns]
-    axes = [x for x in ("batch", "qps", "threads") if x in full.columns and full[x].nunique() > 1]
+    params = _params(agg, full)
+    axes = _rate_axes(full, ("batch", "qps", "threads", "size"))
     for x in axes:
-        section.plot(plots.rate_vs, full, x, params, "msg_rate_mps", f"msg-rate against {x}",
-                     plot_dir / f"msg-rate-vs-{x}.png")
+        section.plot(plot_dir / f"msg-rate-vs-{x}.png", plots.rate_vs, full, x, params,
+                     "msg_rate_mps", f"message rate against {plots.quantity(x)}")
     if not axes:
-        section.plot(plots.rate_bars, full, params, "msg_rate_mps", "msg-rate",
-                     plot_dir / "msg-rate.png")
+        section.plot(plot_dir / "msg-rate.png", plots.rate_bars, full, params, "msg_rate_mps",
+                     "message rate")
+    if "size" in axes and "gbps" in full.columns:
+        section.plot(plot_dir / "msg-rate-goodput.png", plots.goodput_vs_size, full, params,
+                     section.fits.get("crossover", []), "msg-rate goodput against size")
+        section.drawn_fits.add("crossover")
 
 
-def _fit_block(agg: pd.DataFrame, experiment: str, plot_dir: Path, section: Section) -> None:
-    """The fits the experiment declares: parameters, uncertainties, R², flags, and a plot of
-    the fitted curve over the data."""
-    names = fit_apply.declared_fits(experiment)
-    if not names:
+def _proxy_rate(agg: pd.DataFrame, plot_dir: Path, section: Section) -> None:
+    """mini-proxy's rate against workers T, a line per chain limit B (Fig. 7)."""
+    full, lines = _table_block(agg, "proxy-rate")
+    section.lines += lines
+    if "msg_rate_mps" not in full.columns:
         return
-    full = experiment_table(agg, experiment)
-    params = [p for p in param_columns(agg) if p in full.columns]
-    for name in names:
-        outcomes = fit_apply.fit_table(name, full, params)
+    params = _params(agg, full)
+    axes = _rate_axes(full, ("workers", "batch", "rings", "size"))
+    if axes:
+        x = axes[0]
+        section.plot(plot_dir / f"proxy-rate-vs-{x}.png", plots.rate_vs, full, x, params,
+                     "msg_rate_mps", f"mini-proxy message rate against {plots.quantity(x)}",
+                     log_y=True)
+    else:
+        section.plot(plot_dir / "proxy-rate.png", plots.rate_bars, full, params,
+                     "msg_rate_mps", "mini-proxy message rate")
+
+
+def _loaded_rtt(agg: pd.DataFrame, plot_dir: Path, section: Section) -> None:
+    """The probe's round trip under load, shared vs reserved queue (Fig. 6)."""
+    full, lines = _table_block(agg, "loaded-rtt")
+    section.lines += lines
+    if "p50_us" not in full.columns:
+        return
+    section.plot(plot_dir / "loaded-rtt-rtt.png", plots.loaded_rtt, full, _params(agg, full),
+                 "loaded round trip (median rank)")
+
+
+def _payload(agg: pd.DataFrame, plot_dir: Path, section: Section) -> None:
+    """Goodput against size with the crossover (Fig. 8)."""
+    full, lines = _table_block(agg, "payload")
+    section.lines += lines
+    if "gbps" not in full.columns:
+        return
+    section.plot(plot_dir / "payload-goodput.png", plots.goodput_vs_size, full,
+                 _params(agg, full), section.fits.get("crossover", []),
+                 "pipelined goodput against size")
+    section.drawn_fits.add("crossover")
+
+
+def _fit_lines(section: Section) -> None:
+    """The fits the experiment declares: parameters, uncertainties, R² and flags."""
+    for name, outcomes in section.fits.items():
         section.lines += ["", f"### {name} fit", ""]
         for o in outcomes:
             section.lines += ["    " + " ".join(line.splitlines())  # stays in the code block
                               for line in fit_apply.outcome_lines(o)]
-        if name not in ("exposed", "ratio") and any(o.error is None for o in outcomes):
-            section.plot(plots.fit_curves, outcomes, f"{experiment}: {name} fit",
-                         plot_dir / f"{experiment}-fit-{name}.png")
+
+
+def _fit_plots(agg: pd.DataFrame, experiment: str, plot_dir: Path, section: Section) -> None:
+    """A plot of each declared fit that was made and that no figure of the section shows."""
+    full = experiment_table(agg, experiment)
+    for name, outcomes in section.fits.items():
+        if name in section.drawn_fits or not any(o.error is None for o in outcomes):
+            continue
+        out = plot_dir / f"{experiment}-fit-{name}.png"
+        if name == "crossover":
+            section.plot(out, plots.goodput_vs_size, full, _params(agg, full), outcomes,
+                         f"{experiment}: goodput against size")
+        elif name in ("clock", "plateau"):
+            section.plot(out, plots.fit_curves, outcomes, f"{experiment}: {name} fit")
 
 
 def _generic(experiment: str) -> Callable[[pd.DataFrame, Path, Section], None]:
+    """An experiment without a section of its own: its table (so a new experiment appears in
+    the report without code changes here); its fits are plotted as for every experiment."""
     def write(agg: pd.DataFrame, _plot_dir: Path, section: Section) -> None:
         section.lines += _table_block(agg, experiment)[1]
     return write
@@ -154,8 +254,23 @@ def _generic(experiment: str) -> Callable[[pd.DataFrame, Path, Section], None]:
 
 SECTIONS: dict[str, Callable[[pd.DataFrame, Path, Section], None]] = {
     "single-op": _single_op,
+    "completion-scope": _completion_scope,
+    "clock-sweep": _clock_sweep,
     "msg-rate": _msg_rate,
+    "proxy-rate": _proxy_rate,
+    "loaded-rtt": _loaded_rtt,
+    "payload": _payload,
 }
+
+
+def _fits(agg: pd.DataFrame, experiment: str) -> dict[str, list[fit_apply.FitOutcome]]:
+    """The fits the experiment declares, one per curve, as analyze computes them."""
+    names = fit_apply.declared_fits(experiment)
+    if not names:
+        return {}
+    full = experiment_table(agg, experiment)
+    params = [p for p in param_columns(agg) if p in full.columns]
+    return {name: fit_outcomes(name, full, params) for name in names}
 
 
 def _provenance(df: pd.DataFrame) -> list[str]:
@@ -200,9 +315,10 @@ def write_report(run_dir: Path, out: Path | None = None, allow_incomplete: bool 
     if not experiments:
         lines.append("The run has no points.")
     for experiment in experiments:
-        section = Section(experiment)
+        section = Section(experiment, fits=_fits(agg, experiment))
         SECTIONS.get(experiment, _generic(experiment))(agg, plot_dir, section)
-        _fit_block(agg, experiment, plot_dir, section)
+        _fit_plots(agg, experiment, plot_dir, section)
+        _fit_lines(section)
         lines += [f"## {md(experiment)}", "", *section.lines, ""]
         if failures is not None:
             failures += section.failures

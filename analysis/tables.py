@@ -12,10 +12,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gicbench.aggregate import RESULTS
+from gicbench.aggregate import RESULTS, WINDOW_STATS
 from gicbench.aggregate import header as _row_header
 
+from .fits import apply as fit_apply
+
 LAT_STATS = ("p50_us", "p99_us", "p999_us")
+# The same statistics of a message stream's windows (msg-rate, payload, proxy-rate).
+WINDOW_LAT_STATS = tuple(k for k in WINDOW_STATS if k.removeprefix("window_") in LAT_STATS)
 # Results people look for first, in this order; any other result follows.
 RESULT_ORDER = ("msg_rate_mps", "msg_rate_mps_per_rank", "gbps", "gbps_per_rank", "messages",
                 "bytes_moved")
@@ -108,10 +112,17 @@ def experiment_table(agg: pd.DataFrame, experiment: str, rank_stat: str = "media
     out = pd.DataFrame({p: _integral(rows[p]) for p in params})
     if rows["metric"].ne("").any():
         out["metric"] = rows["metric"]
-        for s in LAT_STATS:
-            out[s] = rows[src + s] if src + s in rows.columns else np.nan
-        if with_slowest and "slowest_p50_us" in rows.columns:
-            out["slowest_p50_us"] = rows["slowest_p50_us"]
+        for stats in (LAT_STATS, WINDOW_LAT_STATS):
+            if stats is WINDOW_LAT_STATS and not _present(rows, stats[0]):
+                continue
+            if stats is LAT_STATS and _present(rows, WINDOW_LAT_STATS[0]) and not _present(
+                    rows, stats[0]):
+                continue  # windows only: no per-operation columns full of "-"
+            for s in stats:
+                out[s] = rows[src + s] if src + s in rows.columns else np.nan
+            if with_slowest and "slowest_" + stats[0] in rows.columns:
+                out["slowest_" + stats[0]] = rows["slowest_" + stats[0]]
+        if with_slowest and "slowest_rank" in rows.columns:
             out["slowest_rank"] = _integral(rows["slowest_rank"].astype(float))
         out["count"] = _integral(rows["count"].astype(float))
     for r in results:
@@ -123,14 +134,64 @@ def experiment_table(agg: pd.DataFrame, experiment: str, rank_stat: str = "media
         out["ranks"] = rows["ranks"]
     if "closed" in rows.columns and not rows["closed"].all():
         out["interrupted"] = ~rows["closed"].astype(bool)
-    # Metric in the experiment's own order, then one block per configuration with the size
-    # ascending inside it, as perftest/OSU tables read.
-    sort_cols = [c for c in params if c != "size"] + (["size"] if "size" in params else [])
+    # Metric in the experiment's own order, then one block per configuration (what the user
+    # varied, not values derived per point) with the size ascending inside it, as perftest/OSU
+    # tables read.
+    if "size" in params:
+        sort_cols = [*curve_keys(out, "size", params, also=("metric",)), "size"]
+    else:
+        sort_cols = list(params)
     if "metric" in out.columns:
         out["_m"] = out["metric"].map({m: i for i, m in enumerate(dict.fromkeys(out["metric"]))})
         sort_cols = ["_m", *sort_cols]
     out = out.sort_values(sort_cols, kind="stable", na_position="last") if sort_cols else out
     return out.drop(columns=["_m"], errors="ignore").reset_index(drop=True)
+
+
+def _present(rows: pd.DataFrame, col: str) -> bool:
+    return col in rows.columns and bool(rows[col].notna().any())
+
+
+def curve_keys(table: pd.DataFrame, x: str, params: Sequence[str],
+               also: Sequence[str] = ()) -> list[str]:
+    """The parameters that tell one curve of `x` from another: those the user varied.
+
+    A parameter that varies only along x (one value per x: a count derived from the size, the
+    clock that was asked for beside the one measured) does not start a curve of its own. Of the
+    varying parameters, in the order given, each is dropped when the rows are told apart as well
+    without it (with x and `also`, e.g. the metric), so every curve keeps every x it has."""
+    if x not in table.columns:
+        return [p for p in params if p in table.columns and table[p].nunique(dropna=False) > 1]
+    kept = [p for p in params if p != x and p in table.columns
+            and table[p].nunique(dropna=False) > 1]
+    fixed = [a for a in also if a in table.columns and a not in kept and a != x]
+
+    def clashes(keys: list[str]) -> int:
+        cols = [*keys, *fixed, x]
+        return int(table.duplicated(subset=cols, keep=False).sum())
+
+    for p in reversed(list(kept)):
+        without = [k for k in kept if k != p]
+        if clashes(without) == clashes(kept):
+            kept = without
+    return kept
+
+
+def fit_outcomes(name: str, table: pd.DataFrame,
+                 params: Sequence[str]) -> list[fit_apply.FitOutcome]:
+    """Fit `name` to an experiment's table: one fit per curve (curve_keys), as analyze and
+    report show them."""
+    xs = [c for c in fit_apply.X_CANDIDATES.get(name, ()) if c in table.columns]
+    if xs and table[xs[0]].nunique() < 2:  # nothing to fit along: say so once
+        return [fit_apply.FitOutcome(fit=name, x=xs[0], y="", n=len(table), error=(
+            f"needs two or more values of {xs[0]}; the run has "
+            f"{table[xs[0]].nunique()}"))]
+    keys = curve_keys(table, xs[0], params, also=("metric",)) if xs else list(params)
+    outcomes = fit_apply.fit_table(name, table, keys)
+    for o in outcomes:  # a curve of one point fits anything: not a result
+        if xs and o.error is None and o.data is not None and len(set(o.data[0])) < 2:
+            o.error = f"this curve has one {xs[0]} only"
+    return outcomes
 
 
 def split_constant(table: pd.DataFrame, candidates: Sequence[str]) -> tuple[pd.DataFrame,

@@ -12,7 +12,8 @@ samples gives one summary with metric "". Ranks then combine per role:
   measured result (a rate, a count). Receivers and idle ranks only validate.
 - Samples (issue_ns, completion_ns, rtt_ns, window_ns, ...): each rank's percentiles, then the
   median over the role's ranks of each statistic; the slowest rank is the one with the largest
-  mean, its statistics as slowest_<stat>; count is summed over ranks.
+  mean, its statistics as slowest_<stat>; count is summed over ranks. Windows of a message
+  stream (window_ns) name theirs window_<stat>, slowest_window_<stat>: a window is not a message.
 - Results: each declares its rule (RESULTS below). Rates are summed over the measuring ranks
   ("M msg/s" is the job's total rate) and also given per rank as the median over ranks
   (<name>_per_rank, "M msg/s per rank (median)").
@@ -47,6 +48,11 @@ SAMPLE_STATS: dict[str, str] = {
     "max_us": "max(µs)",
 }
 _PERCENTILES = (("p50_us", 50.0), ("p99_us", 99.0), ("p999_us", 99.9))
+# Samples that time a window of a message stream, not one operation (msg-rate, payload,
+# proxy-rate): their statistics are named window_<stat> ("window p50(µs)") in every row, so a
+# window's time never reads as one message's latency.
+WINDOW_METRIC = "window_ns"
+WINDOW_STATS: dict[str, str] = {"window_" + k: "window " + h for k, h in SAMPLE_STATS.items()}
 
 
 @dataclass(frozen=True)
@@ -135,7 +141,8 @@ ROW_HEADERS: dict[str, str] = {
     "count": "samples",
     "slowest_rank": "slowest rank",
     **SAMPLE_STATS,
-    **{"slowest_" + k: "slowest-rank " + h for k, h in SAMPLE_STATS.items()},
+    **WINDOW_STATS,
+    **{"slowest_" + k: "slowest-rank " + h for k, h in {**SAMPLE_STATS, **WINDOW_STATS}.items()},
 }
 
 
@@ -152,7 +159,8 @@ def header(key: str) -> str:
 
 def unit_of(key: str) -> str:
     """Unit of a row key ("" when it has none or is unknown)."""
-    if key in SAMPLE_STATS or (key.startswith("slowest_") and key[8:] in SAMPLE_STATS):
+    stat = key.removeprefix("slowest_")
+    if stat in SAMPLE_STATS or stat in WINDOW_STATS:
         return "µs"
     base = key[: -len("_per_rank")] if key.endswith("_per_rank") else key
     return RESULTS[base].unit if base in RESULTS else ""
@@ -281,11 +289,22 @@ def aggregate_point(params: dict[str, Any], summaries: Sequence[dict[str, Any]])
             row["ranks"] = 0
         for role in sorted(measuring, key=lambda r: r != primary):
             cols = _role_columns(measuring[role], metric)
+            if metric == WINDOW_METRIC:
+                cols = {_window_key(k): v for k, v in cols.items()}
             prefix = "" if role == primary else role + "_"
             row.update({prefix + k: v for k, v in cols.items()})
         row.update(bookkeeping)
         rows.append(row)
     return rows
+
+
+def _window_key(key: str) -> str:
+    """p50_us -> window_p50_us, slowest_p50_us -> slowest_window_p50_us; other keys as they are."""
+    slowest = key.startswith("slowest_") and key != "slowest_rank"
+    stat = key.removeprefix("slowest_") if slowest else key
+    if stat not in SAMPLE_STATS:
+        return key
+    return ("slowest_" if slowest else "") + "window_" + stat
 
 
 def _normalized(summary: dict[str, Any]) -> dict[str, Any]:

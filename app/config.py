@@ -23,6 +23,8 @@ MAX_DCTS = 8
 MAX_TIMEOUT_S = 3600.0
 MAX_SEED = 2**63 - 1
 DEFAULT_LANDING_BYTES = 64 << 20
+# -J/--output-file: the format of the results file, by its suffix (as nccl-tests' -J).
+OUTPUT_FORMATS = {".json": "json", ".csv": "csv"}
 
 
 def size_sweep(begin: int, end: int, factor: int) -> list[int]:
@@ -106,6 +108,7 @@ class RunConfig:
     out: Path | None = None
     json: bool = False
     csv: bool = False
+    output_file: Path | None = None  # -J: results also written here (JSON or CSV by suffix)
     quiet: bool = False
     knobs: dict[str, Any] = field(default_factory=dict)  # experiment and submitter knob values
 
@@ -120,6 +123,8 @@ class RunConfig:
             raise ConfigError("output", "--json --csv", "one of --json or --csv")
         if self.out is not None:
             self.out = Path(self.out)
+        if self.output_file is not None:
+            self.output_file = check_output_file(Path(self.output_file))
         if not isinstance(self.knobs, dict):
             raise ConfigError("knobs", self.knobs, "a dict of knob values")
 
@@ -135,7 +140,22 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["out"] = str(self.out) if self.out is not None else None
+        d["output_file"] = str(self.output_file) if self.output_file is not None else None
         return d
+
+
+def check_output_file(path: Path) -> Path:
+    """-J's file: a known suffix, in a directory that exists, not there yet (results are never
+    overwritten)."""
+    label = "output_file (-J)"
+    if path.suffix.lower() not in OUTPUT_FORMATS:
+        raise ConfigError(label, str(path), "a file name ending " + " or ".join(OUTPUT_FORMATS))
+    if not path.parent.is_dir():
+        raise ConfigError(label, str(path), "a file in an existing directory")
+    if path.exists():
+        raise ConfigError(label, str(path), "a file that does not exist yet (results are never "
+                          "overwritten)")
+    return path
 
 
 __all__ = ["PATTERNS", "ConfigError", "RunConfig", "parse_size", "size_sweep"]

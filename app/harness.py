@@ -245,7 +245,9 @@ def _run_rank(
     rank0 = topo.rank == 0
     fabric: Fabric | None = None
     submitter = None
-    printer = Printer("json" if cfg.json else "csv" if cfg.csv else "table")
+    printer = Printer(
+        "json" if cfg.json else "csv" if cfg.csv else "table", file=cfg.output_file
+    )
     plan, fplan = pre.plan, pre.fabric
     try:
         t0 = time.perf_counter()
@@ -494,15 +496,16 @@ def _fail(
                 file=sys.stderr,
                 flush=True,
             )
+            footer = {
+                "status": "incomplete",
+                "reason": reason,
+                "trace": str(run_dir),
+                "failed_ranks": failed_ranks,
+            }
             if printer.fmt == "json":
-                printer.finish(
-                    {
-                        "status": "incomplete",
-                        "reason": reason,
-                        "trace": str(run_dir),
-                        "failed_ranks": failed_ranks,
-                    }
-                )
+                printer.finish(footer)
+            else:
+                printer.write_file(footer)  # -J: the rows measured before the failure
             if failed is None:
                 _name_dead_ranks(run_dir, record)
     return 1

@@ -101,6 +101,18 @@ class Knob:
         hi = "" if self.hi is None else f" <= {_num(self.hi)}"
         return f"{lo}{field}{hi}{' ' + self.unit if self.unit else ''}"
 
+    def show(self, value: Any) -> str:
+        """A value as a user would type it (help, `gicbench list`): 256M, 1,16, 0.5."""
+        if isinstance(value, tuple | list):
+            return ",".join(map(str, value))
+        if self.kind == KIND_SIZE and isinstance(value, int) and not isinstance(value, bool):
+            for unit, div in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+                if value >= div and value % div == 0:
+                    return f"{value // div}{unit}"
+        if isinstance(value, float):
+            return f"{value:g}"
+        return str(value)
+
     def describe_allowed(self) -> str:
         if self.choices is not None:
             return ("list of " if self.many else "") + "|".join(self.choices)

@@ -1,4 +1,7 @@
-"""Rank 0's output: perftest/OMB-style tables, valid JSON or CSV, and the sweep progress bar."""
+"""Rank 0's output: perftest/OMB-style tables, valid JSON or CSV, and the sweep progress bar.
+
+With -J/--output-file the same JSON or CSV (by the file's suffix) is also written to a file,
+beside whatever stdout shows, as nccl-tests' -J does."""
 
 from __future__ import annotations
 
@@ -6,21 +9,27 @@ import csv
 import io
 import json
 import math
+import os
 import sys
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 
 from .aggregate import header
+from .config import OUTPUT_FORMATS
 from .experiments.registry import Column
 
 
 class Printer:
-    """Prints as rows arrive (table) or all at the end (JSON/CSV, stdout stays machine-readable)."""
+    """Prints as rows arrive (table) or all at the end (JSON/CSV, stdout stays machine-readable).
 
-    def __init__(self, fmt: str, out: TextIO | None = None) -> None:
+    `file`: also write the results there at the end (JSON or CSV by suffix)."""
+
+    def __init__(self, fmt: str, out: TextIO | None = None, file: Path | None = None) -> None:
         self.fmt, self.out = fmt, out or sys.stdout
+        self.file = None if file is None else Path(file)
         self.rows: list[dict[str, Any]] = []
         self._cols: dict[str, list[Column]] = {}
         self.header: dict[str, Any] = {}
@@ -44,22 +53,46 @@ class Printer:
             print("  ".join(_cell(c, row) for c in cols), file=self.out, flush=True)
 
     def finish(self, footer: dict[str, Any]) -> None:
-        if self.fmt == "json":
-            doc = {**self.header, **footer, "results": self.rows}
-            print(json.dumps(_clean(doc), indent=2, default=_json_default, allow_nan=False),
-                  file=self.out)
-        elif self.fmt == "csv":
-            keys: list[str] = []
-            for r in self.rows:
-                keys += [k for k in r if k not in keys]
-            buf = io.StringIO()
-            w = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
-            w.writeheader()
-            w.writerows(self.rows)
-            print(buf.getvalue(), end="", file=self.out)
+        if self.fmt in ("json", "csv"):
+            print(self.document(self.fmt, footer), end="", file=self.out)
         else:
             for k, v in footer.items():
                 print(f"# {k}: {v}", file=self.out)
+        self.write_file(footer)
+
+    def document(self, fmt: str, footer: dict[str, Any]) -> str:
+        """The results as one JSON document (header, footer, rows) or CSV (one line per row)."""
+        if fmt == "json":
+            doc = {**self.header, **footer, "results": self.rows}
+            return json.dumps(_clean(doc), indent=2, default=_json_default, allow_nan=False) + "\n"
+        keys: list[str] = []
+        for r in self.rows:
+            keys += [k for k in r if k not in keys]
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
+        w.writeheader()
+        w.writerows(self.rows)
+        return buf.getvalue()
+
+    def write_file(self, footer: dict[str, Any]) -> None:
+        """-J: the document, in the format of the file's suffix, written under a temporary name
+        and linked into place, so a reader never sees half a file and nothing is overwritten."""
+        if self.file is None:
+            return
+        text = self.document(OUTPUT_FORMATS[self.file.suffix.lower()], footer)
+        tmp = self.file.with_name(f".{self.file.name}.{os.getpid()}.tmp")
+        tmp.write_text(text)
+        try:
+            os.link(tmp, self.file)
+        except FileExistsError:
+            print(f"gicbench: {self.file} appeared during the run; results left in {tmp}",
+                  file=sys.stderr)
+            return
+        except OSError:  # a filesystem without hard links: rename instead
+            os.replace(tmp, self.file)
+        else:
+            tmp.unlink()
+        print(f"# results: {self.file}", file=sys.stderr if self.fmt != "table" else self.out)
 
 
 def _header(c: Column) -> str:

@@ -299,7 +299,7 @@ def test_every_plot_is_saved_through_the_one_save_helper() -> None:
     from gicbench.analysis import plots
 
     source = inspect.getsource(plots)
-    assert source.count(".savefig(") == 1, "plots.py: save figures with _save(fig, out)"
+    assert source.count(".savefig(") == 1, "plots.py: save figures with save_figure(fig, out)"
 
 
 # ---- trying to break the checks ---------------------------------------------------------------

@@ -8,20 +8,25 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from ..config import RunConfig
+from ..config import OUTPUT_FORMATS, RunConfig
 from ..errors import ConfigError
 from ..experiments import registry
-from ..knobs import Knob
+from ..knobs import KIND_FLOAT, KIND_INT, KIND_SIZE, Knob
+
+# What a flag's value looks like in the usage line (the allowed range is in its help, once).
+METAVARS = {KIND_INT: "N", KIND_SIZE: "SIZE", KIND_FLOAT: "X"}
 
 
-def knob_catalog() -> list[tuple[str, Knob, Any, list[str]]]:
-    """(field, knob, default, owners) for every knob a run takes, shared ones first."""
+def knob_catalog() -> list[tuple[str, Knob, dict[str, Any], list[str]]]:
+    """(field, knob, {owner: default}, owners) for every knob a run takes, shared ones first.
+    Owners are "all" (every run), experiment names, "--submitter NAME" and "--provider NAME";
+    each owner's own default, since experiments differ (msg-rate's --batch is 1, payload's 16)."""
     from ..fabric import registry as providers
     from ..plan import all_knobs
     from ..submit import base as submitters
 
     owners: dict[str, list[str]] = {}
-    defaults: dict[str, Any] = {}
+    defaults: dict[str, dict[str, Any]] = {}
     classes: list[tuple[str, type]] = [("all", RunConfig)]
     classes += [(n, registry.get(n).Params) for n in registry.names()]
     classes += [(f"--submitter {n}", submitters.get(n).Params) for n in submitters.names()]
@@ -31,14 +36,51 @@ def knob_catalog() -> list[tuple[str, Knob, Any, list[str]]]:
             if "knob" in f.metadata:
                 owners.setdefault(f.name, []).append(owner)
                 if f.default is not dataclasses.MISSING:
-                    defaults.setdefault(f.name, f.default)
-    return [(name, k, defaults.get(name), owners[name]) for name, k in all_knobs().items()]
+                    defaults.setdefault(f.name, {})[owner] = f.default
+    return [(name, k, defaults.get(name, {}), owners[name]) for name, k in all_knobs().items()]
 
 
-def _default_text(v: Any) -> str:
-    if isinstance(v, tuple):
-        return ",".join(map(str, v))
-    return "as needed" if v is None else str(v)
+def default_text(k: Knob, defaults: dict[str, Any]) -> str:
+    """The default(s) of one flag, stated once: "default: 16", or per owner where they differ
+    ("default: msg-rate 1; loaded-rtt, payload 16"). A help text that gives the default in its
+    own words (e.g. "default: -b") covers the owners without a value; the others follow it
+    by name ("payload: 1M")."""
+    stated = "default" in k.help.lower()
+    by_value: dict[str, list[str]] = {}
+    for owner, v in defaults.items():
+        if v is None or v == "":
+            if stated:
+                continue
+            text = "chosen by the run"
+        else:
+            text = k.show(v)
+        by_value.setdefault(text, []).append(owner)
+    if not by_value:
+        return ""
+    if len(by_value) == 1 and not stated:
+        return "default: " + next(iter(by_value))
+    sep = ": " if stated else " "  # after the help's own default: "payload: 1M"
+    parts = [f"{', '.join(o for o in owners if o != 'all') or 'all'}{sep}{text}"
+             for text, owners in by_value.items()]
+    return ("" if stated else "default: ") + "; ".join(parts)
+
+
+def metavar(k: Knob) -> str | None:
+    """LIST for comma-separated values, N/SIZE/X for numbers; None lets argparse name a
+    choice by its flag (PATTERN)."""
+    if k.many:
+        return "LIST"
+    if k.choices:
+        return None
+    return METAVARS.get(k.kind, "STR")
+
+
+def flag_help(k: Knob, defaults: dict[str, Any]) -> str:
+    """The help line of a flag: what it does, its default(s) and what is allowed, each once."""
+    allowed = k.describe_allowed()
+    allowed = "" if allowed == k.kind else allowed  # a bare type ("str") says nothing
+    extra = [t for t in (default_text(k, defaults), allowed) if t]
+    return f"{k.help} ({'; '.join(extra)})" if extra else k.help
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -58,7 +100,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--suite", help="a named suite: " + ", ".join(registry.SUITES))
     groups: dict[str, argparse._ArgumentGroup] = {}
-    for name, k, default, owners in knob_catalog():
+    for name, k, defaults, owners in knob_catalog():
         group_name = "run" if owners == ["all"] else ", ".join(owners)
         g = groups.get(group_name) or groups.setdefault(
             group_name, p.add_argument_group(group_name)
@@ -68,15 +110,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             *flags,
             dest=name,
             default=argparse.SUPPRESS,
-            metavar=k.describe_allowed().upper() if k.choices is None else None,
-            help=f"{k.help} (default: {_default_text(default)}; {k.describe_allowed()})",
+            metavar=metavar(k),
+            help=flag_help(k, defaults),
         )
     g = p.add_argument_group("output")
     g.add_argument(
-        "-o", "--out", type=Path, help="run directory, new or empty (default runs/<exp>-<UTC>)"
+        "-o", "--out", type=Path, help="run directory, new or empty (default: runs/<exp>-<UTC>)"
     )
     g.add_argument("--json", action="store_true", help="print results as JSON (rank 0)")
     g.add_argument("--csv", action="store_true", help="print results as CSV (rank 0)")
+    g.add_argument(
+        "-J",
+        "--output-file",
+        type=Path,
+        metavar="FILE",
+        help="also write the results to FILE, JSON or CSV by its suffix ("
+        + ", ".join(OUTPUT_FORMATS)
+        + "), beside the table or --json/--csv on stdout (rank 0; a new file)",
+    )
     g.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=main)
 
@@ -90,11 +141,17 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
     for name in exps:
         registry.get(name)  # refuses unknown names with the list
     values: dict[str, Any] = {}
-    for name, k, _default, _owners in knob_catalog():
+    for name, k, _defaults, _owners in knob_catalog():
         if hasattr(a, name):
             values[name] = k.parse(name, getattr(a, name))
     return RunConfig.build(
-        experiments=exps, out=a.out, json=a.json, csv=a.csv, quiet=a.quiet, **values
+        experiments=exps,
+        out=a.out,
+        json=a.json,
+        csv=a.csv,
+        output_file=a.output_file,
+        quiet=a.quiet,
+        **values,
     )
 
 

@@ -179,8 +179,8 @@ class MsgRate(Experiment):
             Column("M msg/s (sum)", "msg_rate_mps"),
             Column("GB/s (sum)", "gbps", "{:.3f}"),
             Column("M msg/s per rank (median)", "msg_rate_mps_per_rank"),
-            Column("window p50(µs)", "p50_us"),
-            Column("window p99(µs)", "p99_us"),
+            Column("window p50(µs)", "window_p50_us"),
+            Column("window p99(µs)", "window_p99_us"),
         ]
 
 

@@ -101,7 +101,7 @@ class Payload(MsgRate):
             Column("M msg/s (sum)", "msg_rate_mps"),
             Column("threads", "threads", "{:d}"),
             Column("batch", "batch", "{:d}"),
-            Column("window p50(µs)", "p50_us"),
+            Column("window p50(µs)", "window_p50_us"),
         ]
 
 

@@ -182,6 +182,6 @@ class ProxyRate(Experiment):
             Column("P", "producers", "{:d}", width=4),
             Column("M msg/s (sum)", "msg_rate_mps"),
             Column("WQEs/doorbell", "wqes_per_doorbell"),
-            Column("window p50(µs)", "p50_us"),
+            Column("window p50(µs)", "window_p50_us"),
             Column("worker MHz", "worker_mhz_min", "{:.0f}"),
         ]
