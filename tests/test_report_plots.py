@@ -36,13 +36,13 @@ CATEGORIES = ("what was timed", "point (")  # x axes of bar charts: categories, 
 def saved(monkeypatch) -> dict[str, Figure]:
     """Every figure the report saves, by file name (the Figure objects themselves)."""
     figures: dict[str, Figure] = {}
-    real = Figure.savefig
+    real = plots.save_figure
 
     def capture(fig: Figure, out, *args, **kwargs):
         figures[Path(out).name] = fig
         return real(fig, out, *args, **kwargs)
 
-    monkeypatch.setattr(Figure, "savefig", capture)
+    monkeypatch.setattr(plots, "save_figure", capture)
     return figures
 
 
