@@ -19,7 +19,7 @@ from rich.table import Table
 
 from gicbench.errors import GicbenchError
 
-from .fits.apply import FIT_NAMES, SOURCES, FitOutcome, fit_columns, format_param
+from .fits.apply import FIT_NAMES, SOURCES, FitOutcome, data_line, fit_columns, format_param
 
 EXIT_REFUSED = 2
 
@@ -93,7 +93,7 @@ def print_outcome(o: FitOutcome, console: Console) -> None:
     if o.r2 is not None:
         t.add_row("R²", "undefined" if o.r2 != o.r2 else f"{o.r2:.4f}")
     console.print(t)
-    console.print(f"{o.y} against {o.x}, {o.n} points", markup=False)
+    console.print(data_line(o), markup=False)
     if o.rows is not None:
         rows = Table(title="per row (µs)")
         keys = list(o.rows[0]) if o.rows else []

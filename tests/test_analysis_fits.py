@@ -366,3 +366,17 @@ def test_near_floor_edge_cases() -> None:
         shortest_wait_near_floor(waits, times - 40.0)
     with pytest.raises(AnalysisError, match="tolerance"):
         shortest_wait_near_floor(waits, times, tolerance=1.5)
+
+
+def test_a_fit_says_what_it_fitted_in_which_units() -> None:
+    """The crossover's threshold and reference carry the bandwidth's unit, and the fitted
+    columns are named with theirs (they were bare: "gbps against size", a threshold of "18")."""
+    import pandas as pd
+
+    from gicbench.analysis.fits.apply import data_line, fit_columns, outcome_lines
+
+    df = pd.DataFrame({"size": [8, 64, 512, 4096], "gbps": [0.1, 1.0, 8.0, 20.0]})
+    o = fit_columns("crossover", df, "size", "gbps")
+    assert o.params["threshold"].unit == "GB/s" and o.params["reference"].unit == "GB/s"
+    assert data_line(o) == "gbps (GB/s) against size (B), 4 points"
+    assert "threshold = 18 GB/s" in "\n".join(outcome_lines(o))

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gicbench.aggregate import unit_of
+
 from .clock import fit_clock
 from .common import AnalysisError, FitError
 from .crossover import first_size_reaching
@@ -72,6 +74,7 @@ class FitOutcome:
     data: tuple[list[float], list[float]] | None = None
     rows: list[dict[str, float]] | None = None  # exposed: one computed row per input row
     error: str | None = None  # the fit could not be made (why)
+    units: tuple[str, str] = ("", "")  # x's and y's units, as shown
 
     def to_json(self) -> dict[str, Any]:
         def clean(v: Any) -> Any:
@@ -144,7 +147,11 @@ def fit_columns(name: str, df: pd.DataFrame, x: str | None = None, y: str | None
     xa, ya = xa[keep], ya[keep]
     xu = (x_unit or suffix_unit(x) or "").lower() or None
     yu = (y_unit or suffix_unit(y) or "").lower() or None
-    out = FitOutcome(fit=name, x=x, y=y, n=int(xa.size), data=(xa.tolist(), ya.tolist()))
+    # what the columns are measured in, as shown: the suffix's, else the result's declared one
+    shown = (_unit_text(xu) or unit_of(x) or ("B" if x == "size" else ""),
+             _unit_text(yu) or unit_of(y))
+    out = FitOutcome(fit=name, x=x, y=y, n=int(xa.size), data=(xa.tolist(), ya.tolist()),
+                     units=shown)
     if name == "clock":
         f_unit = FREQ_UNITS.get(xu or "hz")
         if f_unit is None:
@@ -173,9 +180,9 @@ def fit_columns(name: str, df: pd.DataFrame, x: str | None = None, y: str | None
     else:  # crossover
         ref = float(np.max(ya)) if reference is None else float(reference)
         cross = first_size_reaching(xa, ya, ref, fraction, interpolate=interpolate)
-        out.params = {"size": Param(cross.size, None, _unit_text(xu) or "B"),
-                      "threshold": Param(cross.threshold, None, _unit_text(yu)),
-                      "reference": Param(cross.reference, None, _unit_text(yu)),
+        out.params = {"size": Param(cross.size, None, shown[0] or "B"),
+                      "threshold": Param(cross.threshold, None, shown[1]),
+                      "reference": Param(cross.reference, None, shown[1]),
                       "fraction": Param(cross.fraction, None, "")}
         out.flags = list(cross.flags)
         if reference is None:
@@ -291,13 +298,22 @@ def outcome_lines(o: FitOutcome) -> list[str]:
     head = f"{o.fit} fit ({SOURCES[o.fit]})" + (f" for {where}" if where else "")
     if o.error:
         return [f"{head}: not fitted: {o.error}"]
-    lines = [f"{head}: {o.y} against {o.x}, {o.n} points"]
+    lines = [f"{head}: {data_line(o)}"]
     for k, p in o.params.items():
         lines.append(f"  {k} = {format_param(p)}")
     if o.r2 is not None:
         lines.append(f"  R² = {o.r2:.4f}" if math.isfinite(o.r2) else "  R² = undefined")
     lines += [f"  flag: {f}" for f in o.flags]
     return lines
+
+
+def data_line(o: FitOutcome) -> str:
+    """What was fitted: "p50_us (µs) against sm_clock_mhz (MHz), 6 points"."""
+
+    def named(col: str, unit: str) -> str:
+        return f"{col} ({unit})" if unit else col
+
+    return f"{named(o.y, o.units[1])} against {named(o.x, o.units[0])}, {o.n} points"
 
 
 def format_param(p: Param) -> str:
