@@ -1,4 +1,4 @@
-"""The CUDA engine alone under compute-sanitizer memcheck (issue 11).
+"""The CUDA engine alone under compute-sanitizer memcheck.
 
 compute-sanitizer runs one kernel at a time, so bench/cuda_engine.py's submitter kernels wait
 behind the persistent engine kernel for ever under it. Here the host is the submitter: it builds

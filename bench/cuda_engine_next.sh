@@ -1,5 +1,5 @@
 #!/bin/bash
-# The CUDA engine's next device call (issue 11), in ONE call of about 5-6 minutes on
+# The CUDA engine's next device call, in ONE call of about 5-6 minutes on
 # nvidia-h200-x2 (one GPU used), every step under a deadline:
 #   build; compile (the engine, the bench kernels and every variant below, in parallel);
 #   conformance (the conformance suite and the GPU tests against the CUDA engine: the counters

@@ -48,7 +48,7 @@ with cf.ThreadPoolExecutor(4) as ex:
     fs += [ex.submit(module, o) for o in ('gpu-fence', 'sys-fence')]
     print([str(f.result())[:80] for f in fs])"
 G="mpiexec --bind-to none -n 2 python3 -m gicbench run --timeout 5 --json --quiet --sq-depth 256 -b 8"
-# ---- doca_ steps (issue 16; docs/doca.md): round trips with a DOCA responder per handler, the
+# ---- doca_ steps (docs/doca.md): round trips with a DOCA responder per handler, the
 # 32-thread shared-QP rate per sharing mode and scope, mini-gda beside them, the CUDA engine.
 # Ranks take GPU (rank mod GPUs): on nvidia-h200-x2 one rank per GPU. ONLY='build|compile|doca_.*'
 D="$G --pattern pairs"
@@ -168,7 +168,7 @@ step proxyrev_loaded_tuned 40 $PR loaded-rtt --handoff tuned --queue reserved --
 for d in "$O"/tr/proxyrev_*; do [ -d "$d" ] && python3 -m gicbench analyze "$d" > "$d.analyze.txt" 2>&1; done; pack
 cd "$ROOT" && step proxyrev_pytest 90 python3 -m pytest -p no:cacheprovider -q -rs \
   tests/test_proxy_gpu.py tests/test_proxy_gpu_cpu.py tests/test_proxy_workers_refused.py
-# loaded-rtt and payload through mini-proxy and mini-gda on the same experiment (issue 13): 64
+# loaded-rtt and payload through mini-proxy and mini-gda on the same experiment: 64
 # background CTAs per endpoint (proxy: GPU producers, T4/R32/B16, baseline handoff so its probe
 # can share a ring; gpu: one QP per CTA, batches of 16), then goodput 8 B..1 MiB; the side by
 # side is `gicbench analyze PROXY GPU --on ...` (ratio columns gpu/proxy). Steps load_*.

@@ -1,5 +1,5 @@
 #!/bin/bash
-# DOCA GPUNetIO against mini-gda on one GPU, in ONE run (issue 16): single-op (issue,
+# DOCA GPUNetIO against mini-gda on one GPU, in ONE run: single-op (issue,
 # put+completion), completion-scope and msg-rate through `mpiexec -n 2 gicbench run`, on the
 # emulated NIC's CPU engine (engine threads, host-mapped queues), the same QP configuration for
 # every submitter (RC, 4 QPs, --sq-depth 256, 8-byte inline writes, pattern fan-out of 2 ranks =

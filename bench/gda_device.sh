@@ -1,5 +1,5 @@
 #!/bin/bash
-# mini-gda on a GPU machine (issue 12): build, GPU tests, then every GPU experiment through
+# mini-gda on a GPU machine: build, GPU tests, then every GPU experiment through
 # `mpiexec -n 2 gicbench run ... --submitter gpu` on the emulated NIC's CPU engine (engine threads,
 # host-mapped queues). Never changes the GPU's clocks: the clock sweep is not run here (see
 # README); the effective SM clock is measured in every point instead. Results go to $OUT.

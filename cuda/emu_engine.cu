@@ -71,7 +71,8 @@ constexpr uint32_t kIdleCtlPasses = 8;  // consecutive idle passes between reads
 constexpr uint32_t kIdlePaceNs = GICBENCH_ENGINE_IDLE_PACE_NS;
 // Variants for bench/cuda_engine.py --variants and GICBENCH_CUDA_ENGINE_DEFINES
 // (bench/cuda_engine_next.md says why each keeps the engine's guarantees, with the predictions
-// and the measurements). Defaults: what met issue 11's targets on the H200 (2026-11-30,
+// and the measurements). Defaults: what met the engine's rate and latency targets on the H200
+// (2026-11-30,
 // bench/results/2026-11-30-h200-cuda-engine-defaults.md); 0 restores each earlier behaviour.
 // GPU-scope acquires for a QP whose doorbell record is in GPU memory and for a CQ in GPU memory
 // (its consumer record), and a GPU-scope CAS for a CQ lock that only this GPU's engines take

@@ -1,4 +1,4 @@
-"""Segment sizing (issue 9 row 7) and the queue arena: segment_bytes_for is exact, the error when
+"""Segment sizing and the queue arena: segment_bytes_for is exact, the error when
 a segment is too small names the counts and the sizing function, DEVICE memory is refused."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def test_exact_size_fits_and_one_page_less_does_not(n_qps, sq, ncqe, mrs) -> Non
 
 
 def test_32_ranks_64_qps_per_peer_is_sized_by_counts() -> None:
-    # issue 9 row 7: 31 peers x 64 QPs + 1 DCI per rank
+    # the configuration that overflowed a fixed segment: 31 peers x 64 QPs + 1 DCI per rank
     n_qps = 31 * 64 + 1
     need = segment_bytes_for(n_qps, n_qps, 0, 16, 16, [1 << 20, 1 << 20])
     f = EmuFabric(0, 1, _job(), progress="inline", segment_bytes=need,

@@ -161,7 +161,7 @@ def test_dc_writes_built_by_kernels_land(world, doorbell: str) -> None:
     [("thread", 16384, 1, 2), ("warp", 16384, 256, 16)],
 )
 def test_the_largest_shapes_land(world, publish, threads, batch, per_thread) -> None:
-    """528 QPs, 16,384 threads, 256 WQEs per doorbell (issue 12's ranges)."""
+    """528 QPs, 16,384 threads, 256 WQEs per doorbell (the paper's largest mini-gda ranges)."""
     fs, lanes, src, dst = _lanes(world, 528)
     sub = _sub(fs, publish=publish)
     try:

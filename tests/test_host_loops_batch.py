@@ -1,4 +1,5 @@
-"""msg-rate batches are counted in 64-byte WQEBBs, not WQEs (issue 9 row 6).
+"""msg-rate batches are counted in 64-byte WQEBBs, not WQEs (an inline or DC batch counted in
+WQEs overran the SQ).
 
 Inline and DC writes take several WQEBBs, so a batch of WQEs that fits an SQ by count may not
 fit by size: the loop waited forever for room that could never come, then reported a misleading

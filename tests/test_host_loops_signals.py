@@ -1,4 +1,5 @@
-"""SIGTERM/SIGINT end every native host loop promptly (issue 9 row 5).
+"""SIGTERM/SIGINT end every native host loop promptly (a signal used to wait for the loop's
+end).
 
 msg-rate checked the interrupt flag only inside a long wait, so a sender that never had to wait
 ignored SIGTERM until its messages ran out (114 s in the report). A child process runs a loop whose

@@ -1,5 +1,5 @@
-"""`gicbench jobs render`: every value that reaches a script is validated and quoted (issue 9
-row 11), -o is honoured, templates of experiments that do not exist are refused. The rendered
+"""`gicbench jobs render`: every value that reaches a script is validated and quoted (no
+flag can add a command or an #SBATCH line), -o is honoured, templates of experiments that do not exist are refused. The rendered
 scripts are run with stub launchers to show that nothing a user typed runs as a command."""
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def test_clock_sweep_template_renders_now_that_the_experiment_exists() -> None:
 
 
 def test_proxy_rate_template_runs_the_proxy() -> None:
-    """proxy-rate exists now (issue 13): its template renders and runs --submitter proxy."""
+    """proxy-rate's template renders and runs --submitter proxy."""
     text = render("proxy-rate", RenderOptions(run_args=["--sweep-workers", "1,2"]))
     assert "gicbench run --submitter proxy proxy-rate --sweep-workers 1,2 -o" in text
 

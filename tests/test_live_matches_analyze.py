@@ -1,4 +1,4 @@
-"""The live table and `gicbench analyze` print the same numbers (issue 8 item 5: msg-rate's
+"""The live table and `gicbench analyze` print the same numbers (msg-rate's
 "M msg/s" was the median per pair live and the sum over pairs offline)."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 resumable sweeps (sweep, status).
 
 Every value that reaches a generated script is validated against a strict pattern or a list and
-then shell-quoted, so no flag can add a command or an #SBATCH line (issue 9 row 11)."""
+then shell-quoted, so no flag can add a command or an #SBATCH line."""
 
 from __future__ import annotations
 
