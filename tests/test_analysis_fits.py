@@ -22,7 +22,8 @@ from gicbench.analysis.fits import (
 
 # ---- clock fit T(f) = C/f + B --------------------------------------------------------------
 
-CLOCKS_MHZ = np.array([502.0, 746.0, 995.0, 1245.0, 1500.0, 1845.0])  # the paper (arXiv 2610.01380) App. B.1
+# the clocks of the paper's Appendix B.1 (arXiv 2610.01380)
+CLOCKS_MHZ = np.array([502.0, 746.0, 995.0, 1245.0, 1500.0, 1845.0])
 
 
 @pytest.mark.parametrize(("c_cycles", "b_us"), [(2929.0, 0.27), (10313.0, 1.44), (6045, 8.91)])
@@ -268,7 +269,7 @@ def test_crossing_flags_and_errors() -> None:
         first_size_reaching([], [], 2.0)
 
 
-# ---- exposed-communication model (arXiv 2611.12362 eqs. 1-3) -----------------------------------------
+# ---- exposed-communication model (arXiv 2611.12362 eqs. 1-3) ---------------------------------
 
 
 def test_exposed_model_cases_from_the_paper() -> None:

@@ -1,5 +1,6 @@
 """`gicbench jobs render`: every value that reaches a script is validated and quoted (no
-flag can add a command or an #SBATCH line), -o is honoured, templates of experiments that do not exist are refused. The rendered
+flag can add a command or an #SBATCH line), -o is honoured, templates of experiments that do not
+exist are refused. The rendered
 scripts are run with stub launchers to show that nothing a user typed runs as a command."""
 
 from __future__ import annotations
