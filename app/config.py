@@ -113,12 +113,22 @@ class RunConfig:
         if isinstance(self.experiments, str) or not self.experiments:
             raise ConfigError("experiment", self.experiments, "at least one experiment name")
         self.experiments = list(self.experiments)
+        repeated = sorted({e for e in self.experiments if self.experiments.count(e) > 1})
+        if repeated:  # each would be run, and its rows printed, twice
+            raise ConfigError(
+                "experiment",
+                " ".join(self.experiments),
+                f"each once ({', '.join(repeated)} repeated)",
+            )
         check_knobs(self)
         if self.sq_depth & (self.sq_depth - 1):
             raise ConfigError("sq_depth (--sq-depth)", self.sq_depth, "a power of two in 64..32768")
         if self.json and self.csv:
             raise ConfigError("output", "--json --csv", "one of --json or --csv")
         if self.out is not None:
+            if not isinstance(self.out, str | Path) or not str(self.out).strip():
+                # Path("") is ".": the working directory would take the run.
+                raise ConfigError("out (-o)", self.out, "a directory path (new or empty)")
             self.out = Path(self.out)
         if not isinstance(self.knobs, dict):
             raise ConfigError("knobs", self.knobs, "a dict of knob values")

@@ -24,7 +24,24 @@ class UsageError(GicbenchError):
         super().__init__(message)
 
 
+class _StoreOnce(argparse._StoreAction):
+    """`store`, refusing a second occurrence (`-n 5 -n 6` kept 6 silently)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[override]
+        given = namespace.__dict__.setdefault("_given", set())
+        if self.option_strings and self.dest in given:
+            parser.error(f"argument {'/'.join(self.option_strings)}: given more than once")
+        given.add(self.dest)
+        super().__call__(parser, namespace, values, option_string)
+
+
 class Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # Every store option of every subcommand (groups share these registries).
+        self.register("action", None, _StoreOnce)
+        self.register("action", "store", _StoreOnce)
+
     def error(self, message: str):  # type: ignore[override]
         raise UsageError(self, message)
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import ConfigError
-from ..knobs import KIND_STR, Knob
+from ..knobs import KIND_STR, Knob, parse_int_list
 from ..submit.base import Shape
 from ..submit.proxy.work import ring_counts
 from ..submit.proxy.workers import worker_results
@@ -33,13 +33,7 @@ HOST_PRODUCERS = 4  # default host producer threads (GPU: one CTA per ring)
 
 
 def int_list(label: str, text: str, lo: int, hi: int) -> tuple[int, ...]:
-    try:
-        vals = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise ConfigError(label, text, f"comma-separated integers in {lo}..{hi}") from None
-    if not vals or any(v < lo or v > hi for v in vals):
-        raise ConfigError(label, text, f"comma-separated integers in {lo}..{hi}")
-    return vals
+    return parse_int_list(text, label, lo, hi)
 
 
 def default_producers(cfg: Any, rings: int) -> int:
