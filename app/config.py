@@ -21,6 +21,7 @@ PROGRESS_MODES = ("auto", "thread", "inline")
 MAX_QPS_PER_PEER = 528
 MAX_DCTS = 8
 MAX_TIMEOUT_S = 3600.0
+DEFAULT_TIMEOUT_S = 10.0
 MAX_SEED = 2**63 - 1
 DEFAULT_LANDING_BYTES = 64 << 20
 
@@ -94,7 +95,7 @@ class RunConfig:
         help="memory per rank that peers write into, split over sources and lanes",
     )
     timeout_s: float = knob(
-        10.0,
+        DEFAULT_TIMEOUT_S,
         flag="--timeout",
         kind=KIND_FLOAT,
         lo=0.001,

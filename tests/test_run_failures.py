@@ -142,6 +142,23 @@ def test_repeated_sigterms_while_the_run_is_recorded(tmp_path: Path) -> None:
     assert m["status"] == "incomplete" and m["failed_ranks"] == [0], m
 
 
+def test_sigterm_to_the_receiver_of_a_long_msg_rate_names_it(tmp_path: Path) -> None:
+    """The sender is busy with its 10^12 messages and answers nobody: the receiver, which got
+    the signal, is named (not the busy sender), and the job ends within seconds."""
+    out = tmp_path / "run"
+    proc = start(out, ["msg-rate", "--messages", "1000000000000", "-w", "0", "--quiet"])
+    wait_running(out, proc)
+    os.kill(rank_pid(out, 1), signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("the job did not end within 120 s of the SIGTERM")
+    assert "gicbench: rank 1: " in err and "terminated by SIGTERM" in err, err
+    m = manifest(out)
+    assert m["status"] == "incomplete" and m["failed_ranks"] == [1], m
+
+
 def test_a_fault_for_a_rank_the_job_does_not_have_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "run"
     r = launch(2, "run", *QUICK, "-o", str(out), env={"GICBENCH_FAULT": "kill:99:1"}, timeout=60)

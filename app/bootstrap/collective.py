@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from ..config import DEFAULT_TIMEOUT_S
 from ..errors import CompletionTimeout, GicbenchError
 from . import procs
 from .signals import RunTerminated
@@ -38,7 +39,7 @@ from .signals import RunTerminated
 RENDEZVOUS_TIMEOUT_S = 300.0
 # Once a failure is known: the completion timeout of a peer stuck on the failed rank, and this.
 FAIL_GRACE_S = 5.0
-DEFAULT_TIMEOUT_S = 10.0  # RunConfig's --timeout default, for a communicator never attached
+SIGNALLED_WAIT_S = 2.0  # ... when a rank got a signal meant for it (it is leaving)
 # After a failure, how long a rank waits for the others to say they have recorded theirs.
 SETTLE_WAIT_S = 5.0
 
@@ -78,17 +79,23 @@ def verdict_of(
 
 
 def blame(verdicts: list[Verdict], missing: list[int], world: int) -> list[int]:
-    """The ranks to name for a failure: those that do not answer, failed on their own or got a
-    signal meant for them; failing those, the ranks whose completions timed out. A rank that the
-    launcher ended, or that timed out waiting on a named rank, is not named. When every rank got
-    a signal the job was ended as a whole and nobody is named."""
+    """The ranks to name for a failure, most direct cause first: the ranks that failed on their
+    own or got a signal meant for them; failing those, the ranks that do not answer (stopped,
+    hung, dead); failing those, the ranks whose completions timed out. A rank the launcher ended
+    is never named, nor one that timed out waiting on a named rank; a rank that does not answer
+    while another was signalled is most likely busy in a long point (it is in the reason, not
+    named). When every rank got a signal the job was ended as a whole: nobody is named."""
     signalled = {v.rank for v in verdicts if v.kind in (SIGNAL, LAUNCHER)}
     if not missing and len(signalled) == world:
         return []
-    causes = set(missing) | {v.rank for v in verdicts if v.kind in (FAILED, SIGNAL)}
-    if causes:
-        return sorted(causes)
-    return sorted(v.rank for v in verdicts if v.kind in (TIMEOUT, HUNG))
+    for tier in (
+        {v.rank for v in verdicts if v.kind in (FAILED, SIGNAL)},
+        set(missing),
+        {v.rank for v in verdicts if v.kind in (TIMEOUT, HUNG)},
+    ):
+        if tier:
+            return sorted(tier)
+    return []
 
 
 class JobFailure(GicbenchError):
@@ -121,7 +128,7 @@ class JobFailure(GicbenchError):
             who = "rank" if len(self.missing) == 1 else "ranks"
             text += (
                 f"; {who} {_span(self.missing)} did not answer within {waited_s:.3g} s "
-                "(stopped, hung or gone)"
+                "(busy in a long loop, stopped, hung or gone)"
             )
         super().__init__(text)
 
@@ -212,7 +219,7 @@ class _Link:
             self.send_all(self.own or here, TAG_VERDICT)
             self.answered = True
 
-    def drain(self, step: int) -> None:
+    def drain(self) -> None:
         """Take in the verdicts that have arrived. Those of an earlier epoch are stale (a roll
         call's answers that came after its step ended in a clean failure)."""
         while True:
@@ -270,6 +277,7 @@ def gone(comm: Any, rank: int) -> bool | None:
 def _link(comm: Any) -> _Link:
     link = _links.get(id(comm))
     if link is None or link.parent is not comm:
+        # A communicator never attached: --timeout's default.
         link = _Link(comm, comm.Dup(), fail_wait_for(DEFAULT_TIMEOUT_S))
         _links[id(comm)] = link
     return link
@@ -293,7 +301,7 @@ def _wait(link: _Link, what: str, done: Callable[[], bool], step: int) -> None:
     while True:
         try:
             complete = done()
-            link.drain(step)
+            link.drain()
             if link.failure_known():
                 link.answer(step)
                 _end_step(link, what, complete, step)
@@ -335,10 +343,15 @@ def _end_step(link: _Link, what: str, complete: bool, step: int) -> None:
     if heard_all and (complete or not in_step):
         link.dirty = link.dirty or not complete
         raise _failure(link, what, failures, [], verdicts, waited, clean=False)
-    if waited > link.fail_wait_s:
+    # A rank a signal is meant for is leaving anyway, and is the one to name whatever the others
+    # say: the ranks wait only for those that can answer at once (the launcher ends the rest).
+    bound = link.fail_wait_s
+    if any(v.kind == SIGNAL for v in verdicts):
+        bound = min(bound, SIGNALLED_WAIT_S)
+    if waited > bound:
         link.dirty = link.dirty or not complete
         missing = [r for r in others if r not in link.heard]
-        raise _failure(link, what, failures, missing, verdicts, link.fail_wait_s, clean=False)
+        raise _failure(link, what, failures, missing, verdicts, bound, clean=False)
 
 
 def _failure(
@@ -440,7 +453,7 @@ def tell(comm: Any, exc: BaseException) -> None:
 def heard(comm: Any) -> dict[int, Verdict]:
     """The verdicts received so far (this rank's own included), without waiting."""
     link = _link(comm)
-    link.drain(OUTSIDE)
+    link.drain()
     return {v.rank: v for v in link.verdicts()}
 
 
