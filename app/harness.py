@@ -234,7 +234,9 @@ def _run(cfg: RunConfig, guard: SignalGuard) -> int:
         if writer is not None:
             writer.abort(str(e))
         if rank0 and (run_dir / "run.json").exists():
-            blamed = e.blamed if isinstance(e, JobFailure) else [topo.rank]
+            # A RunTerminated here is the launcher's (the check turns one meant for a rank into
+            # a JobFailure): nobody to name.
+            blamed = e.blamed if isinstance(e, JobFailure) else []
             record = {**manifest, "status": "incomplete", "reason": str(e), "failed_ranks": blamed}
             write_manifest(run_dir, record)
         if isinstance(e, RunTerminated):
