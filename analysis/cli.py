@@ -24,6 +24,7 @@ from rich.table import Table
 
 from gicbench import safe_files
 from gicbench.errors import ConfigError, GicbenchError
+from gicbench.knobs import parse_list
 from gicbench.sweep.manifest import MANIFEST as SWEEP_MANIFEST
 from gicbench.trace.schema import MANIFEST_NAME
 
@@ -58,11 +59,18 @@ def add_analyze_args(parser: argparse.ArgumentParser) -> None:
                         help="only this experiment (repeatable)")
     parser.add_argument("--rank-stat", choices=("median", "slowest"), default="median",
                         help="which rank's statistics to show (default: median rank)")
-    parser.add_argument("--on", type=lambda v: [k for k in v.split(",") if k], default=None,
+    parser.add_argument("--on", type=_keys, default=None,
                         metavar="KEY[,KEY]",
                         help="compare runs row by row on these parameters only (e.g. --on size "
                              "to compare two runs made with different --batch); default: all")
     _add_jobs(parser)
+
+
+def _keys(text: str) -> list[str]:
+    try:
+        return list(parse_list(text, "--on", "parameter names"))
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _add_jobs(parser: argparse.ArgumentParser) -> None:
@@ -117,6 +125,12 @@ def _tables(args: argparse.Namespace) -> tuple[list[dict], dict[str, pd.DataFram
                           "problems": df.attrs["problems"]})
         aggs.append((label, aggregate_ranks(df)))
     experiments = list(dict.fromkeys(e for _, a in aggs if not a.empty for e in a["experiment"]))
+    if args.on:  # one run or several: an unknown key is refused, never ignored
+        known = sorted({p for _, a in aggs for p in param_columns(a)})
+        unknown = [k for k in args.on if k not in known]
+        if unknown:
+            raise ConfigError("--on", ",".join(unknown),
+                              f"parameters of the run(s) {known} (every run lacks {unknown})")
     if args.experiment:
         unknown = [e for e in args.experiment if e not in experiments]
         if unknown:

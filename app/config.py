@@ -21,6 +21,7 @@ PROGRESS_MODES = ("auto", "thread", "inline")
 MAX_QPS_PER_PEER = 528
 MAX_DCTS = 8
 MAX_TIMEOUT_S = 3600.0
+DEFAULT_TIMEOUT_S = 10.0
 MAX_SEED = 2**63 - 1
 DEFAULT_LANDING_BYTES = 64 << 20
 # -J/--output-file: the format of the results file, by its suffix (as nccl-tests' -J).
@@ -96,7 +97,7 @@ class RunConfig:
         help="memory per rank that peers write into, split over sources and lanes",
     )
     timeout_s: float = knob(
-        10.0,
+        DEFAULT_TIMEOUT_S,
         flag="--timeout",
         kind=KIND_FLOAT,
         lo=0.001,
@@ -116,12 +117,22 @@ class RunConfig:
         if isinstance(self.experiments, str) or not self.experiments:
             raise ConfigError("experiment", self.experiments, "at least one experiment name")
         self.experiments = list(self.experiments)
+        repeated = sorted({e for e in self.experiments if self.experiments.count(e) > 1})
+        if repeated:  # each would be run, and its rows printed, twice
+            raise ConfigError(
+                "experiment",
+                " ".join(self.experiments),
+                f"each once ({', '.join(repeated)} repeated)",
+            )
         check_knobs(self)
         if self.sq_depth & (self.sq_depth - 1):
             raise ConfigError("sq_depth (--sq-depth)", self.sq_depth, "a power of two in 64..32768")
         if self.json and self.csv:
             raise ConfigError("output", "--json --csv", "one of --json or --csv")
         if self.out is not None:
+            if not isinstance(self.out, str | Path) or not str(self.out).strip():
+                # Path("") is ".": the working directory would take the run.
+                raise ConfigError("out (-o)", self.out, "a directory path (new or empty)")
             self.out = Path(self.out)
         if self.output_file is not None:
             self.output_file = check_output_file(Path(self.output_file))

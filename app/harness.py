@@ -19,9 +19,9 @@ import datetime as dt
 import json
 import os
 import secrets
-import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,9 +30,11 @@ import numpy as np
 
 from . import __version__, faults, rundir
 from .aggregate import aggregate_point, rank_summaries
+from .bootstrap import collective
 from .bootstrap.bringup import BringupStats, Resources, bring_up
-from .bootstrap.collective import JobFailure, Phase, describe, rendezvous
+from .bootstrap.collective import JobFailure, Phase, Verdict, rendezvous
 from .bootstrap.launch import init_mpi
+from .bootstrap.signals import RunTerminated, SignalGuard
 from .bootstrap.topology import Topology, choose_gpu
 from .config import RunConfig
 from .errors import ConfigError, GicbenchError, Refused, UnsupportedError, ValidationError
@@ -44,7 +46,8 @@ from .output import Printer, SweepProgress
 from .patterns import Traffic, traffic
 from .patterns import describe as describe_pattern
 from .plan import RunPlan, make_plan
-from .trace import TraceWriter, write_manifest
+from .trace import TraceWriter, read_manifest, write_manifest
+from .trace.schema import rank_file
 
 ENV_KEYS = (
     "SLURM_JOB_ID",
@@ -56,16 +59,14 @@ ENV_KEYS = (
     faults.ENV,
 )
 # How long rank 0 waits, when the launcher ends the job, for the other ranks to mark their
-# traces before it names the ranks that left none (the ones that died).
+# traces before it names the ranks that left none (the ones that died). The launcher's SIGKILL
+# usually comes first (prterun: about 0.25 s after its SIGTERM), so run.json is rewritten as
+# soon as what is known changes.
 ABORT_GRACE_S = 3.0
-
-
-class RunTerminated(BaseException):
-    """SIGTERM/SIGINT arrived: the launcher is ending the job."""
-
-    def __init__(self, signum: int, message: str = "") -> None:
-        self.signum = signum
-        super().__init__(message or f"terminated by {signal.Signals(signum).name}")
+# When rank 0 left no trace, how long a rank the launcher is ending waits to hear from a lower
+# rank before it writes run.json itself (the lowest rank still there does).
+LEADER_WAIT_S = 0.02
+QUIET_KINDS = (collective.OK, collective.LAUNCHER)  # verdicts that give no reason of their own
 
 
 @dataclass
@@ -123,7 +124,7 @@ def _preflight(cfg: RunConfig, comm, topo: Topology) -> Prepared:
         layout = plan.layout(topo.size)
         fplan = plan.fabric_plan(topo, len(t.neighbours), layout)
         settings = plan.provider.preflight(fplan, topo, plan.probes)
-        prepared = Prepared(plan, t, layout, fplan, settings, faults.from_env())
+        prepared = Prepared(plan, t, layout, fplan, settings, faults.from_env(topo.size))
     except (ConfigError, UnsupportedError) as e:
         refusal = e
     _report_refusal(comm, refusal, cfg.json)
@@ -158,9 +159,26 @@ def _claim_run_dir(cfg: RunConfig, comm) -> Path:
 
 
 def run(cfg: RunConfig) -> int:
+    """Run on this rank. SIGTERM/SIGINT raise RunTerminated from here on (app/bootstrap/signals.py):
+    before the run directory holds a run it reaches the caller (one line, no traceback); after,
+    the run is marked and the job ended (see _run_rank)."""
+    guard = SignalGuard().install()
+    from . import _native
+
+    _native.host.install_interrupt_handler()  # chains to the guard's handler
+    try:
+        return _run(cfg, guard)
+    finally:
+        guard.restore()
+        _native.host.clear_interrupt()
+
+
+def _run(cfg: RunConfig, guard: SignalGuard) -> int:
     comm = init_mpi()
     topo = Topology.from_comm(comm)
+    faults.fire(faults.early_from_env(), "start", topo.rank)
     pre = _preflight(cfg, comm, topo)
+    collective.attach(comm, cfg.timeout_s)
     run_dir = _claim_run_dir(cfg, comm)
     rank0 = topo.rank == 0
     job = comm.bcast(os.environ.get("SLURM_JOB_ID") or secrets.token_hex(4) if rank0 else None)
@@ -184,46 +202,53 @@ def run(cfg: RunConfig) -> int:
         "status": "running",
     }
     writer: TraceWriter | None = None
-    with Phase(comm, "run directory: manifest and rank files"):
-        if rank0:
-            write_manifest(run_dir, manifest)
-        writer = TraceWriter(
-            run_dir,
-            topo.rank,
-            topo.size,
-            meta={
-                "run_id": run_id,
-                "experiments": cfg.experiments,
-                "config": cfg.to_dict(),
-                "provider": cfg.provider,
-                "submitter": cfg.submitter,
-                "submitter_params": _as_dict(pre.plan.submitter_params),
-                "pattern": cfg.pattern,
-                "role": pre.traffic.role,
-                "host": topo.host,
-                "local_rank": topo.local_rank,
-                "gpu": gpu or {},
-                "nic": {"provider": cfg.provider, **pre.settings},
-                "sm_clock_hz": float("nan"),  # no GPU code runs in the host submitter
-                "argv": sys.argv,
-                "env": {k: os.environ[k] for k in ENV_KEYS if k in os.environ},
-            },
-        )
-    assert writer is not None
-
-    def on_signal(signum: int, _frame: object) -> None:
-        raise RunTerminated(signum)
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    from . import _native
-
-    _native.host.install_interrupt_handler()
     try:
-        return _run_rank(cfg, pre, comm, topo, run_dir, job, manifest, writer)
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-        _native.host.clear_interrupt()
+        with Phase(comm, "run directory: manifest and rank files"):
+            if rank0:
+                write_manifest(run_dir, manifest)
+            writer = TraceWriter(
+                run_dir,
+                topo.rank,
+                topo.size,
+                meta={
+                    "run_id": run_id,
+                    "experiments": cfg.experiments,
+                    "config": cfg.to_dict(),
+                    "provider": cfg.provider,
+                    "submitter": cfg.submitter,
+                    "submitter_params": _as_dict(pre.plan.submitter_params),
+                    "pattern": cfg.pattern,
+                    "role": pre.traffic.role,
+                    "host": topo.host,
+                    "local_rank": topo.local_rank,
+                    "gpu": gpu or {},
+                    "nic": {"provider": cfg.provider, **pre.settings},
+                    "sm_clock_hz": float("nan"),  # no GPU code runs in the host submitter
+                    "argv": sys.argv,
+                    "env": {k: os.environ[k] for k in ENV_KEYS if k in os.environ},
+                },
+            )
+    except (JobFailure, RunTerminated) as e:
+        # Nothing runs yet: the files made so far are marked (a rank file stays incomplete,
+        # run.json says why); the caller prints a signal's one line.
+        guard.quiet()
+        if writer is not None:
+            writer.abort(str(e))
+        if rank0 and (run_dir / "run.json").exists():
+            # A RunTerminated here is the launcher's (the check turns one meant for a rank into
+            # a JobFailure): nobody to name.
+            blamed = e.blamed if isinstance(e, JobFailure) else []
+            record = {**manifest, "status": "incomplete", "reason": str(e), "failed_ranks": blamed}
+            write_manifest(run_dir, record)
+        if isinstance(e, RunTerminated):
+            raise
+        if rank0:
+            print(f"gicbench: run failed: {e}", file=sys.stderr, flush=True)
+        collective.settle(comm, _told(e, topo))
+        _leave(comm, guard, 1)
+        return 1
+    assert writer is not None
+    return _run_rank(cfg, pre, comm, topo, run_dir, job, manifest, writer, guard)
 
 
 def _as_dict(params: Any) -> dict[str, Any]:
@@ -241,6 +266,7 @@ def _run_rank(
     job: str,
     manifest: dict[str, Any],
     writer: TraceWriter,
+    guard: SignalGuard,
 ) -> int:
     rank0 = topo.rank == 0
     fabric: Fabric | None = None
@@ -282,33 +308,22 @@ def _run_rank(
                 },
             )
         _sweep(ctx, plan, pre.fault, writer, printer, rank0)
+        writer.finish("complete")
+        rendezvous(comm, "end of run")
     except JobFailure as e:
-        return _fail(e, writer, run_dir, manifest, rank0, fabric, printer, failed=e.failures)
+        return _end_failed(e, comm, topo, guard, writer, run_dir, manifest, fabric, printer)
     except RunTerminated as e:
-        reason = f"rank {topo.rank} {e} (the launcher ends the job when a rank dies or on ^C)"
-        _fail(
-            RunTerminated(e.signum, reason),
-            writer,
-            run_dir,
-            manifest,
-            rank0,
-            fabric,
-            printer,
-            failed=None,
-        )
-        sys.stdout.flush()
-        os._exit(128 + e.signum)  # peers may be gone: no MPI_Finalize
+        if e.launcher:  # every rank is being ended, SIGKILL follows: record, name, leave
+            _end_by_launcher(e, comm, topo, guard, writer, run_dir, manifest, fabric, printer)
+        where = "between phases"
+        failure = collective.fail_outside(comm, where, e)
+        return _end_failed(failure, comm, topo, guard, writer, run_dir, manifest, fabric, printer)
     except BaseException as e:  # a bug on this rank only: tell, record, and take the job down
-        print(f"gicbench: rank {topo.rank}: {describe(e)}", file=sys.stderr, flush=True)
-        _fail(
-            e, writer, run_dir, manifest, rank0, fabric, printer, failed=[(topo.rank, describe(e))]
-        )
-        comm.Abort(1)
+        failure = collective.fail_outside(comm, "outside any phase", e)
+        return _end_failed(failure, comm, topo, guard, writer, run_dir, manifest, fabric, printer)
     finally:
         if submitter is not None:
             submitter.close()
-    writer.finish("complete")
-    rendezvous(comm, "end of run")
     if rank0:
         write_manifest(
             run_dir,
@@ -322,6 +337,118 @@ def _run_rank(
         printer.finish({"trace": str(run_dir)})
     fabric.close()
     return 0
+
+
+def _leader(comm, topo: Topology, missing: list[int]) -> bool:
+    """Who writes run.json: rank 0, or when rank 0 does not answer the lowest rank that does."""
+    return topo.rank == 0 or all(r in missing for r in range(topo.rank))
+
+
+def _end_failed(
+    e: JobFailure,
+    comm,
+    topo: Topology,
+    guard: SignalGuard,
+    writer: TraceWriter,
+    run_dir: Path,
+    manifest: dict[str, Any],
+    fabric: Fabric | None,
+    printer: Printer,
+) -> int:
+    """Every rank that can be told knows of the failure: record it, wait until the others have
+    recorded theirs, and leave (without MPI_Finalize where a step was left pending)."""
+    guard.quiet()
+    leader = _leader(comm, topo, e.missing)
+    if leader and topo.rank != 0:
+        manifest = _on_disk(run_dir, manifest)
+    _fail(e, writer, run_dir, manifest, leader, fabric, printer, failed=e.blamed)
+    collective.settle(comm, _told(e, topo))
+    _leave(comm, guard, 1)
+    return 1
+
+
+def _told(e: JobFailure, topo: Topology) -> list[int]:
+    """The ranks that know of the failure and record it: all after a clean one, else those that
+    answered (the launcher's ranks are leaving)."""
+    if e.clean:
+        return list(range(topo.size))
+    return [v.rank for v in e.verdicts if v.kind != collective.LAUNCHER]
+
+
+def _end_by_launcher(
+    e: RunTerminated,
+    comm,
+    topo: Topology,
+    guard: SignalGuard,
+    writer: TraceWriter,
+    run_dir: Path,
+    manifest: dict[str, Any],
+    fabric: Fabric | None,
+    printer: Printer,
+) -> None:
+    """The launcher is ending every rank and its SIGKILL follows within a fraction of a second:
+    tell the others this rank is here, mark the trace, and (rank 0, or the lowest rank left
+    when rank 0 left no trace) name the ranks to blame; the NIC is closed last. Never returns."""
+    guard.quiet()
+    collective.tell(comm, e)
+    reason = f"rank {topo.rank} {e}"
+    writer.abort(reason)
+    # A rank resumed after the others named it (it was stopped) leaves their run.json be.
+    on_disk = _on_disk(run_dir, manifest)
+    if on_disk["status"] == "running" and (topo.rank == 0 or _orphaned(comm, topo, run_dir)):
+        record = {
+            **on_disk,
+            "status": "incomplete",
+            "reason": reason,
+            "end_utc": dt.datetime.now(dt.timezone.utc).isoformat(),
+        }
+        _name_dead_ranks(
+            run_dir, record, lambda: collective.heard(comm), lambda r: collective.gone(comm, r)
+        )
+        if printer.fmt == "json":
+            printer.finish(
+                {
+                    "status": "incomplete",
+                    "reason": record["reason"],
+                    "trace": str(run_dir),
+                    "failed_ranks": record["failed_ranks"],
+                }
+            )
+    if fabric is not None:
+        fabric.close()
+    _leave(comm, guard, 1)
+
+
+def _orphaned(comm, topo: Topology, run_dir: Path) -> bool:
+    """True when every lower rank left no trace and says nothing (dead): this rank leads."""
+    deadline = time.monotonic() + LEADER_WAIT_S
+    while True:
+        heard = collective.heard(comm)
+        for r in range(topo.rank):
+            if r in heard or rank_file(run_dir, r).exists():
+                return False
+        if time.monotonic() > deadline:
+            return True
+        time.sleep(0.005)
+
+
+def _on_disk(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """run.json as rank 0 wrote it (a rank that writes it in rank 0's place keeps its fields)."""
+    try:
+        return {**manifest, **read_manifest(run_dir)}
+    except GicbenchError:
+        return manifest
+
+
+def _leave(comm, guard: SignalGuard, code: int) -> None:
+    """Return to the caller when MPI can finalize; else leave now: a step was left pending (a
+    rank does not answer, or left the sequence), or a signal ended this rank (exit 128+N)."""
+    ended = guard.raised
+    if not collective.is_dirty(comm) and ended is None:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(128 + ended.signum if ended is not None else code)
 
 
 def _preamble(
@@ -371,11 +498,12 @@ def _sweep(
                     after = ctx.fabric.counters()
                     ctx.fabric.check()
                 # Every rank has finished sending (the phase check synchronises): validate.
-                with Phase(comm, f"{where} payload validation"):
+                with Phase(comm, f"{where} payload validation") as check:
                     checked, sources = _validate(exp, ctx, point, index, landing)
+                    check.value = checked
                 # A point is validated when bytes were compared somewhere in the job and all
                 # matched (a mismatch anywhere has failed the phase above).
-                total_checked = comm.allreduce(checked)
+                total_checked = sum(check.values)
                 result.results.update(
                     validated=total_checked > 0,
                     validated_bytes=checked,
@@ -402,7 +530,8 @@ def _print_row(
     rank: int,
     rank0: bool,
 ) -> None:
-    rows = comm.gather(rank_summaries(rank, result.role, result.results, result.samples), root=0)
+    mine = rank_summaries(rank, result.role, result.results, result.samples)
+    rows = collective.gather(comm, f"{exp.name} results", mine)
     if rank0:
         for row in aggregate_point(point, [s for r in rows for s in r]):
             printer.row(exp.name, row)
@@ -440,27 +569,45 @@ def _validate(
     return checked, sources
 
 
-def _name_dead_ranks(run_dir: Path, record: dict[str, Any]) -> None:
-    """The launcher ends the job because ranks died: name those that leave no finished trace.
-    Live ranks close theirs within milliseconds of the SIGTERM; the launcher's SIGKILL may
-    follow soon, so the manifest is rewritten as soon as the list settles, then refined."""
+def _name_dead_ranks(
+    run_dir: Path,
+    record: dict[str, Any],
+    heard: Callable[[], dict[int, Verdict]],
+    gone: Callable[[int], bool | None],
+) -> None:
+    """The launcher ends the job: name the ranks to blame (collective.blame) from what the
+    others said (`heard`: a signal meant for them, their failure, or that the launcher ends them
+    too) and the ranks that say nothing and are dead: their process has exited (a rank on this
+    host), or they leave no finished trace (elsewhere). The launcher's SIGKILL may follow within
+    a fraction of a second, so run.json is written, and stderr told, as soon as what is known
+    changes; the ranks still silent are waited for until ABORT_GRACE_S."""
     world, reason = record["world_size"], record["reason"]
     deadline, written = time.monotonic() + ABORT_GRACE_S, None
     while True:
-        dead = [r for r in range(world) if not (run_dir / f"rank-{r:05d}.h5").exists()]
-        if dead != written:
-            record["failed_ranks"] = dead
-            record["reason"] = (
-                f"{reason}; rank(s) {', '.join(map(str, dead))} left no finished trace "
-                "(died, or killed before closing it)"
-                if dead
-                else reason
-            )
+        said = heard()
+        silent = [r for r in range(world) if r not in said]
+        finished = {r for r in silent if rank_file(run_dir, r).exists()}
+        dead = [r for r in silent if gone(r) or (gone(r) is None and r not in finished)]
+        others = [(r, v.reason) for r, v in sorted(said.items()) if v.kind not in QUIET_KINDS]
+        known = (collective.blame(list(said.values()), dead, world), dead, others)
+        if known != written:
+            text = reason + "".join(f"; rank {r}: {why}" for r, why in others)
+            if dead:
+                text += (
+                    f"; rank(s) {', '.join(map(str, dead))} left no finished trace "
+                    "(died, or killed before closing it)"
+                )
+            record["failed_ranks"], record["reason"] = known[0], text
             write_manifest(run_dir, record)
-            written = dead
-        if not dead or time.monotonic() > deadline:
+            print(
+                f"gicbench: run failed: {text}\ngicbench: trace (incomplete): {run_dir}",
+                file=sys.stderr,
+                flush=True,
+            )
+            written = known
+        if set(silent) <= set(dead) | finished or time.monotonic() > deadline:
             return
-        time.sleep(0.02)
+        time.sleep(0.01)
 
 
 def _fail(
@@ -471,10 +618,10 @@ def _fail(
     rank0: bool,
     fabric: Fabric | None,
     printer: Printer,
-    failed: list[tuple[int, str]] | None,
+    failed: list[int],
 ) -> int:
-    """Mark this rank's trace incomplete, close the NIC, and (rank 0) the manifest. `failed`
-    None: the launcher is ending the job; the dead ranks are those that leave no trace."""
+    """Mark this rank's trace incomplete, close the NIC, and (the rank that writes run.json,
+    `rank0`) the manifest, naming the `failed` ranks."""
     reason = str(exc)
     try:
         if fabric is not None:
@@ -482,12 +629,11 @@ def _fail(
     finally:
         writer.abort(reason)
         if rank0:
-            failed_ranks = None if failed is None else [r for r, _ in failed]
             record = {
                 **manifest,
                 "status": "incomplete",
                 "reason": reason,
-                "failed_ranks": failed_ranks,
+                "failed_ranks": failed,
                 "end_utc": dt.datetime.now(dt.timezone.utc).isoformat(),
             }
             write_manifest(run_dir, record)  # first, in case the launcher's SIGKILL follows
@@ -500,14 +646,12 @@ def _fail(
                 "status": "incomplete",
                 "reason": reason,
                 "trace": str(run_dir),
-                "failed_ranks": failed_ranks,
+                "failed_ranks": failed,
             }
             if printer.fmt == "json":
                 printer.finish(footer)
             else:
                 printer.write_file(footer)  # -J: the rows measured before the failure
-            if failed is None:
-                _name_dead_ranks(run_dir, record)
     return 1
 
 

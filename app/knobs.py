@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,30 @@ from .errors import ConfigError
 KIND_INT, KIND_FLOAT, KIND_STR, KIND_SIZE, KIND_CHOICES = "int", "float", "str", "size", "choices"
 
 
+# Numbers as a shell user types them: ASCII digits only (Python's int() also takes '８', '٣'
+# and '1_000', which no other tool would read the same way).
+_INT = re.compile(r"[+-]?[0-9]+")
+_HEX = re.compile(r"0[xX][0-9a-fA-F]+")
+_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+
+
+def parse_int(text: str, name: str, allowed: str = "an integer") -> int:
+    """'12', '-3', '0x1f' -> int; anything else (non-ASCII digits, '1_000', '1.0') is refused."""
+    s = str(text).strip()
+    if _INT.fullmatch(s):
+        return int(s)
+    if _HEX.fullmatch(s):
+        return int(s, 16)
+    raise ConfigError(name, text, allowed)
+
+
+def parse_float(text: str, name: str) -> float:
+    s = str(text).strip()
+    if not _FLOAT.fullmatch(s):
+        raise ConfigError(name, text, "a number")
+    return float(s)
+
+
 def parse_size(text: str | int, name: str = "size") -> int:
     """'8', '4K', '1M', '2G' (powers of 1024, as perftest and OSU accept) -> bytes."""
     if isinstance(text, int) and not isinstance(text, bool):
@@ -26,10 +51,38 @@ def parse_size(text: str | int, name: str = "size") -> int:
     s = str(text).strip().upper().removesuffix("B").removesuffix("I")
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1:], 1)
     digits = s[:-1] if s[-1:] in "KMG" else s
-    try:
-        return int(digits) * mult
-    except ValueError:
-        raise ConfigError(name, text, "a byte count such as 8, 4K, 1M") from None
+    if not _INT.fullmatch(digits):
+        raise ConfigError(name, text, "a byte count such as 8, 4K, 1M")
+    return int(digits) * mult
+
+
+def parse_list(text: str, name: str, allowed: str) -> tuple[str, ...]:
+    """'a,b,c' -> ('a', 'b', 'c'), the one parser of every comma-separated knob: an empty item
+    ('1,,2', a trailing comma) or an item given twice (duplicate rows) is refused."""
+    items = tuple(p.strip() for p in str(text).split(","))
+    check_list(name, items, allowed)
+    return items
+
+
+def check_list(name: str, items: tuple | list, allowed: str) -> None:
+    if not items or any(not str(p).strip() for p in items):
+        raise ConfigError(name, ",".join(map(str, items)), f"a comma-separated list of {allowed}, "
+                          "no empty items")  # fmt: skip
+    repeated = sorted({str(p) for p in items if list(items).count(p) > 1})
+    if repeated:
+        raise ConfigError(name, ",".join(map(str, items)), f"a comma-separated list of {allowed}, "
+                          f"each once ({', '.join(repeated)} repeated)")  # fmt: skip
+
+
+def parse_int_list(text: str, name: str, lo: int, hi: int) -> tuple[int, ...]:
+    """'1,2,4' -> (1, 2, 4), each an integer in lo..hi (parse_list's rules)."""
+    allowed = f"integers in {lo}..{hi}"
+    values = tuple(parse_int(p, name, f"a comma-separated list of {allowed}")
+                   for p in parse_list(text, name, allowed))  # fmt: skip
+    bad = [v for v in values if not lo <= v <= hi]
+    if bad:
+        raise ConfigError(name, text, f"a comma-separated list of {allowed} ({bad[0]} is not)")
+    return values
 
 
 @dataclass(frozen=True, eq=False)
@@ -56,26 +109,23 @@ class Knob:
         if self.kind == KIND_SIZE:
             return parse_size(text, label)
         if self.kind == KIND_INT:
-            try:
-                return int(text, 0) if text.strip().lower().startswith("0x") else int(text)
-            except ValueError:
-                raise ConfigError(label, text, "an integer") from None
+            return parse_int(text, label)
         if self.kind == KIND_FLOAT:
-            try:
-                return float(text)
-            except ValueError:
-                raise ConfigError(label, text, "a number") from None
+            return parse_float(text, label)
         if self.many:
-            return tuple(p.strip() for p in text.split(",") if p.strip())
+            return parse_list(text, label, self._allowed() if self.choices else "values")
         return text
 
     def check(self, field: str, value: Any) -> None:
         """Raise ConfigError naming the field and flag unless `value` is allowed."""
         label = self.label(field)
+        if self.many:
+            allowed = self._allowed() if self.choices else "values"
+            if not isinstance(value, tuple | list) or not value:
+                raise ConfigError(label, value, "a comma-separated list of " + allowed)
+            check_list(label, value, allowed)
         if self.choices is not None:
             values = value if self.many else (value,)
-            if self.many and (not isinstance(value, tuple | list) or not value):
-                raise ConfigError(label, value, "a comma-separated list of " + self._allowed())
             for v in values:
                 if v not in self.choices:
                     raise ConfigError(label, v, self._allowed())

@@ -8,61 +8,18 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import h5py
 import pytest
-from launching import MPI_ENV, mpiexec_path
+from rank_procs import rank_pid, wait_running
+from rank_procs import start as start_run
 
 LONG = ["msg-rate", "--messages", "1000000000000", "-w", "0", "--quiet"]
 
 
 def start(out: Path) -> subprocess.Popen:
-    exe = mpiexec_path()
-    if exe is None:
-        pytest.skip("no mpiexec (run `make setup`)")
-    cmd = [exe, "-n", "2", sys.executable, "-m", "gicbench", "run", *LONG, "-o", str(out)]
-    return subprocess.Popen(
-        cmd,
-        env={**os.environ, **MPI_ENV},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def wait_running(out: Path, proc: subprocess.Popen) -> None:
-    """Until both ranks are inside the first point (rank files open, msg-rate posting)."""
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"run ended early: {proc.communicate()}")
-        if len(list(out.glob("rank-*.h5.partial"))) == 2:
-            time.sleep(2.0)  # bring-up done, the sender is deep in its loop
-            return
-        time.sleep(0.1)
-    pytest.fail("the run never started")
-
-
-def rank_pid(out: Path, rank: int) -> int:
-    """The process of `rank` in the run writing `out` (from /proc: its argv and launcher env)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-            env = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if (
-            b"gicbench" in argv
-            and str(out).encode() in argv
-            and (f"OMPI_COMM_WORLD_RANK={rank}".encode() in env)
-        ):
-            return int(entry.name)
-    pytest.fail(f"no process for rank {rank}")
+    return start_run(out, LONG)
 
 
 def ended_incomplete(out: Path, proc: subprocess.Popen, within: float) -> str:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+from typing import NoReturn
 
 from .. import __version__
+from ..bootstrap.signals import RunTerminated
 from ..errors import ConfigError, GicbenchError, Refused, UnsupportedError
 
 REFUSALS = (ConfigError, UnsupportedError, Refused)  # bad input or a choice that cannot run: 2
@@ -20,7 +24,24 @@ class UsageError(GicbenchError):
         super().__init__(message)
 
 
+class _StoreOnce(argparse._StoreAction):
+    """`store`, refusing a second occurrence (`-n 5 -n 6` kept 6 silently)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[override]
+        given = namespace.__dict__.setdefault("_given", set())
+        if self.option_strings and self.dest in given:
+            parser.error(f"argument {'/'.join(self.option_strings)}: given more than once")
+        given.add(self.dest)
+        super().__call__(parser, namespace, values, option_string)
+
+
 class Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # Every store option of every subcommand (groups share these registries).
+        self.register("action", None, _StoreOnce)
+        self.register("action", "store", _StoreOnce)
+
     def error(self, message: str):  # type: ignore[override]
         raise UsageError(self, message)
 
@@ -62,6 +83,14 @@ def _add_analysis(sub: argparse._SubParsersAction) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # ^C before the command installed its own handling (imports)
+        print("gicbench: interrupted (SIGINT)", file=sys.stderr, flush=True)
+        return 128 + signal.SIGINT
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     # Everything after `--` passes through untouched (e.g. `jobs render NAME -- <run args>`).
@@ -86,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     args.passthrough = passthrough
     try:
         return int(args.func(args) or 0)
+    except RunTerminated as e:
+        _ended_in_start_up(e)
     except REFUSALS as e:
         if getattr(e, "reported", False):
             return 2  # the harness printed it once, on the rank that saw it first
@@ -102,6 +133,18 @@ def main(argv: list[str] | None = None) -> int:
         if launcher_rank() == 0:
             print(f"gicbench: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
+
+
+def _ended_in_start_up(e: RunTerminated) -> NoReturn:
+    """A signal before the run directory held a run: one line, and out without MPI_Finalize
+    (the other ranks may be inside a collective this rank will never join)."""
+    from ..bootstrap.launch import launcher_rank
+
+    rank = launcher_rank()
+    if not e.launcher or rank == 0:
+        print(f"gicbench: rank {rank}: {e} during start-up", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(128 + e.signum)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from pathlib import Path
 from typing import Any
 
 from ..config import OUTPUT_FORMATS, RunConfig
@@ -115,7 +114,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         )
     g = p.add_argument_group("output")
     g.add_argument(
-        "-o", "--out", type=Path, help="run directory, new or empty (default: runs/<exp>-<UTC>)"
+        "-o", "--out", help="run directory, new or empty (default runs/<exp>-<UTC>)"
     )
     g.add_argument("--json", action="store_true", help="print results as JSON (rank 0)")
     g.add_argument("--csv", action="store_true", help="print results as CSV (rank 0)")

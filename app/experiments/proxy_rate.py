@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import ConfigError
-from ..knobs import KIND_STR, Knob
+from ..knobs import KIND_STR, Knob, parse_int_list
 from ..submit.base import ProxyRateWork, Shape
 from .common import PAYLOAD, WARMUP, SizeSweep, field, rate_results
 from .msg_rate import MESSAGES, WINDOWS
@@ -31,13 +31,7 @@ SWEEP_BATCH = Knob("--sweep-batch", "chain limits B to sweep (1..16 WQEs per doo
 
 
 def int_list(label: str, text: str, lo: int, hi: int) -> tuple[int, ...]:
-    try:
-        vals = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise ConfigError(label, text, f"comma-separated integers in {lo}..{hi}") from None
-    if not vals or any(v < lo or v > hi for v in vals):
-        raise ConfigError(label, text, f"comma-separated integers in {lo}..{hi}")
-    return vals
+    return parse_int_list(text, label, lo, hi)
 
 
 @dataclass(frozen=True)

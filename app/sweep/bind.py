@@ -19,27 +19,44 @@ _LOCAL_SIZE = ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE"
 MPS_WAIT_S = 30.0
 
 
+def _env_int(env: Mapping[str, str], name: str) -> int | None:
+    """A count the launcher (or the user) set: None when unset, refused when it is not one."""
+    v = env.get(name)
+    if v is None or v == "":
+        return None
+    if not re.fullmatch(r"[0-9]+", v, re.ASCII):
+        raise ConfigError(name, v, "a non-negative integer (as srun and mpiexec set it)")
+    return int(v)
+
+
 def _first_int(env: Mapping[str, str], names: tuple[str, ...]) -> int | None:
     for n in names:
-        v = env.get(n, "")
-        if v.isdigit():
-            return int(v)
+        v = _env_int(env, n)
+        if v is not None:
+            return v
     return None
 
 
 def _slurm_local_size(env: Mapping[str, str]) -> int | None:
     """Tasks on this node from SLURM_STEP_TASKS_PER_NODE ('4(x2),3' style) and SLURM_NODEID."""
-    spec = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
+    name = (
+        "SLURM_STEP_TASKS_PER_NODE"
+        if env.get("SLURM_STEP_TASKS_PER_NODE")
+        else ("SLURM_TASKS_PER_NODE")
+    )
+    spec = env.get(name)
     if not spec:
         return None
     counts: list[int] = []
     for part in spec.split(","):
-        m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part)
+        m = re.fullmatch(r"([0-9]+)(?:\(x([0-9]+)\))?", part, re.ASCII)
         if not m:
-            return None
+            raise ConfigError(name, spec, "task counts per node as Slurm writes them, e.g. 4(x2),3")
         counts += [int(m.group(1))] * int(m.group(2) or 1)
-    node = int(env.get("SLURM_NODEID", "0") or 0)
-    return counts[node] if node < len(counts) else None
+    node = _env_int(env, "SLURM_NODEID") or 0
+    if node >= len(counts):
+        raise ConfigError("SLURM_NODEID", node, f"a node of {name}={spec} (0..{len(counts) - 1})")
+    return counts[node]
 
 
 def bind_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -55,10 +72,10 @@ def bind_env(env: Mapping[str, str]) -> dict[str, str]:
         )
     out: dict[str, str] = {}
     visible = env.get("CUDA_VISIBLE_DEVICES", "").strip()
-    per_node = env.get("GICBENCH_GPUS_PER_NODE", "0")
+    per_node = _env_int(env, "GICBENCH_GPUS_PER_NODE") or 0
     gpus = [g for g in visible.split(",") if g] if visible else []
-    if not gpus and per_node.isdigit():
-        gpus = [str(i) for i in range(int(per_node))]
+    if not gpus:
+        gpus = [str(i) for i in range(per_node)]
     gpu_slot = None
     if gpus:
         # Blocks of neighbouring ranks per GPU, so ranks sharing a GPU are adjacent.

@@ -11,22 +11,36 @@ import sys
 from pathlib import Path
 
 import pytest
-from slurm_helpers import output, sbatch, wait
+from slurm_helpers import messages_for, output, sbatch, wait
 
 from gicbench.cli.jobs import RenderOptions, render
 from gicbench.sweep import load_manifest, point_runs
 
-# Each point 15-30 s of messages on the emulated NIC (13-25 M msg/s here), 8 points: well past
-# the 1-minute limit of the first job, well inside the 10 minutes of the second.
+# Every wait of the group is bounded, with the jobs' states and output when it gives up, and each
+# test's pytest timeout is the sum of its own waits plus MARGIN_S (the cluster's start and the
+# calibration are bounded by their fixtures' subprocess timeouts, outside it: func_only).
+JOB_WAIT_S = 240  # the small rendered jobs, sharing 2 cores with the first sweep job
+CUT_WAIT_S = 240  # the first sweep job: its 1-minute limit, KillWait 10 s, the queue
+RESUME_WAIT_S = 480  # the second: the points left, ~POINT_S each plus a launch
+MARGIN_S = 60
+
+# Points of a fixed wall time, not a fixed message count: the count comes from this machine's
+# message rate measured before the sweep, so a loaded machine gets shorter points (400 M
+# messages took 16 s on an idle machine and 100 s on a loaded one, and the resumed job ran past
+# pytest's timeout). With launches of a few seconds, 16 points of POINT_S outlast the first
+# job's 1-minute limit even at 3x the calibrated speed, and the first still completes inside
+# it at 5x slower.
+POINT_S = 8.0
+POINTS = 16
 SWEEP = """
 experiment = "msg-rate"
 ranks = 2
 [run]
 warmup = 2
-messages = 400000000
+messages = {messages}
 quiet = true
 [axes]
-seed = [1, 2, 3, 4, 5, 6, 7, 8]
+seed = {seeds}
 """
 
 
@@ -35,7 +49,8 @@ def cut_sweep(slurm: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -
     """Submitted first so that it runs while the other jobs do: the same script, submitted
     with a 1-minute limit (sbatch --time overrides the script's)."""
     cwd = tmp_path_factory.mktemp("sweep")
-    (cwd / "s.toml").write_text(SWEEP)
+    messages = messages_for(POINT_S, slurm, cwd / "calibration")
+    (cwd / "s.toml").write_text(SWEEP.format(messages=messages, seeds=list(range(1, POINTS + 1))))
     script = cwd / "sweep.sbatch"
     opts = dict(
         ntasks_per_node=2,
@@ -49,7 +64,7 @@ def cut_sweep(slurm: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -
     # The resubmission uses srun --mpi=pmix for its points: both launchers, one sweep.
     (cwd / "resume.sbatch").write_text(render("sweep", RenderOptions(launcher="srun", **opts)))
     job = sbatch(script, slurm, "--time=1")
-    return {"cwd": cwd, "job": job}
+    return {"cwd": cwd, "job": job, "messages": messages}
 
 
 CASES = [  # template, tasks, launcher, gicbench run arguments
@@ -60,6 +75,7 @@ CASES = [  # template, tasks, launcher, gicbench run arguments
 ]
 
 
+@pytest.mark.timeout(JOB_WAIT_S + MARGIN_S, func_only=True)
 def test_rendered_jobs_run_under_sbatch(
     slurm: dict[str, str], cut_sweep: dict, tmp_path: Path
 ) -> None:
@@ -72,7 +88,7 @@ def test_rendered_jobs_run_under_sbatch(
             render(template, RenderOptions(ntasks_per_node=tasks, launcher=launcher, run_args=args))
         )
         jobs[sbatch(script, slurm)] = (cwd, template, tasks, launcher)
-    states = wait(list(jobs), slurm, timeout=240)
+    states = wait(list(jobs), slurm, timeout=JOB_WAIT_S)
     for job, (cwd, template, tasks, launcher) in jobs.items():
         log = output(cwd, job)
         assert states[job]["JobState"] == "COMPLETED", (
@@ -88,6 +104,7 @@ def test_rendered_jobs_run_under_sbatch(
         assert "(median rank)" in log, log
 
 
+@pytest.mark.timeout(60 + 2 * JOB_WAIT_S + MARGIN_S, func_only=True)
 def test_jobs_submit_chain(slurm: dict[str, str], cut_sweep: dict, tmp_path: Path) -> None:
     """`gicbench jobs submit`: renders, writes the script, sbatch; --chain runs copies in turn."""
     r = subprocess.run(
@@ -120,7 +137,7 @@ def test_jobs_submit_chain(slurm: dict[str, str], cut_sweep: dict, tmp_path: Pat
     jobs = re.findall(r"as job (\d+)", r.stdout)
     assert len(jobs) == 2 and f"(after {jobs[0]})" in r.stdout, r.stdout
     assert len(list((tmp_path / "runs/jobs").glob("latency-pair-*.sbatch"))) == 1
-    states = wait(jobs, slurm, timeout=240)
+    states = wait(jobs, slurm, timeout=2 * JOB_WAIT_S)  # one after the other
     for job in jobs:
         assert states[job]["JobState"] == "COMPLETED", output(tmp_path, job)
         run = json.loads((tmp_path / "runs" / f"latency-pair-{job}" / "run.json").read_text())
@@ -129,17 +146,19 @@ def test_jobs_submit_chain(slurm: dict[str, str], cut_sweep: dict, tmp_path: Pat
     assert states[jobs[1]]["StartTime"] >= states[jobs[0]]["EndTime"]
 
 
+@pytest.mark.timeout(CUT_WAIT_S + 60 + RESUME_WAIT_S + MARGIN_S, func_only=True)
 def test_sweep_cut_by_time_limit_then_resumed(slurm: dict[str, str], cut_sweep: dict) -> None:
     cwd, job = cut_sweep["cwd"], cut_sweep["job"]
     sweep_dir = cwd / "sw"
-    state = wait([job], slurm, timeout=240)[job]
+    state = wait([job], slurm, timeout=CUT_WAIT_S, logs={job: cwd})[job]
     log = output(cwd, job)
     assert state["JobState"] == "TIMEOUT", f"{state}\n{log}"
     doc = load_manifest(sweep_dir)
     status = [p["status"] for p in doc["points"]]
     done = [p for p in doc["points"] if p["status"] == "complete"]
     cut = [p for p in doc["points"] if p["status"] in ("interrupted", "running")]
-    assert done, f"no point finished inside the limit: {status}\n{log}"
+    n = cut_sweep["messages"]
+    assert done, f"no point of {n} messages finished inside the limit: {status}\n{log}"
     assert len(cut) == 1, f"{status}\n{log}"  # the one the limit hit, marked
     assert status == ["complete"] * len(done) + [cut[0]["status"]] + ["pending"] * (
         len(status) - len(done) - 1
@@ -152,11 +171,11 @@ def test_sweep_cut_by_time_limit_then_resumed(slurm: dict[str, str], cut_sweep: 
     assert point_runs(sweep_dir) == [sweep_dir / "points" / n for n in finished]
 
     job2 = sbatch(cwd / "resume.sbatch", slurm)
-    state = wait([job2], slurm, timeout=540)[job2]
+    state = wait([job2], slurm, timeout=RESUME_WAIT_S, logs={job2: cwd})[job2]
     log2 = output(cwd, job2)
     assert state["JobState"] == "COMPLETED", f"{state}\n{log2}"
     doc = load_manifest(sweep_dir)
-    assert [p["status"] for p in doc["points"]] == ["complete"] * 8, log2
+    assert [p["status"] for p in doc["points"]] == ["complete"] * POINTS, log2
     for p in doc["points"]:
         if p["name"] in finished:  # skipped: one attempt, its trace untouched
             assert len(p["attempts"]) == 1
@@ -169,6 +188,6 @@ def test_sweep_cut_by_time_limit_then_resumed(slurm: dict[str, str], cut_sweep: 
         assert (sweep_dir / aside).is_dir()  # the interrupted attempt kept, not deleted
     assert [s["job_id"] for s in doc["submissions"]] == [job, job2]
     runs = point_runs(sweep_dir)
-    assert len(runs) == 8
+    assert len(runs) == POINTS
     for r in runs:
         assert len(list(r.glob("rank-*.h5"))) == 2
