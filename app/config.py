@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import safe_files
 from .errors import ConfigError
 from .knobs import KIND_FLOAT, KIND_STR, check_knobs, knob, parse_size
 
@@ -163,7 +164,9 @@ def check_output_file(path: Path) -> Path:
         raise ConfigError(label, str(path), "a file name ending " + " or ".join(OUTPUT_FORMATS))
     if not path.parent.is_dir():
         raise ConfigError(label, str(path), "a file in an existing directory")
-    if path.exists():
+    with safe_files.opened_dir(path.parent, label):  # one no other user can plant links in
+        pass
+    if path.exists() or path.is_symlink():
         raise ConfigError(label, str(path), "a file that does not exist yet (results are never "
                           "overwritten)")
     return path

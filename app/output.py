@@ -9,7 +9,6 @@ import csv
 import io
 import json
 import math
-import os
 import sys
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from . import safe_files
 from .aggregate import header
 from .config import OUTPUT_FORMATS
 from .experiments.registry import Column
@@ -75,23 +75,18 @@ class Printer:
         return buf.getvalue()
 
     def write_file(self, footer: dict[str, Any]) -> None:
-        """-J: the document, in the format of the file's suffix, written under a temporary name
-        and linked into place, so a reader never sees half a file and nothing is overwritten."""
+        """-J: the document, in the format of the file's suffix, written whole under a new name
+        and linked into place (safe_files: never through a link, never over an existing file),
+        so a reader never sees half a file and nothing is overwritten."""
         if self.file is None:
             return
         text = self.document(OUTPUT_FORMATS[self.file.suffix.lower()], footer)
-        tmp = self.file.with_name(f".{self.file.name}.{os.getpid()}.tmp")
-        tmp.write_text(text)
         try:
-            os.link(tmp, self.file)
+            safe_files.write_bytes(self.file, text.encode(), "output_file (-J)", exclusive=True)
         except FileExistsError:
-            print(f"gicbench: {self.file} appeared during the run; results left in {tmp}",
+            print(f"gicbench: {self.file} appeared during the run; results not written there",
                   file=sys.stderr)
             return
-        except OSError:  # a filesystem without hard links: rename instead
-            os.replace(tmp, self.file)
-        else:
-            tmp.unlink()
         print(f"# results: {self.file}", file=sys.stderr if self.fmt != "table" else self.out)
 
 

@@ -152,9 +152,18 @@ def opened_dir(path: str | Path, label: str, *, create: bool = False) -> Iterato
         os.close(fd)
 
 
-def write_at(dir_fd: int, name: str, data: bytes, shown: str | Path, mode: int = FILE_MODE) -> None:
+def write_at(
+    dir_fd: int,
+    name: str,
+    data: bytes,
+    shown: str | Path,
+    mode: int = FILE_MODE,
+    *,
+    exclusive: bool = False,
+) -> None:
     """Atomically replace `name` in the directory `dir_fd` with `data` (see the module
-    docstring); `shown` is the path named in a WriteError."""
+    docstring); `shown` is the path named in a WriteError. `exclusive`: never replace, the
+    whole file appears under `name` only if nothing has that name (FileExistsError else)."""
     if not name or "/" in name or name in (".", ".."):
         raise ValueError(f"write_at needs a file name, got {name!r}")
     tmp: str | None = None
@@ -175,8 +184,17 @@ def write_at(dir_fd: int, name: str, data: bytes, shown: str | Path, mode: int =
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        if exclusive:  # a hard link fails on any existing name (a link there is not followed)
+            os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+            os.unlink(tmp, dir_fd=dir_fd)
+        else:
+            os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         tmp = None
+    except FileExistsError:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+        raise
     except OSError as e:
         if tmp is not None:
             with contextlib.suppress(OSError):
@@ -193,13 +211,19 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def write_bytes(
-    path: str | Path, data: bytes, label: str, *, create_dir: bool = False, mode: int = FILE_MODE
+    path: str | Path,
+    data: bytes,
+    label: str,
+    *,
+    create_dir: bool = False,
+    mode: int = FILE_MODE,
+    exclusive: bool = False,
 ) -> Path:
-    """Replace the file `path` with `data`: its directory checked (ConfigError naming `label`),
-    the file written atomically (WriteError)."""
+    """Replace the file `path` with `data` (`exclusive`: only create it): its directory checked
+    (ConfigError naming `label`), the file written atomically (WriteError)."""
     path = Path(path)
     with opened_dir(path.parent, label, create=create_dir) as dir_fd:
-        write_at(dir_fd, path.name, data, path, mode)
+        write_at(dir_fd, path.name, data, path, mode, exclusive=exclusive)
     return path
 
 

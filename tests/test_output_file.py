@@ -84,3 +84,17 @@ def test_a_failed_run_still_writes_what_it_measured(tmp_path: Path) -> None:
     doc = json.loads(path.read_text())
     assert doc["status"] == "incomplete" and "injected fault" in doc["reason"]
     assert [row["size"] for row in doc["results"]] == [8]  # point 0 finished, point 1 failed
+
+
+def test_the_file_is_never_written_through_a_link(tmp_path: Path) -> None:
+    """A name planted as a link (dangling or not) is refused up front, and the file is created
+    exclusively in its checked directory: nothing is written where the link points."""
+    from gicbench.config import check_output_file
+    from gicbench.errors import ConfigError
+
+    target = tmp_path / "elsewhere.json"
+    link = tmp_path / "out.json"
+    link.symlink_to(target)
+    with pytest.raises(ConfigError, match="does not exist yet"):
+        check_output_file(link)
+    assert not target.exists()

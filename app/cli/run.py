@@ -121,7 +121,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument(
         "-J",
         "--output-file",
-        type=Path,
         metavar="FILE",
         help="also write the results to FILE, JSON or CSV by its suffix ("
         + ", ".join(OUTPUT_FORMATS)
