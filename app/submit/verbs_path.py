@@ -2,7 +2,7 @@
 
 A generic verbs device keeps its queues behind libibverbs, so the host submitter
 (app/submit/host.py) hands its typed work (LatencyWork, RespondWork, RateWork) to this path
-instead of its WQE loops. The loops are native (proxy/src/verbs_loops.cpp, over the NIC objects
+instead of its WQE loops. The loops are native (native/src/verbs_loops.cpp, over the NIC objects
 the verbs fabric owns natively): ibv_post_send chains of pre-linked work requests, ibv_poll_cq,
 no allocation and no Python per operation. One submitting thread.
 
