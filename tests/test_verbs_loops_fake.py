@@ -1,10 +1,12 @@
-"""The host submitter's verbs loops (native/src/verbs_loops.cpp over VerbsPoster) on a fake
-provider, where no RDMA device exists: tests/c/verbs_fake.cpp answers ibv_post_send and
-ibv_poll_cq through the context's ops table (the inline verbs calls go there), lands each write
-at once and hands out completions a few at a time. The VM group (tests/vm) runs the same loops
-on Soft-RoCE; these check, on every machine, the contract loop_shapes.hpp shares with the WQE
-loops: the sequence word, pre-linked chains and cumulative wr_ids, the slot of every rate
-message, the signaled cadence, and the error record of each kind of failure.
+"""The loops that post through VerbsPoster on a fake provider, where no RDMA device exists: the
+host submitter's verbs loops (native/src/verbs_loops.cpp) and mini-proxy's workers on verbs lanes
+(proxy/src/proxy_verbs.cpp). tests/c/verbs_fake.cpp answers ibv_post_send and ibv_poll_cq through
+the context's ops table (the inline verbs calls go there), lands each write at once and hands out
+completions a few at a time. The VM group (tests/vm) runs the same loops on Soft-RoCE; these
+check, on every machine, the contract loop_shapes.hpp shares with the WQE loops: the sequence
+word, pre-linked chains and cumulative wr_ids, the slot of every rate message, the signaled
+cadence, the error record of each kind of failure; and that a proxy worker posts each chain with
+one ibv_post_send, signaled on its last work request, and retires every chain.
 
 rdma-core's headers are a CI requirement (as for test_wire_rdma_core): without them these fail.
 """
@@ -25,6 +27,9 @@ SOURCES = [
     REPO / "tests" / "c" / "verbs_fake.cpp",
     REPO / "native" / "src" / "verbs_loops.cpp",
     REPO / "native" / "src" / "interrupt.cpp",
+    REPO / "proxy" / "src" / "proxy_engine.cpp",
+    REPO / "proxy" / "src" / "proxy_verbs.cpp",
+    REPO / "proxy" / "src" / "proxy_host.cpp",
 ]
 IBV_WC_REM_ACCESS_ERR = 10
 
@@ -38,7 +43,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
         pytest.fail("no C++ compiler (g++) found: the fake verbs provider needs one")
     exe = tmp_path_factory.mktemp("verbs_fake") / "verbs_fake"
     flags = ["-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", "-DGICBENCH_HAVE_VERBS"]
-    inc = [f"-I{REPO / 'native' / 'src'}", f"-I{REPO / 'cuda'}"]
+    inc = [f"-I{REPO / d}" for d in ("native/src", "proxy/src", "cuda")]
     cc = [cxx, *flags, *inc, *map(str, SOURCES), "-o", str(exe), "-pthread"]
     built = subprocess.run(cc, capture_output=True, text=True, check=False)
     assert built.returncode == 0, built.stderr
@@ -133,3 +138,19 @@ def test_rate_failures(runs):
     it = runs["rate_interrupted"]
     assert it["err"]["kind"] == "interrupted" and it["err"]["done"] == 0
     assert all(ln["posts"] == 0 for ln in it["lanes"])
+
+
+@pytest.mark.parametrize(
+    ("name", "batch", "messages"), [("proxy_one_worker", 4, 6000), ("proxy_two_workers", 16, 8000)]
+)
+def test_proxy_workers_post_chains_and_retire_them(runs, name, batch, messages):
+    r = runs[name]
+    assert r["ok"] and r["stopped"], r["err"]
+    assert r["messages"] == r["carried"] == messages
+    assert sum(len(ln["offsets"]) for ln in r["lanes"]) == messages
+    for ln in r["lanes"]:
+        assert ln["posts"] == len(ln["chains"]) and max(ln["chains"]) <= batch
+        assert ln["signaled"] == ln["posts"]  # one completion per chain: its last request
+        assert ln["unsignaled"] == sum(ln["chains"]) - ln["posts"]
+        assert ln["wr_ids_cumulative"]
+        assert all(off + 16 <= 1024 for off in ln["offsets"])  # inside the lane's region

@@ -1,10 +1,12 @@
-// The host submitter's verbs loops (native/src/verbs_loops.cpp) over a fake provider, for machines
-// without an RDMA device: ibv_post_send and ibv_poll_cq are inline calls through the context's
-// ops table, so a table of our own stands in for a NIC. A posted write lands at once (memcpy to
-// its remote address); a signaled one queues its completion, handed out a few at a time by
-// poll_cq (so the loops reap and wait for room). Each scenario prints one JSON object: the
-// loop's result, its error record and what the fake saw (chains, signaled work requests, where
-// each write landed). tests/test_verbs_loops_fake.py builds this with g++ and checks them.
+// The native loops that post through VerbsPoster, over a fake provider, for machines without an
+// RDMA device: the host submitter's verbs loops (native/src/verbs_loops.cpp) and mini-proxy's
+// workers on verbs lanes (proxy/src/proxy_verbs.cpp, fed by its host producers). ibv_post_send
+// and ibv_poll_cq are inline calls through the context's ops table, so a table of our own stands
+// in for a NIC. A posted write lands at once (memcpy to its remote address); a signaled one
+// queues its completion, handed out a few at a time by poll_cq (so the loops reap and wait for
+// room). Each scenario prints one JSON object: the loop's result, its error record and what the
+// fake saw (chains, signaled work requests, where each write landed).
+// tests/test_verbs_loops_fake.py builds this with g++ and checks them.
 #include <infiniband/verbs.h>
 
 #include <cerrno>
@@ -16,6 +18,8 @@
 #include <vector>
 
 #include "interrupt.hpp"
+#include "proxy_engine.hpp"
+#include "proxy_host.hpp"
 #include "verbs_loops.hpp"
 
 using namespace gicbench;
@@ -303,6 +307,67 @@ void msg_rate(const char* name, const RateSetup& s) {
   for (Rig* r : rigs) delete r;
 }
 
+// mini-proxy: `workers` workers over `lanes` verbs lanes and `rings` rings, one host producer per
+// ring (tuned handoff), `per_producer` descriptors each.
+void proxy_rate(const char* name, uint32_t workers, uint32_t lanes, uint32_t rings,
+                uint32_t batch, uint64_t per_producer) {
+  std::vector<Rig*> rigs;
+  std::vector<host::Lane> ls;
+  std::vector<proxy::VerbsQueues> qs;
+  const uint32_t size = 16;
+  for (uint32_t i = 0; i < lanes; ++i) {
+    Rig* r = new Rig(0x200 + i, 1024);
+    r->qp.depth = 32;
+    r->cq.per_poll = 2;
+    rigs.push_back(r);
+    host::Lane l{};
+    l.sq.wqebb_cnt = 32;  // a verbs lane's SQ depth in work requests
+    l.sq.qpn = 0x200 + i;
+    l.cq.ncqe = 8;  // chains in flight at most
+    l.src = r->src.side(30 + i);
+    l.dst = r->dst.side(40 + i);
+    ls.push_back(l);
+    qs.push_back(proxy::VerbsQueues{&r->qp.qp, &r->cq.cq, 64});
+  }
+  proxy::EngineConfig c;
+  c.workers = workers;
+  c.rings = rings;
+  c.batch = batch;
+  c.depth = 64;
+  c.max_size = size;
+  c.inline_payload = false;
+  c.timeout_ns = 2'000'000'000;
+  proxy::Engine e(ls, qs, c);
+  proxy::EngineError err;
+  proxy::RateResult res;
+  bool ok = e.init(err) && e.start(err);
+  if (ok) {
+    proxy::RateArgs a;
+    a.producers = rings;
+    a.handoff = proxy::Handoff::kTuned;
+    a.size = size;
+    a.messages_per_producer = per_producer;
+    a.window = per_producer;
+    ok = proxy::rate(e, a, res, err);
+  }
+  proxy::EngineError stop_err;
+  const bool stopped = e.stop(stop_err);
+  if (ok && !stopped) err = stop_err;
+  uint64_t carried = 0;
+  for (auto m : res.ring_messages) carried += m;
+  printf("{\"name\": \"%s\", \"ok\": %d, \"stopped\": %d, \"messages\": %llu, "
+         "\"carried\": %llu, ",
+         name, ok, stopped, (unsigned long long)res.messages, (unsigned long long)carried);
+  print_err(err);
+  printf(", \"lanes\": [");
+  for (size_t i = 0; i < rigs.size(); ++i) {
+    printf("%s", i ? ", " : "");
+    print_qp(rigs[i]->qp);
+  }
+  printf("]}\n");
+  for (Rig* r : rigs) delete r;
+}
+
 }  // namespace
 
 int main() {
@@ -347,5 +412,7 @@ int main() {
   RateSetup in = s;
   in.interrupt = true;
   msg_rate("rate_interrupted", in);
+  proxy_rate("proxy_one_worker", 1, 2, 2, 4, 3000);
+  proxy_rate("proxy_two_workers", 2, 4, 4, 16, 2000);
   return 0;
 }
