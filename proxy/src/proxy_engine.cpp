@@ -250,7 +250,7 @@ void Engine::worker_main(uint32_t w) {
     }
     lane_slot[i] = static_cast<int>(mine.size());
     const host::Lane& l = lanes_[i];
-    mine.emplace_back(&l, Mlx5Poster(l, retired, l.src, l.dst, cfg_.inline_payload), cfg_.batch);
+    mine.emplace_back(l, Mlx5Poster(l, retired, l.src, l.dst, cfg_.inline_payload), cfg_.batch);
   }
   drive(w, mine, lane_slot);
 }

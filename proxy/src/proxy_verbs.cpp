@@ -49,7 +49,7 @@ void Engine::verbs_worker(uint32_t w) {
     lane_slot[i] = static_cast<int>(mine.size());
     const host::Lane& l = lanes_[i];
     const VerbsQueues& q = verbs_[i];
-    mine.emplace_back(&l,
+    mine.emplace_back(l,
                       VerbsPoster(q.qp, q.cq, l.sq.qpn, l.sq.wqebb_cnt, cfg_.batch, l.src, l.dst,
                                   cfg_.inline_payload),
                       cfg_.batch);

@@ -37,15 +37,14 @@ struct Piece {
 // each, so no more than the CQ has entries) and when a completion last came.
 template <class P>
 struct WorkerLane {
-  const host::Lane* lane;
   P poster;
   uint32_t max_chains;  // completions the lane's CQ holds
   std::deque<Chain> chains;
   int64_t last_progress = 0;
   std::vector<Write> writes;
 
-  WorkerLane(const host::Lane* l, P p, uint32_t batch)
-      : lane(l), poster(std::move(p)), max_chains(l->cq.ncqe), writes(batch) {}
+  WorkerLane(const host::Lane& l, P p, uint32_t batch)
+      : poster(std::move(p)), max_chains(l.cq.ncqe), writes(batch) {}
 
   bool room(const Piece* d, uint32_t n) const {
     uint64_t need = 0;
