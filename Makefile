@@ -20,7 +20,7 @@ export PYTHONUNBUFFERED := 1
 MPIEXEC = env OMPI_MCA_btl="$${OMPI_MCA_btl:-self,sm}" OMPI_MCA_pml="$${OMPI_MCA_pml:-ob1}" $(if $(wildcard $(BIN)/mpiexec),$(BIN)/mpiexec,mpiexec)
 MPI_PYTEST := $(BIN)/python -m pytest --with-mpi -q -p no:cacheprovider --color=no
 
-SOURCES := CMakeLists.txt pyproject.toml $(shell find app analysis cuda proxy jobs -type f \
+SOURCES := CMakeLists.txt pyproject.toml $(shell find app analysis cuda native proxy jobs -type f \
 	\( -name '*.py' -o -name '*.cpp' -o -name '*.hpp' -o -name '*.cuh' -o -name '*.cu' \
 	-o -name '*.sbatch' -o -name '*.toml' \) 2>/dev/null)
 

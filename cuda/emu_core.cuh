@@ -4,7 +4,7 @@
 // __host__ __device__ and templated on an environment `Env` that supplies the memory operations
 // (acquire loads, release stores, atomics, copies) and the object lookups (the responder of a
 // WQE, memory-region translation, receive queues, counters, error records). The CPU engine
-// (proxy/src/emu_engine.cpp) instantiates it over POSIX shared memory with GCC __atomic builtins;
+// (native/src/emu_engine.cpp) instantiates it over POSIX shared memory with GCC __atomic builtins;
 // a CUDA engine instantiates it over GPU-resident queues with cuda::atomic_ref, so both engines
 // share one semantics and one conformance suite.
 //

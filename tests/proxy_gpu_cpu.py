@@ -1,14 +1,14 @@
 """mini-proxy's GPU producer kernels run on the CPU, for tests on machines without a GPU.
 
-The kernels' source (app/submit/proxy/gpu_kernels.py) keeps every PTX instruction in five
-helpers; built with PX_CPU, this shim gives them host atomics instead (a release store, an
-acquire load, one 16-byte SSE store for the tuned publish, as the host producers do), and the
-CUDA built-ins (blockIdx, gridDim, atomicAdd, clock64 as nanoseconds) their host meaning. g++
-compiles the same kernels into a shared library; `cpu_producers` gives a GpuProducers whose
-CuPy is a stand-in over numpy: each launched block is a host thread calling the kernel, a
-stream's event is done when its blocks have returned. What the kernels make land, through
-gpu.py's own argument computation and a real engine, can then be compared with what the host
-producers (proxy_host.cpp) land for the same work. Timing means nothing here; landing does.
+The kernels' source (cuda/proxy/kernels.cu, as gpu_kernels.py loads it) keeps every PTX
+instruction in five helpers; built with PX_CPU, this shim gives them host atomics instead (a
+release store, an acquire load, one 16-byte SSE store for the tuned publish, as the host
+producers do), and the CUDA built-ins (blockIdx, gridDim, atomicAdd, clock64 as nanoseconds)
+their host meaning. g++ compiles the same kernels into a shared library; `cpu_producers` gives a
+GpuProducers whose CuPy is a stand-in over numpy: each launched block is a host thread calling
+the kernel, a stream's event is done when its blocks have returned. What the kernels make land,
+through gpu.py's own argument computation and a real engine, can then be compared with what the
+host producers (proxy_host.cpp) land for the same work. Timing means nothing here; landing does.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import numpy as np
 
 from gicbench import _native
 from gicbench.submit.proxy import gpu
-from gicbench.submit.proxy.gpu_kernels import source
+from gicbench.submit.proxy.gpu_kernels import options, source
 
 SHIM = r"""
 #include <atomic>
@@ -80,9 +80,10 @@ def build(tmp: Path) -> ctypes.CDLL:
         cxx = compiler()
         assert cxx is not None
         cc, so = tmp / "px_cpu.cpp", tmp / "px_cpu.so"
-        cc.write_text(SHIM + source(_native.proxy))
+        cc.write_text(SHIM + source())
+        flags = [*options(_native.proxy), "-O1", "-fPIC", "-shared", "-pthread"]
         r = subprocess.run(
-            [cxx, "-std=c++17", "-O1", "-fPIC", "-shared", "-pthread", str(cc), "-o", str(so)],
+            [cxx, *flags, str(cc), "-o", str(so)],
             capture_output=True,
             text=True,
             check=False,

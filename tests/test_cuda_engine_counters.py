@@ -139,7 +139,7 @@ def test_engine_compiles_with_every_switch(tmp_path: Path) -> None:
     """The default build is test_wire_cuda's; here every variant switch set at once, the old
     counter path (SEG_COUNTERS=1), and a refused value."""
     exe = nvcc_or_skip()
-    inc = [f"-I{REPO / 'cuda'}", f"-I{REPO / 'proxy' / 'src'}"]
+    inc = [f"-I{REPO / 'cuda'}", f"-I{REPO / 'native' / 'src'}"]
     common = [exe, "-arch=sm_90", "-std=c++17", *inc, "-Xcompiler", "-Wall,-Wextra", "-c",
               str(REPO / "cuda" / "emu_engine.cu")]  # fmt: skip
     builds = {

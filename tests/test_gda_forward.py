@@ -1,5 +1,5 @@
 """mini-gda's host-forwarded doorbell (`--doorbell host`) without a GPU: the native thread
-(proxy/src/gda_forward.cpp over ready_prefix.hpp) on plain host arrays standing in for the ready
+(native/src/gda_forward.cpp over ready_prefix.hpp) on plain host arrays standing in for the ready
 slots the kernels mark, the doorbell record and the doorbell register."""
 
 from __future__ import annotations

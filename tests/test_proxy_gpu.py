@@ -14,7 +14,7 @@ from host_world import emu_world, proxy
 
 from gicbench import _native
 from gicbench.submit.base import Buffer, LatencyWork, ProxyRateWork
-from gicbench.submit.proxy.gpu_kernels import source
+from gicbench.submit.proxy.gpu_kernels import options, source
 
 
 def test_kernels_compile_for_hopper(tmp_path: Path) -> None:
@@ -24,9 +24,10 @@ def test_kernels_compile_for_hopper(tmp_path: Path) -> None:
     if nvcc is None:
         pytest.skip("no nvcc")
     cu = tmp_path / "px.cu"
-    cu.write_text(source(_native.proxy))
+    cu.write_text(source())
+    flags = [*options(_native.proxy), "-arch=sm_90", "-cubin"]
     r = subprocess.run(
-        [nvcc, "-std=c++17", "-arch=sm_90", "-cubin", str(cu), "-o", str(tmp_path / "px.cubin")],
+        [nvcc, *flags, str(cu), "-o", str(tmp_path / "px.cubin")],
         capture_output=True,
         text=True,
         check=False,

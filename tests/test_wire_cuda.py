@@ -229,8 +229,8 @@ def nvcc_results(
     returned dict) at once, in parallel."""
     exe = nvcc_or_skip()
     tmp = tmp_path_factory.mktemp("nvcc")
-    # proxy/src: cuda/emu_engine.cu includes the segment layout (installed beside cuda/ files)
-    common = ["-arch=sm_90", "-std=c++17", f"-I{CUDA_DIR}", f"-I{REPO / 'proxy' / 'src'}",
+    # native/src: cuda/emu_engine.cu includes the segment layout (installed beside cuda/ files)
+    common = ["-arch=sm_90", "-std=c++17", f"-I{CUDA_DIR}", f"-I{REPO / 'native' / 'src'}",
               "-Xcompiler", "-Wall,-Wextra"]  # fmt: skip
     jobs = {f.name: [exe, *common, "-c", str(f), "-o", str(tmp / f"{f.stem}.o")] for f in CU_FILES}
     for h in CUH_FILES:  # every header compiles on its own (includes what it uses)

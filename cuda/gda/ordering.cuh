@@ -19,7 +19,7 @@
 //
 // The host-forwarded doorbell (`--doorbell host`) replaces the record and the doorbell by one
 // store per WQE into its slot of a ready array in host memory (mark_ready), ordered after the WQE
-// stores by the same ordering; a host thread rings (proxy/src/gda_forward.cpp).
+// stores by the same ordering; a host thread rings (native/src/gda_forward.cpp).
 #pragma once
 
 #include "gda/scope.cuh"

@@ -1,4 +1,4 @@
-// Device-side producer and consumer of mlx5 queues: the GPU's counterpart of proxy/src/queues.hpp.
+// Device-side producer and consumer of mlx5 queues: the GPU's counterpart of native/src/queues.hpp.
 //
 // Everything is addressed through device addresses only (the lane table), so the same code drives
 // queues in host memory mapped into the GPU (the emulated NIC's CPU engine) and GPU-resident queues
@@ -238,7 +238,7 @@ __device__ __forceinline__ uint32_t full_index(uint32_t retired, uint16_t wc) {
 
 // Host-forwarded doorbell: the WQE at `pi` (of `bbs` WQEBBs) is ready; its slot (the slot of its
 // first WQEBB) gets the producer index after it. The host thread advances its ready prefix from
-// slot to slot (proxy/src/ready_prefix.hpp).
+// slot to slot (native/src/ready_prefix.hpp).
 __device__ __forceinline__ void mark_wqe_ready(const Lane& l, uint32_t pi, uint32_t bbs) {
   mark_ready(l.ready() + (pi & (l.wqebbs() - 1)), static_cast<uint64_t>(pi + bbs));
 }

@@ -1,17 +1,17 @@
 // mini-proxy's CPU workers (see proxy_engine.hpp).
 #include "proxy_engine.hpp"
-#include "proxy_worker.hpp"
 
 #include <pthread.h>
 #include <sched.h>
-#include <stdio.h>
 #include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
-#include <deque>
 #include <fstream>
 #include <system_error>
+
+#include "mlx5_poster.hpp"
+#include "proxy_worker.hpp"
 
 namespace gicbench {
 namespace proxy {
@@ -19,12 +19,6 @@ namespace proxy {
 namespace {
 
 std::atomic<int> g_live_rings{0};
-
-std::string hex_qpn(uint32_t qpn) {
-  char b[16];
-  snprintf(b, sizeof b, "0x%06x", qpn);
-  return b;
-}
 
 int64_t core_khz(int core) {
   std::ifstream f("/sys/devices/system/cpu/cpu" + std::to_string(core) +
@@ -51,79 +45,6 @@ void busy_for(int64_t ns) {
 }  // namespace
 
 int live_rings() { return g_live_rings.load(); }
-
-namespace {
-
-// A lane with mlx5 queues in memory: WQEs built in the SQ ring, one doorbell per chain, CQEs
-// read from the CQ ring; a chain's tag is the full SQ index of its signaled last WQE.
-struct Mlx5Poster {
-  host::Lane* lane;
-  SqProducer sq;
-  CqConsumer cq;
-  std::deque<Chain> chains;
-  int64_t last_progress = 0;
-
-  Mlx5Poster(host::Lane* l, uint16_t retired) : lane(l), sq(l->sq, retired), cq(l->cq) {}
-
-  bool room(const Piece* d, uint32_t n, bool inl) const {
-    uint32_t need = 0;
-    for (uint32_t k = 0; k < n; ++k)
-      need += SqProducer::write_wqebbs(inl, d[k].length, lane->dc, lane->compact_av);
-    return sq.free_wqebbs() >= need;
-  }
-  bool post(const Piece* d, uint32_t n, bool inl, uint32_t ring, EngineError&) {
-    const host::Lane& ln = *lane;
-    uint32_t last = 0;
-    for (uint32_t k = 0; k < n; ++k) {
-      WriteOp op;
-      op.raddr = ln.dst.addr + d[k].offset;
-      op.rkey = ln.dst.key;
-      op.length = d[k].length;
-      if (inl) {
-        op.inline_data = reinterpret_cast<const void*>(ln.src.addr + d[k].offset);
-      } else {
-        op.laddr = ln.src.addr + d[k].offset;
-        op.lkey = ln.src.key;
-      }
-      op.signaled = k + 1 == n;
-      if (ln.dc) {
-        op.av = &ln.av;
-        op.compact_av = ln.compact_av;
-      }
-      last = sq.post_write(op);  // room() was checked
-    }
-    sq.ring();
-    chains.push_back(Chain{last, ring, n});
-    return true;
-  }
-  int poll(Chain& done, EngineError& e) {
-    mlx5::CqeView c;
-    if (!cq.poll(c)) return 0;
-    if (cqe_is_error(c) || chains.empty() ||
-        static_cast<uint16_t>(chains.front().tag) != c.wqe_counter) {
-      e.kind = cqe_is_error(c) ? "cqe_error" : "queue_state";
-      e.syndrome = c.syndrome;
-      e.vendor_syndrome = c.vendor_syndrome;
-      e.wqe_counter = c.wqe_counter;
-      if (e.kind == "queue_state")
-        e.message = "a CQE for WQE " + std::to_string(c.wqe_counter) +
-                    " that ends no chain this worker posted";
-      return -1;
-    }
-    done = chains.front();
-    chains.pop_front();
-    sq.retire(c.wqe_counter);
-    return 1;
-  }
-  void state(EngineError& e) const {
-    e.qpn = lane->sq.qpn;
-    e.pi = sq.pi();
-    e.retired = sq.retired();
-    e.cq_ci = cq.ci();
-  }
-};
-
-}  // namespace
 
 Engine::Engine(std::vector<host::Lane> lanes, EngineConfig cfg)
     : lanes_(std::move(lanes)), cfg_(std::move(cfg)) {}
@@ -203,7 +124,7 @@ bool Engine::init(EngineError& err) {
       return refuse("batch", "at most " + std::to_string(l.sq.wqebb_cnt / bbs) + " WQEs per chain",
                     "batch=" + std::to_string(c.batch) + " x " + std::to_string(bbs) +
                         " WQEBBs exceeds the SQ of lane " + std::to_string(i) + " (QP " +
-                        hex_qpn(l.sq.qpn) + ", " + std::to_string(l.sq.wqebb_cnt) + " WQEBBs)");
+                        qpn_hex(l.sq.qpn) + ", " + std::to_string(l.sq.wqebb_cnt) + " WQEBBs)");
     if (l.cq.ncqe < l.sq.wqebb_cnt / bbs)
       return refuse("lanes", "a CQ with an entry per possible chain",
                     "lane " + std::to_string(i) + "'s CQ has " + std::to_string(l.cq.ncqe) +
@@ -315,7 +236,7 @@ void Engine::worker_main(uint32_t w) {
   }
 
   // My lanes; each lane's SQ resumes where its memory says.
-  std::vector<Mlx5Poster> mine;
+  std::vector<WorkerLane<Mlx5Poster>> mine;
   std::vector<int> lane_slot(lanes_.size(), -1);
   for (uint32_t i = w; i < lanes_.size(); i += cfg_.workers) {
     uint16_t retired = 0;
@@ -323,12 +244,13 @@ void Engine::worker_main(uint32_t w) {
       EngineError e;
       e.kind = "queue_state";
       e.qpn = lanes_[i].sq.qpn;
-      e.message = "QP " + hex_qpn(e.qpn) + ": cannot tell what is outstanding: " + why;
+      e.message = "QP " + qpn_hex(e.qpn) + ": cannot tell what is outstanding: " + why;
       fail_here(e);
       return;
     }
     lane_slot[i] = static_cast<int>(mine.size());
-    mine.emplace_back(&lanes_[i], retired);
+    const host::Lane& l = lanes_[i];
+    mine.emplace_back(l, Mlx5Poster(l, retired, l.src, l.dst, cfg_.inline_payload), cfg_.batch);
   }
   drive(w, mine, lane_slot);
 }

@@ -14,15 +14,19 @@
 #include <thread>
 #include <vector>
 
-#include "host_loops.hpp"
+#include "lane.hpp"
+#include "loop_error.hpp"
 #include "proxy_ring.hpp"
-#include "queues.hpp"
+#include "wait.hpp"
 
 struct ibv_qp;
 struct ibv_cq;
 
 namespace gicbench {
 namespace proxy {
+
+template <class P>
+struct WorkerLane;  // proxy_worker.hpp
 
 enum class Handoff : int { kBaseline = 0, kTuned = 1 };
 enum class Precondition : int { kCold = 0, kWarm = 1 };
@@ -50,37 +54,21 @@ struct EngineConfig {
   Progress progress;
 };
 
-// A failure anywhere in the engine: who (worker, producer, rank side), where (ring, index, QP)
-// and what; the first one is kept and stops everything else.
-struct EngineError {
-  bool failed = false;
-  std::string kind;  // timeout | cqe_error | interrupted | bad_descriptor | bad_arguments |
-                     // queue_state | pin | stopped | post_failed | poll_failed (verbs)
+// A failure anywhere in the engine: a loop's failure (the lane's queue state, the error
+// completion) plus who (worker, producer, rank side) and where in the rings; the first one is
+// kept and stops everything else. Kinds beyond LoopError's: bad_descriptor, pin.
+struct EngineError : LoopError {
   std::string who;   // "worker 2" | "producer 1" | "probe" | "engine"
-  std::string field, allowed, message;
   int64_t ring = -1;
   uint64_t index = 0;      // ring index concerned
   uint64_t head = 0;       // ring's consumed index at the time
   uint64_t completed = 0;  // ring's completion counter at the time
-  uint32_t qpn = 0, pi = 0, retired = 0, cq_ci = 0;
-  uint32_t syndrome = 0, vendor_syndrome = 0, wqe_counter = 0;
-  uint64_t word_seen = 0, word_expected = 0;
-  uint64_t done = 0, total = 0;
-  // verbs lanes: the error completion's ibv_wc_status / vendor_err / wr_id (-1: none)
-  int wc_status = -1;
-  uint32_t vendor_err = 0;
-  uint64_t wr_id = 0;
 
   // The engine's configuration refused: `field`, what it allows, the value given. Always false
   // (init's return value).
   bool refuse(const std::string& f, const std::string& allowed_, const std::string& m) {
-    failed = true;
-    kind = "bad_arguments";
     who = "engine";
-    field = f;
-    allowed = allowed_;
-    message = m;
-    return false;
+    return LoopError::refuse(f, allowed_, m);
   }
 };
 
@@ -129,10 +117,10 @@ class Engine {
 
  private:
   void worker_main(uint32_t w);
-  // The worker's loop over its rings and lanes, for either kind of lane poster (proxy_worker.hpp
+  // The worker's loop over its rings and lanes, for either kind of poster (proxy_worker.hpp
   // defines it; proxy_engine.cpp runs it with mlx5 lanes, proxy_verbs.cpp with verbs lanes).
   template <class P>
-  void drive(uint32_t w, std::vector<P>& mine, const std::vector<int>& lane_slot);
+  void drive(uint32_t w, std::vector<WorkerLane<P>>& mine, const std::vector<int>& lane_slot);
   void verbs_worker(uint32_t w);  // proxy_verbs.cpp
   bool init_verbs(EngineError& err);  // proxy_verbs.cpp: the verbs lanes' checks
 

@@ -12,6 +12,8 @@
 #include <emmintrin.h>
 #endif
 
+#include "interrupt.hpp"
+
 namespace gicbench {
 namespace proxy {
 
@@ -22,7 +24,7 @@ bool give_up(Engine& e, uint32_t r, uint64_t index, int64_t& deadline, const cha
              const char* what, EngineError& err) {
   const char* kind = nullptr;
   if (e.failed()) kind = "stopped";
-  else if (host::interrupted()) kind = "interrupted";
+  else if (interrupted()) kind = "interrupted";
   else {
     const int64_t t = now_ns();
     if (deadline == 0) deadline = t + e.config().timeout_ns;
@@ -281,9 +283,9 @@ bool rate(Engine& e, const RateArgs& a, RateResult& res, EngineError& err) {
     o.t_start = t_window;
     for (uint64_t k = 0; k < total; ++k) {
       // One relaxed load each: a signal or a failed worker ends the stream within a message.
-      if (host::interrupted() || e.failed()) {
+      if (interrupted() || e.failed()) {
         o.err.failed = true;
-        o.err.kind = host::interrupted() ? "interrupted" : "stopped";
+        o.err.kind = interrupted() ? "interrupted" : "stopped";
         o.err.who = who;
         e.fill_ring(o.err, mine[k % mine.size()]);
         break;
@@ -395,7 +397,7 @@ bool loaded(Engine& e, const LoadedArgs& a, LoadedResult& res, EngineError& err)
     const double per_ns = a.pace_mps > 0 ? a.pace_mps * 1e6 / P / 1e9 : 0;  // msgs per ns
     const int64_t t0 = now_ns();
     for (uint64_t k = 0; !stop.load(std::memory_order_relaxed) && !e.failed(); ++k) {
-      if (host::interrupted()) {
+      if (interrupted()) {
         perr[p].failed = true;
         perr[p].kind = "interrupted";
         perr[p].who = who;

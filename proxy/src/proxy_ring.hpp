@@ -1,7 +1,8 @@
 // mini-proxy's request rings (the paper, arXiv 2610.01380, §4.2): host memory that producers
 // (GPU threads through a mapping, or host threads) fill with 16-byte descriptors and CPU
 // workers drain. One place for the layout and the descriptor encoding; the GPU producers'
-// kernel source (app/submit/proxy/gpu_producers.py) takes its constants from the bindings.
+// kernels (cuda/proxy/kernels.cu) are compiled with its constants, taken from the bindings
+// (app/submit/proxy/gpu_kernels.py).
 #pragma once
 
 #include <cstdint>

@@ -1,25 +1,21 @@
-// A mini-proxy worker's loop (see proxy_engine.hpp), written once for both kinds of lanes: a
-// "poster" P is one lane the worker owns, either mlx5 queues in memory (proxy_engine.cpp) or a
-// verbs QP and CQ (proxy_verbs.cpp). A poster has:
-//   const host::Lane* lane;            regions and QP number
-//   std::deque<Chain> chains;          posted chains, oldest first (one completion each)
-//   int64_t last_progress;             when a completion last came (or work was outstanding)
-//   bool room(const Piece*, n, inl);   can a chain of these n writes be posted now
-//   bool post(const Piece*, n, inline, ring, EngineError&);  post them as one chain, push it
-//   int poll(Chain& done, EngineError&);  1: the oldest chain completed (popped into done),
-//                                          0: nothing yet, -1: failure (error filled)
-//   void state(EngineError&) const;     the queue state for a report
-// Included by the two .cpp files only.
+// A mini-proxy worker's loop (see proxy_engine.hpp), written once for both kinds of lanes: the
+// worker owns its lanes through posters (native/src/poster.hpp), Mlx5Poster for mlx5 queues in
+// memory (proxy_engine.cpp) or VerbsPoster for a verbs QP and CQ (proxy_verbs.cpp), the same
+// posters the host submitter's loops use. On top of a poster a worker lane keeps its chains in
+// flight: every chain's last write is signaled, so each completion retires the oldest chain and
+// credits that chain's ring. Included by the two .cpp files only.
 #pragma once
 
 #include <sched.h>
-#include <stdio.h>
 
 #include <algorithm>
 #include <deque>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "interrupt.hpp"
+#include "poster.hpp"
 #include "proxy_engine.hpp"
 
 namespace gicbench {
@@ -37,14 +33,53 @@ struct Piece {
   uint32_t offset, length;
 };
 
-inline std::string qpn_hex(uint32_t qpn) {
-  char b[16];
-  snprintf(b, sizeof b, "0x%06x", qpn);
-  return b;
-}
+// A lane the worker owns: its poster, the chains it has in flight (oldest first, one completion
+// each, so no more than the CQ has entries) and when a completion last came.
+template <class P>
+struct WorkerLane {
+  P poster;
+  uint32_t max_chains;  // completions the lane's CQ holds
+  std::deque<Chain> chains;
+  int64_t last_progress = 0;
+  std::vector<Write> writes;
+
+  WorkerLane(const host::Lane& l, P p, uint32_t batch)
+      : poster(std::move(p)), max_chains(l.cq.ncqe), writes(batch) {}
+
+  bool room(const Piece* d, uint32_t n) const {
+    uint64_t need = 0;
+    for (uint32_t k = 0; k < n; ++k) need += poster.cost(d[k].length);
+    return chains.size() < max_chains && poster.room(need);
+  }
+  // The n writes as one chain, its last signaled; false (e filled) when posting failed.
+  bool post(const Piece* d, uint32_t n, uint32_t ring, EngineError& e) {
+    for (uint32_t k = 0; k < n; ++k) writes[k] = Write{d[k].offset, d[k].length, k + 1 == n};
+    if (!poster.post(writes.data(), n, e)) return false;
+    chains.push_back(Chain{poster.last_tag(), ring, n});
+    return true;
+  }
+  // 1: the oldest chain completed (popped into `done`), 0: nothing yet, -1: failure (e filled).
+  int poll(Chain& done, EngineError& e) {
+    typename P::Completion c;
+    const int got = poster.poll(c, e);
+    if (got <= 0) return got;
+    if (chains.empty() || chains.front().tag != c.tag) {
+      poster.fail(e, "queue_state");
+      poster.describe(c, e);
+      e.message = "a completion for work request " + std::to_string(c.tag) +
+                  " that ends no chain this worker posted";
+      return -1;
+    }
+    done = chains.front();
+    chains.pop_front();
+    poster.retire(c);
+    return 1;
+  }
+};
 
 template <class P>
-void Engine::drive(uint32_t w, std::vector<P>& mine, const std::vector<int>& lane_slot) {
+void Engine::drive(uint32_t w, std::vector<WorkerLane<P>>& mine,
+                   const std::vector<int>& lane_slot) {
   WorkerStats& st = stats_[w];
   const std::string who = "worker " + std::to_string(w);
   auto fail_here = [&](EngineError e) {
@@ -58,7 +93,7 @@ void Engine::drive(uint32_t w, std::vector<P>& mine, const std::vector<int>& lan
 
   std::vector<Piece> chain(cfg_.batch);
   // Take completions of one lane; each retires one chain and credits its ring's counter.
-  auto reap = [&](P& L) -> bool {
+  auto reap = [&](WorkerLane<P>& L) -> bool {
     for (;;) {
       Chain ch{};
       EngineError e;
@@ -67,7 +102,6 @@ void Engine::drive(uint32_t w, std::vector<P>& mine, const std::vector<int>& lan
       ++st.cqes;
       L.last_progress = now_ns();
       if (got < 0) {
-        L.state(e);
         if (!L.chains.empty()) {
           fill_ring(e, L.chains.front().ring);
           e.index = e.completed;
@@ -83,7 +117,7 @@ void Engine::drive(uint32_t w, std::vector<P>& mine, const std::vector<int>& lan
   for (uint32_t spins = 0;; ++spins) {
     const bool stopping = stop_.load(std::memory_order_acquire);
     if (failed()) return;
-    if (host::interrupted()) {
+    if (interrupted()) {
       EngineError e;
       e.kind = "interrupted";
       fail_here(e);
@@ -120,15 +154,14 @@ void Engine::drive(uint32_t w, std::vector<P>& mine, const std::vector<int>& lan
         chain[n] = Piece{off, len};
       }
       if (n == 0) continue;
-      P& L = mine[lane_slot[lane]];
-      if (!L.room(chain.data(), n, cfg_.inline_payload)) {
+      WorkerLane<P>& L = mine[lane_slot[lane]];
+      if (!L.room(chain.data(), n)) {
         if (!reap(L)) return;
-        if (!L.room(chain.data(), n, cfg_.inline_payload)) continue;  // its completions will come; the timeout watches
+        if (!L.room(chain.data(), n)) continue;  // its completions will come; the timeout watches
       }
       if (L.chains.empty()) L.last_progress = now_ns();
       EngineError pe;
-      if (!L.post(chain.data(), n, cfg_.inline_payload, r, pe)) {
-        L.state(pe);
+      if (!L.post(chain.data(), n, r, pe)) {
         fill_ring(pe, r);
         pe.index = head[r];
         fail_here(pe);
@@ -159,12 +192,12 @@ void Engine::drive(uint32_t w, std::vector<P>& mine, const std::vector<int>& lan
         for (auto& L : mine)
           if (!L.chains.empty() && t - L.last_progress > cfg_.timeout_ns) {
             EngineError e;
-            e.kind = "timeout";
-            L.state(e);
+            L.poster.fail(e, "timeout");
             fill_ring(e, L.chains.front().ring);
             e.index = e.completed;
             e.message = "no completion for " + std::to_string(L.chains.size()) +
-                        " chain(s) on QP " + qpn_hex(L.lane->sq.qpn) + " (the oldest ends at work request " +
+                        " chain(s) on QP " + qpn_hex(L.poster.qpn()) +
+                        " (the oldest ends at work request " +
                         std::to_string(L.chains.front().tag) + ")";
             fail_here(e);
             return;

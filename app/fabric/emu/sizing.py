@@ -3,7 +3,7 @@
 The segment is a header, fixed tables (MR, QP, CQ, DCT, error records), the queue arena (doorbell
 registers and doorbell records for every table slot, then the rings, each padded to a 4 KiB page)
 and the memory arena (memory regions, each rounded up to 64 bytes). The arithmetic lives in the
-native layout (`proxy/src/emu_segment.cpp`, `plan`); this module only adds up the footprints, so
+native layout (`native/src/emu_segment.cpp`, `plan`); this module only adds up the footprints, so
 the number returned is the one the segment will use, not an estimate.
 """
 

@@ -1,7 +1,7 @@
 """VerbsFabric: one rank's NIC objects through libibverbs (any RDMA device; RC only).
 
 The objects (device context, PD, MRs, CQs, QPs) are owned by the native module
-(`gicbench._native.verbs.Nic`, proxy/src/verbs_nic.cpp): the submitter's native loops need the
+(`gicbench._native.verbs.Nic`, native/src/verbs_nic.cpp): the submitter's native loops need the
 raw ibv_qp/ibv_cq pointers, which pyverbs keeps private. pyverbs only probes devices, ports and
 GIDs (device.py) for selection and `gicbench doctor`.
 

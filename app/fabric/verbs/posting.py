@@ -3,7 +3,7 @@
 A generic verbs device has no mlx5 queues in memory, so submitters post here instead of writing
 WQEs. `post_writes` hands a chain of work requests to one ibv_post_send call (one doorbell);
 `poll_cq` drains completions with ibv_poll_cq. The submitter's timed loops do not come through
-here: they run natively (proxy/src/verbs_loops.cpp, app/submit/verbs_path.py).
+here: they run natively (native/src/verbs_loops.cpp, app/submit/host/post_send.py).
 
 Completions: poll_cq() raises VerbsCompletionError for an error status, naming the rank, the QP,
 the peer rank, the work request and the ibv_wc_status; a completion that does not arrive within

@@ -1,4 +1,4 @@
-"""The host thread of DOCA's CPU_PROXY and CPU_PROXY_FREE_FLOW handlers (native: proxy/src/
+"""The host thread of DOCA's CPU_PROXY and CPU_PROXY_FREE_FLOW handlers (native: native/src/
 doca_proxy.cpp). It watches, per QP, the host-mapped word(s) the GPU writes (see
 layout.proxy_bytes) and publishes the producer index to the NIC: doorbell record, then doorbell."""
 

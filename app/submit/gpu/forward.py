@@ -1,7 +1,7 @@
 """`--doorbell host`: the host-forwarded doorbell (the second paper's "GDAKI Free Flow", the first
 paper's CPU-assisted doorbell). Each QP gets a ready array (one 8-byte slot per WQEBB) in pinned
 host memory mapped into the GPU; kernels mark every WQE ready in its slot instead of storing the
-record and ringing; a native thread (proxy/src/gda_forward.cpp, `_native.gda.HostDoorbell`)
+record and ringing; a native thread (native/src/gda_forward.cpp, `_native.gda.HostDoorbell`)
 advances each QP's contiguous ready prefix and rings. The thread runs only while a kernel does:
 `call()` arms it with what each QP must reach, starts it, and stops it however the call ends."""
 

@@ -2,15 +2,16 @@
 
 A generic verbs device keeps its queues behind libibverbs, so the host submitter
 (submitter.py) hands its typed work (LatencyWork, RespondWork, RateWork) to this path
-instead of its WQE loops. The loops are native (proxy/src/verbs_loops.cpp, over the NIC objects
+instead of its WQE loops. The loops are native (native/src/verbs_loops.cpp, over the NIC objects
 the verbs fabric owns natively): ibv_post_send chains of pre-linked work requests, ibv_poll_cq,
 no allocation and no Python per operation. One submitting thread.
 
 Same contract as the WQE loops: the sequence number rides in the payload's last 8 bytes (the
 round trip polls it), lane l's k-th rate message goes to slot k mod (slice / size), signaled
-every depth/4 with the final drain timed. A missing completion raises CompletionTimeout naming
-rank, QP and the posted/completed counts; an error completion raises VerbsCompletionError
-(rank, QP, peer, ibv_wc_status); SIGTERM/SIGINT end a loop within 256 polls (LoopInterrupted).
+every depth/4 (fewer near the depth) with the final drain timed. A missing completion raises
+CompletionTimeout naming rank, QP and the posted/completed counts; an error completion raises
+VerbsCompletionError (rank, QP, peer, ibv_wc_status); SIGTERM/SIGINT end a loop within 256 polls
+(LoopInterrupted).
 """
 
 from __future__ import annotations
@@ -131,8 +132,8 @@ class PostSendPath:
     # ---- msg-rate -------------------------------------------------------------------------------
     def rate(self, work: RateWork) -> RateResult:
         """Writes with many outstanding: batch b goes to lane b mod n as one post_send chain,
-        every (depth / 4)-th WR signaled, the last of each lane signaled, then a drain inside
-        the timed region; windows of `window` messages."""
+        every (depth / 4)-th WR signaled (fewer for a batch near the depth), the last of each
+        lane signaled, then a drain inside the timed region; windows of `window` messages."""
         if work.threads != 1:
             raise ConfigError(
                 "threads (-t)", work.threads, "1 on the post-send path (one submitting thread)"

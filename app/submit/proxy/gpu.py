@@ -1,7 +1,8 @@
-"""GPU producers for mini-proxy: CuPy launches the kernels of gpu_kernels.py over the engine's
-rings, registered with CUDA (cudaHostRegister, mapped) for the call and unregistered after it,
-whatever happened. While a kernel runs the host watches the engine, signals and a deadline; on
-any of them it sets the abort bit the kernels poll, so no GPU thread is left spinning."""
+"""GPU producers for mini-proxy: CuPy launches the kernels of cuda/proxy/kernels.cu over the
+engine's rings, registered with CUDA (cudaHostRegister, mapped) for the call and unregistered
+after it, whatever happened. While a kernel runs the host watches the engine, signals and a
+deadline; on any of them it sets the abort bit the kernels poll, so no GPU thread is left
+spinning."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from ...cuda_host import device_pointer
 from ...errors import CompletionTimeout, ConfigError, FabricError
 from ..failures import LoopInterrupted
 from ..work import LatencyWork, LoadedWork, ProxyRateWork, RespondWork
-from .gpu_kernels import source
+from .gpu_kernels import options, source
 from .params import ProxyParams
 from .rings import check_background, ring_counts, rings_of
 
@@ -63,7 +64,7 @@ def load_kernels(cp: Any, consts: Any) -> tuple[Any, dict[str, Any], float]:
     before the NIC opens)."""
     dev = int(cp.cuda.Device().id)
     if dev not in _LOADED:
-        module = cp.RawModule(code=source(consts), options=("-std=c++17",))
+        module = cp.RawModule(code=source(), options=options(consts))
         fns = {n: module.get_function(n) for n in KERNELS}
         for n, fn in fns.items():
             _force_load(fn, n)

@@ -1,15 +1,16 @@
-// The fields a native loop's failure reports to Python, shared by the host loops' LoopError and
-// mini-proxy's EngineError (the same queue state: QP, producer and retired indices, CQ consumer
-// index, the error CQE's syndromes, the polled word, progress).
+// The fields a native loop's failure (loop_error.hpp) reports to Python, shared by the host
+// loops on mlx5 queues and mini-proxy's EngineError (the same queue state: QP, producer and
+// retired indices, CQ consumer index, the error CQE's syndromes, the polled word, progress).
 #pragma once
 
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 
+#include "loop_error.hpp"
+
 namespace gicbench {
 
-template <class E>
-void put_loop_fields(nanobind::dict& d, const E& e) {
+inline void put_loop_fields(nanobind::dict& d, const LoopError& e) {
   d["kind"] = e.kind;
   d["field"] = e.field;
   d["allowed"] = e.allowed;

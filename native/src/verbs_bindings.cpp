@@ -15,6 +15,7 @@
 
 #include "bindings.hpp"
 #include "numpy_out.hpp"
+#include "verbs_loops.hpp"
 #include "verbs_nic.hpp"
 
 namespace nb = nanobind;
@@ -29,14 +30,20 @@ verbs::Side side(const SideT& s) {
   return verbs::Side{std::get<0>(s), std::get<1>(s), std::get<2>(s)};
 }
 
-nb::dict error_dict(const verbs::LoopError& e) {
+verbs::Queue queue(const Nic& n, uint32_t qpn, uint32_t cq) {
+  return verbs::Queue{n.qp(qpn), n.cq(cq), qpn};
+}
+
+// The loop's queue state counts work requests: posted, and known complete (retired); status is
+// the error completion's ibv_wc_status, -1 where no completion failed.
+nb::dict error_dict(const LoopError& e) {
   nb::dict d;
   d["kind"] = e.kind;
   d["message"] = e.message;
   d["qpn"] = e.qpn;
-  d["posted"] = e.posted;
-  d["completed"] = e.completed;
-  d["status"] = e.status;
+  d["posted"] = e.pi;
+  d["completed"] = e.retired;
+  d["status"] = e.wc_status;
   d["vendor_err"] = e.vendor_err;
   d["wr_id"] = e.wr_id;
   d["wc_qpn"] = e.wc_qpn;
@@ -141,9 +148,10 @@ void bind_verbs(nb::module_ m) {
       [](Nic& n, uint32_t qpn, uint32_t cq, int mode, const SideT& src, const SideT& dst,
          const SideT& reply, uint32_t size, bool inline_payload, uint64_t iters, uint64_t warmup,
          uint64_t timeout_ns) {
+        if (mode < 0 || mode > 2) throw std::invalid_argument("mode must be 0, 1 or 2");
+        if (size < 8) throw std::invalid_argument("single_op needs size >= 8");
         verbs::LatencyArgs a;
-        a.qpn = qpn;
-        a.cq = cq;
+        a.q = queue(n, qpn, cq);
         a.mode = mode;
         a.src = side(src);
         a.dst = side(dst);
@@ -154,11 +162,11 @@ void bind_verbs(nb::module_ m) {
         a.warmup = warmup;
         a.timeout_ns = timeout_ns;
         std::vector<int64_t> samples(iters);
-        verbs::LoopError err;
+        LoopError err;
         bool ok;
         {
           nb::gil_scoped_release unlocked;
-          ok = verbs::single_op(n, a, samples.data(), err);
+          ok = verbs::single_op(a, samples.data(), err);
         }
         return std::make_tuple(ok, to_numpy(std::move(samples)), error_dict(err));
       },
@@ -172,9 +180,9 @@ void bind_verbs(nb::module_ m) {
       [](Nic& n, uint32_t qpn, uint32_t cq, const SideT& src, const SideT& dst,
          const SideT& watch, uint32_t size, bool inline_payload, uint64_t count,
          uint64_t timeout_ns) {
+        if (size < 8) throw std::invalid_argument("respond needs size >= 8");
         verbs::RespondArgs a;
-        a.qpn = qpn;
-        a.cq = cq;
+        a.q = queue(n, qpn, cq);
         a.src = side(src);
         a.dst = side(dst);
         a.watch = side(watch);
@@ -182,11 +190,11 @@ void bind_verbs(nb::module_ m) {
         a.inline_payload = inline_payload;
         a.count = count;
         a.timeout_ns = timeout_ns;
-        verbs::LoopError err;
+        LoopError err;
         bool ok;
         {
           nb::gil_scoped_release unlocked;
-          ok = verbs::respond(n, a, err);
+          ok = verbs::respond(a, err);
         }
         return std::make_tuple(ok, error_dict(err));
       },
@@ -201,7 +209,7 @@ void bind_verbs(nb::module_ m) {
          uint64_t window, uint64_t timeout_ns) {
         std::vector<verbs::RateLane> ls(lanes.size());
         for (size_t i = 0; i < lanes.size(); ++i)
-          ls[i] = verbs::RateLane{std::get<0>(lanes[i]), std::get<1>(lanes[i]),
+          ls[i] = verbs::RateLane{queue(n, std::get<0>(lanes[i]), std::get<1>(lanes[i])),
                                   side(std::get<2>(lanes[i])), side(std::get<3>(lanes[i]))};
         verbs::RateArgs a;
         a.batch = batch;
@@ -213,16 +221,11 @@ void bind_verbs(nb::module_ m) {
         a.timeout_ns = timeout_ns;
         std::vector<int64_t> windows;
         verbs::RateStats st;
-        verbs::LoopError err;
+        LoopError err;
         bool ok;
         {
           nb::gil_scoped_release unlocked;
-          ok = ls.empty() ? false : verbs::msg_rate(n, ls, a, windows, st, err);
-        }
-        if (ls.empty()) {
-          err.failed = true;
-          err.kind = "bad_arguments";
-          err.message = "no lanes";
+          ok = verbs::msg_rate(ls, a, windows, st, err);
         }
         nb::dict stats;
         stats["elapsed_ns"] = st.elapsed_ns;

@@ -1,5 +1,6 @@
 // The verbs provider's objects, owned here over libibverbs: device context, PD, MRs, CQs and RC
-// QPs of one rank, plus post_send/post_recv/poll_cq and the submitter's timing loops over them.
+// QPs of one rank, plus post_send/post_recv/poll_cq (the submitter's loops over them:
+// verbs_loops.hpp).
 //
 // Why native ownership: the loops need raw ibv_qp*/ibv_cq* pointers, which pyverbs keeps private
 // (Cython attributes). So the data path lives here; pyverbs stays for probing devices, ports and
@@ -87,76 +88,6 @@ class Nic {
   std::map<uint32_t, ibv_qp*> qps_;
   std::vector<std::pair<ibv_mr*, void*>> mrs_;
 };
-
-// ---- the host submitter's loops on this NIC (verbs_loops.cpp) ----------------------------------
-
-// A failure inside a loop, with what Python needs to name it.
-struct LoopError {
-  bool failed = false;
-  std::string kind;  // timeout | cqe_error | interrupted | post_failed | poll_failed | bad_arguments
-  std::string message;
-  uint32_t qpn = 0;        // the QP the loop was driving
-  uint64_t posted = 0;     // work requests posted on it
-  uint64_t completed = 0;  // ... and known complete
-  int status = 0;          // cqe_error: ibv_wc_status
-  uint32_t vendor_err = 0;
-  uint64_t wr_id = 0;
-  uint32_t wc_qpn = 0;
-  uint64_t word_seen = 0;  // round trip: the polled word, and the value awaited
-  uint64_t word_expected = 0;
-  uint64_t done = 0;  // operations (messages) done before the failure, warm-up included
-  uint64_t total = 0;
-};
-
-struct Side {
-  uint64_t addr = 0;
-  uint32_t key = 0;
-  uint64_t length = 0;
-};
-
-struct LatencyArgs {
-  uint32_t qpn = 0;
-  uint32_t cq = 0;
-  int mode = 0;  // 0 issue, 1 put+completion, 2 round trip
-  Side src, dst, reply;
-  uint32_t size = 8;
-  bool inline_payload = false;
-  uint64_t iters = 0, warmup = 0;
-  uint64_t timeout_ns = 0;
-};
-
-struct RespondArgs {
-  uint32_t qpn = 0;
-  uint32_t cq = 0;
-  Side src, dst, watch;
-  uint32_t size = 8;
-  bool inline_payload = false;
-  uint64_t count = 0;
-  uint64_t timeout_ns = 0;
-};
-
-struct RateLane {
-  uint32_t qpn = 0;
-  uint32_t cq = 0;
-  Side src, dst;  // the lane's slices; message k goes to slot k mod (min length / size)
-};
-
-struct RateArgs {
-  uint32_t batch = 1;
-  uint32_t size = 8;
-  bool inline_payload = true;
-  uint64_t messages = 0, warmup = 0, window = 1;
-  uint64_t timeout_ns = 0;
-};
-
-struct RateStats {
-  uint64_t elapsed_ns = 0, messages = 0, doorbells = 0, cqes = 0;
-};
-
-bool single_op(Nic& nic, const LatencyArgs& a, int64_t* samples, LoopError& err);
-bool respond(Nic& nic, const RespondArgs& a, LoopError& err);
-bool msg_rate(Nic& nic, const std::vector<RateLane>& lanes, const RateArgs& a,
-              std::vector<int64_t>& windows, RateStats& stats, LoopError& err);
 
 }  // namespace verbs
 }  // namespace gicbench

@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "host_loops.hpp"
+#include "lane.hpp"
 
 namespace gicbench {
 

@@ -1,64 +1,18 @@
-// The host submitter's timing loops: CPU threads post mlx5 WQEs and poll CQEs directly (the
-// host-verbs control of seed 000). Python only configures and collects; every timed region is here.
+// The host submitter's loops on mlx5 queues in memory: CPU threads post mlx5 WQEs and poll CQEs
+// directly (the host-verbs control of seed 000), the loop shapes of loop_shapes.hpp over
+// Mlx5Poster. Python only configures and collects. Failures come back as a LoopError with the
+// queue state (pi, retired, cq_ci in WQEBBs; syndromes of an error CQE).
 #pragma once
 
-#include <atomic>
 #include <cstdint>
-#include <string>
 #include <vector>
 
-#include "queues.hpp"
+#include "lane.hpp"
+#include "loop_error.hpp"
+#include "wait.hpp"
 
 namespace gicbench {
 namespace host {
-
-struct Buffer {
-  uint64_t addr = 0;
-  uint32_t key = 0;  // lkey for local buffers, rkey for remote ones
-  uint64_t length = 0;
-};
-
-// One queue pair as the submitter sees it: its SQ, its send CQ, for DC the address vector of
-// the target this QP sends to, and the lane's own source and destination regions (msg-rate).
-struct Lane {
-  SqDesc sq;
-  CqDesc cq;
-  bool dc = false;
-  bool compact_av = false;
-  mlx5::AvFields av{};
-  Buffer src;
-  Buffer dst;
-};
-
-// Set by a SIGTERM/SIGINT handler (install_interrupt_handler): loops give up promptly so the
-// rank can mark its trace incomplete instead of spinning until its completion timeout. Every loop
-// reads it once per iteration (operation, request or batch) and every 256 polls while waiting.
-extern std::atomic<int> g_interrupt;
-void install_interrupt_handler();
-inline bool interrupted() { return g_interrupt.load(std::memory_order_relaxed) != 0; }
-
-// A failure inside a loop, reported to Python with everything needed to diagnose it.
-struct LoopError {
-  bool failed = false;
-  // "timeout" | "cqe_error" | "interrupted" | "bad_arguments" (field, allowed, message) |
-  // "queue_state" (a QP whose memory cannot say what is outstanding; message)
-  std::string kind;
-  std::string field;    // bad_arguments: the argument refused
-  std::string allowed;  // bad_arguments: what would be accepted
-  std::string message;  // a human sentence for bad_arguments and queue_state
-  uint64_t done = 0;    // operations (single-op, responder) or messages (msg-rate) completed or
-                        // posted before the failure, warm-up included
-  uint64_t total = 0;   // ... out of this many requested
-  uint32_t qpn = 0;
-  uint32_t pi = 0;        // SQ producer index (WQEBBs)
-  uint32_t retired = 0;   // SQ index retired by CQEs
-  uint32_t cq_ci = 0;     // CQ consumer index
-  uint32_t syndrome = 0;  // error CQEs
-  uint32_t vendor_syndrome = 0;
-  uint32_t wqe_counter = 0;
-  uint64_t word_seen = 0;  // round trip: value last seen in the polled word
-  uint64_t word_expected = 0;
-};
 
 enum class SingleOpMode : int { kIssue = 0, kPutCompletion = 1, kRoundTrip = 2 };
 

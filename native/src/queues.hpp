@@ -7,43 +7,17 @@
 // engine and a real ConnectX read the same memory.
 #pragma once
 
-#include <time.h>
-
 #include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "mlx5.cuh"
+#include "wait.hpp"
 
 namespace gicbench {
 
 namespace m5 = mlx5;
-
-// Monotonic nanoseconds (CLOCK_MONOTONIC through the vDSO, ~20 ns per read).
-inline int64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
-}
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
-
-// Something that makes a NIC progress while a native loop waits: the emu engine's inline mode
-// hands one in; hardware needs none (fn == nullptr).
-struct Progress {
-  void (*fn)(void*) = nullptr;
-  void* ctx = nullptr;
-  void operator()() const {
-    if (fn) fn(ctx);
-  }
-};
 
 struct SqDesc {
   uint8_t* buf;

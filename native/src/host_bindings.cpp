@@ -11,9 +11,10 @@
 
 #include "bindings.hpp"
 #include "error_fields.hpp"
-#include "numpy_out.hpp"
-#include "lane_table.hpp"
 #include "host_loops.hpp"
+#include "interrupt.hpp"
+#include "lane_table.hpp"
+#include "numpy_out.hpp"
 
 namespace nb = nanobind;
 
@@ -24,7 +25,7 @@ host::Buffer buf(const std::tuple<uint64_t, uint32_t, uint64_t>& b) {
   return host::Buffer{std::get<0>(b), std::get<1>(b), std::get<2>(b)};
 }
 
-nb::dict error_dict(const host::LoopError& e) {
+nb::dict error_dict(const LoopError& e) {
   nb::dict d;
   put_loop_fields(d, e);
   return d;
@@ -40,10 +41,10 @@ void bind_host(nb::module_ m) {
   nb::list cols;
   for (auto c : kLaneColumns) cols.append(c);
   m.attr("LANE_COLUMNS") = nb::tuple(cols);
-  m.def("install_interrupt_handler", &host::install_interrupt_handler,
+  m.def("install_interrupt_handler", &install_interrupt_handler,
         "Make SIGTERM/SIGINT stop native loops (call after Python's own handlers are set).");
-  m.def("clear_interrupt", [] { host::g_interrupt.store(0); });
-  m.def("interrupted", [] { return host::interrupted(); },
+  m.def("clear_interrupt", [] { g_interrupt.store(0); });
+  m.def("interrupted", [] { return interrupted(); },
         "True once SIGTERM/SIGINT reached the native handler (until clear_interrupt).");
 
   m.def(
@@ -85,7 +86,7 @@ void bind_host(nb::module_ m) {
         a.warmup = warmup;
         a.timeout_ns = timeout_ns;
         std::vector<int64_t> out(iters, 0);
-        host::LoopError err;
+        LoopError err;
         bool ok;
         {
           nb::gil_scoped_release nogil;
@@ -111,7 +112,7 @@ void bind_host(nb::module_ m) {
         auto lanes = lanes_from(table);
         if (lane >= lanes.size()) throw std::invalid_argument("lane out of range");
         if (size < 8) throw std::invalid_argument("rtt_respond needs size >= 8");
-        host::LoopError err;
+        LoopError err;
         bool ok;
         {
           nb::gil_scoped_release nogil;
@@ -143,7 +144,7 @@ void bind_host(nb::module_ m) {
         a.window = window == 0 ? messages_per_thread : window;
         a.timeout_ns = timeout_ns;
         host::MsgRateResult res;
-        host::LoopError err;
+        LoopError err;
         bool ok;
         {
           nb::gil_scoped_release nogil;

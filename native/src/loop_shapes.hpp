@@ -1,0 +1,291 @@
+// The host submitter's three loop shapes, written once over a poster (poster.hpp): single-op
+// (issue, put+completion, round trip), the round trip's responder, and msg-rate's per-thread
+// loop. host_loops.cpp runs them on mlx5 queues in memory (Mlx5Poster), verbs_loops.cpp through
+// libibverbs (VerbsPoster). Every timed region is here.
+//
+// The contract both share: the sequence number rides in the payload's last 8 bytes (the round
+// trip polls it); lane l's k-th rate message goes to slot k mod (region / size) of its regions;
+// signaled every signal_every (poster.hpp) with each lane's last write signaled; the final drain
+// is inside the timed region. Waits poll the lane's CQ and, between empty polls, call the
+// loop's idle step; every 256 empty polls they read the clock (deadline) and the interrupt flag.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "interrupt.hpp"
+#include "lane.hpp"
+#include "loop_error.hpp"
+#include "poster.hpp"
+#include "wait.hpp"
+
+namespace gicbench {
+namespace loops {
+
+// Stops a loop early: a signal (interrupt.hpp), or another submitting thread that failed.
+struct Cancel {
+  const std::atomic<bool>* peer_failed = nullptr;
+  bool operator()() const {
+    return interrupted() || (peer_failed && peer_failed->load(std::memory_order_relaxed));
+  }
+  const char* kind() const { return interrupted() ? "interrupted" : "stopped"; }
+};
+
+inline uint64_t load_word(uint64_t addr) {
+  return __atomic_load_n(reinterpret_cast<const uint64_t*>(addr), __ATOMIC_ACQUIRE);
+}
+
+// The sequence number rides in the last 8 bytes of the payload (the polled word).
+inline void stamp_sequence(const host::Buffer& src, uint32_t size, uint64_t seq) {
+  __atomic_store_n(reinterpret_cast<uint64_t*>(src.addr + size - 8), seq, __ATOMIC_RELEASE);
+}
+
+// Poll `p` until `done()` holds, retiring what completes; the clock is read every 256 empty
+// polls so the deadline costs little on the fast path.
+template <class P, class Done, class Idle>
+bool wait_until(P& p, Done done, Idle& idle, int64_t timeout_ns, LoopError& err,
+                Cancel cancel = {}) {
+  int64_t deadline = 0;
+  typename P::Completion c;
+  for (uint32_t spins = 0;; ++spins) {
+    if (done()) return true;
+    const int r = p.poll(c, err);
+    if (r < 0) return false;
+    if (r > 0) {
+      p.retire(c);
+      continue;
+    }
+    idle();
+    if ((spins & 255) == 255) {
+      if (cancel()) {
+        p.fail(err, cancel.kind());
+        return false;
+      }
+      const int64_t t = now_ns();
+      if (deadline == 0) {
+        deadline = t + timeout_ns;
+      } else if (t > deadline) {
+        p.fail(err, "timeout");
+        return false;
+      }
+    }
+  }
+}
+
+// Until everything posted on `p` is retired.
+template <class P, class Idle>
+bool quiet(P& p, Idle& idle, int64_t timeout_ns, LoopError& err, Cancel cancel = {}) {
+  return wait_until(p, [&] { return p.outstanding() == 0; }, idle, timeout_ns, err, cancel);
+}
+
+// Until the word at `addr` holds `seq`, consuming `p`'s completions meanwhile (an error
+// completion of the request shows there).
+template <class P, class Idle>
+bool wait_word(P& p, uint64_t addr, uint64_t seq, Idle& idle, int64_t timeout_ns,
+               LoopError& err) {
+  auto seen = [&] {
+    for (uint32_t k = 0; k < P::kWordReadsPerPoll; ++k)
+      if (load_word(addr) == seq) return true;
+    return false;
+  };
+  if (wait_until(p, seen, idle, timeout_ns, err)) return true;
+  err.word_seen = load_word(addr);
+  err.word_expected = seq;
+  return false;
+}
+
+enum class Mode : int { kIssue = 0, kPutCompletion = 1, kRoundTrip = 2 };
+
+struct LatencyShape {
+  Mode mode = Mode::kIssue;
+  uint32_t size = 8;
+  host::Buffer src;        // the selected lane's payload source (the sequence is stamped here)
+  uint64_t reply_word = 0;  // round trip: where the peer's reply lands its sequence
+  uint64_t iters = 0, warmup = 0;
+  int64_t timeout_ns = 0;
+};
+
+// Requester side of single-op on lanes[sel], one operation outstanding; `out` gets `iters`
+// samples (ns). issue: post and ring; put+completion: until the completion (with `scope_all`,
+// every lane's posted work, re-read from its doorbell record, retired: NVSHMEM's quiet); round
+// trip: until the reply word holds the sequence.
+template <class P, class Idle>
+bool single_op(std::vector<P>& lanes, size_t sel, bool scope_all, const LatencyShape& a,
+               Idle& idle, int64_t* out, LoopError& err) {
+  P& s = lanes[sel];
+  const uint64_t total = a.warmup + a.iters;
+  err.total = total;
+  const uint32_t cost = s.cost(a.size);
+  const Write w{0, a.size, true};
+  for (uint64_t i = 0; i < total; ++i) {
+    if (interrupted()) {
+      s.fail(err, "interrupted");
+      err.done = i;
+      return false;
+    }
+    const uint64_t seq = i + 1;
+    stamp_sequence(a.src, a.size, seq);
+    // Untimed: work posted on this lane outside the loop must leave room first.
+    if (!wait_until(s, [&] { return s.room(cost); }, idle, a.timeout_ns, err)) {
+      err.done = i;
+      return false;
+    }
+    int64_t t1 = 0;
+    const int64_t t0 = now_ns();
+    bool ok = s.post(&w, 1, err);
+    if (ok) {
+      switch (a.mode) {
+        case Mode::kIssue:
+          t1 = now_ns();
+          ok = quiet(s, idle, a.timeout_ns, err);  // untimed: one outstanding
+          break;
+        case Mode::kPutCompletion:
+          if (scope_all) {
+            for (auto& o : lanes) {
+              if (&o != &s) o.observe_posted();
+              if (!(ok = quiet(o, idle, a.timeout_ns, err))) break;
+            }
+          } else {
+            ok = quiet(s, idle, a.timeout_ns, err);
+          }
+          t1 = now_ns();
+          break;
+        case Mode::kRoundTrip:
+          ok = wait_word(s, a.reply_word, seq, idle, a.timeout_ns, err);
+          t1 = now_ns();
+          if (ok) ok = quiet(s, idle, a.timeout_ns, err);
+          break;
+      }
+    }
+    if (!ok) {
+      err.done = i;
+      return false;
+    }
+    if (i >= a.warmup) out[i - a.warmup] = t1 - t0;
+  }
+  err.done = total;
+  return true;
+}
+
+struct RespondShape {
+  uint32_t size = 8;
+  host::Buffer src;         // the reply's payload source (stamped with the request's sequence)
+  uint64_t watch_word = 0;  // where each request lands its sequence
+  uint64_t count = 0;
+  int64_t timeout_ns = 0;
+};
+
+// Responder side of the round trip: wait for request `seq` in the watched word, write the same
+// sequence back through `s`, and complete it before watching for the next (as ib_write_lat;
+// completing it also drives an inline-progress engine that must deliver it).
+template <class P, class Idle>
+bool respond(P& s, const RespondShape& a, Idle& idle, LoopError& err) {
+  err.total = a.count;
+  const uint32_t cost = s.cost(a.size);
+  const Write w{0, a.size, true};
+  for (uint64_t seq = 1; seq <= a.count; ++seq) {
+    err.done = seq - 1;
+    if (interrupted()) {
+      s.fail(err, "interrupted");
+      return false;
+    }
+    if (!wait_word(s, a.watch_word, seq, idle, a.timeout_ns, err)) return false;
+    // Work posted on this lane outside the loop must leave room first.
+    if (!wait_until(s, [&] { return s.room(cost); }, idle, a.timeout_ns, err)) return false;
+    stamp_sequence(a.src, a.size, seq);
+    if (!s.post(&w, 1, err)) return false;
+    if (!quiet(s, idle, a.timeout_ns, err)) return false;
+  }
+  err.done = a.count;
+  return true;
+}
+
+struct RateShape {
+  uint32_t batch = 1;  // writes per doorbell
+  uint32_t size = 8;
+  uint64_t warmup = 0, messages = 0;  // this thread's
+  uint64_t window = 1;                // messages per recorded window
+  int64_t timeout_ns = 0;
+};
+
+struct RateOut {
+  std::vector<int64_t> windows;  // ns; the last one carries the final drain
+  int64_t elapsed = 0;           // first timed post to the last completion
+  uint64_t posted = 0;           // messages posted, warm-up included
+  uint64_t doorbells = 0, cqes = 0;
+};
+
+// One submitting thread's msg-rate over its lanes: batch b goes to lanes[b mod n] as one chain
+// (one doorbell) once the lane has room for all of it; lanes[i] signals every signal[i] writes
+// and on its last; after the warm-up each `window` messages close a window; the drain of every
+// lane ends the timed region.
+template <class P, class Idle>
+bool rate(std::vector<P>& lanes, const std::vector<uint32_t>& signal, const RateShape& a,
+          Idle& idle, Cancel cancel, RateOut& o, LoopError& err) {
+  const size_t n = lanes.size();
+  const uint64_t total = a.warmup + a.messages;
+  const uint64_t nbatches = (total + a.batch - 1) / a.batch;
+  std::vector<uint32_t> cost(n), since_signal(n, 0);
+  std::vector<uint64_t> slots(n), sent(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    cost[i] = lanes[i].cost(a.size);
+    slots[i] = std::max<uint64_t>(1, lanes[i].region() / a.size);
+  }
+  std::vector<Write> chain(a.batch);
+  auto fail = [&] {
+    err.done = o.posted;
+    return false;
+  };
+  uint64_t next_window = a.warmup + a.window;
+  int64_t t_start = a.warmup == 0 ? now_ns() : 0, t_window = t_start;
+  for (uint64_t b = 0; b < nbatches; ++b) {
+    const size_t li = b % n;
+    P& s = lanes[li];
+    // One relaxed load per batch: a signal or a failed sibling ends the loop within a batch.
+    if (cancel()) {
+      s.fail(err, cancel.kind());
+      return fail();
+    }
+    const bool final_batch_of_lane = b + n >= nbatches;
+    const uint32_t count = static_cast<uint32_t>(std::min<uint64_t>(a.batch, total - o.posted));
+    const uint64_t need = uint64_t{count} * cost[li];
+    if (!wait_until(s, [&] { return s.room(need); }, idle, a.timeout_ns, err, cancel))
+      return fail();
+    for (uint32_t j = 0; j < count; ++j) {
+      const bool sig = ++since_signal[li] >= signal[li] || (j + 1 == count && final_batch_of_lane);
+      if (sig) since_signal[li] = 0;
+      // The lane's k-th message goes to slot k mod slots: the first min(k, slots) slots of each
+      // lane's region are written, which the receiver validates.
+      chain[j] = Write{(sent[li]++ % slots[li]) * a.size, a.size, sig};
+    }
+    if (!s.post(chain.data(), count, err)) return fail();
+    ++o.doorbells;
+    const uint64_t before = o.posted;
+    o.posted += count;
+    if (before < a.warmup && o.posted >= a.warmup) t_start = t_window = now_ns();
+    while (o.posted >= next_window && next_window < total) {
+      const int64_t t = now_ns();
+      o.windows.push_back(t - t_window);
+      t_window = t;
+      next_window += a.window;
+    }
+    if (P::kReapEveryBatch) {  // keep completions flowing without blocking
+      typename P::Completion c;
+      const int r = s.poll(c, err);
+      if (r < 0) return fail();
+      if (r > 0) s.retire(c);
+    }
+  }
+  for (auto& s : lanes)
+    if (!quiet(s, idle, a.timeout_ns, err, cancel)) return fail();
+  const int64_t t_end = now_ns();
+  o.windows.push_back(t_end - t_window);
+  o.elapsed = t_end - t_start;
+  for (auto& s : lanes) o.cqes += s.completions();
+  return true;
+}
+
+}  // namespace loops
+}  // namespace gicbench
