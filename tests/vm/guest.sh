@@ -40,7 +40,8 @@ cd "$ROOT" || finish 87
 export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
 # A test stuck inside MPI or verbs is ended by a watchdog thread that dumps every stack.
 PYTEST="$BIN/python -m pytest -v -p no:cacheprovider --color=no -p pytest_timeout -p pytest_mpi"
-PYTEST="$PYTEST --timeout=${GICBENCH_VM_TEST_TIMEOUT:-600} --timeout-method=thread"
+TEST_LIMIT=$(cat "$OUT/test_timeout" 2>/dev/null || echo 600)  # run_vm.sh's GICBENCH_VM_TEST_TIMEOUT
+PYTEST="$PYTEST --timeout=$TEST_LIMIT --timeout-method=thread"
 # Test files named on the command line replace the default target (all of tests/vm).
 TARGET=tests/vm
 case " $* " in *" tests/"*) TARGET= ;; esac
