@@ -280,6 +280,8 @@ def _run_rank(
                 },
             )
         _sweep(ctx, plan, pre.fault, writer, printer, rank0)
+        with Phase(comm, "end of run: close the trace"):
+            writer.finish("complete")
     except JobFailure as e:
         return _fail(e, writer, run_dir, manifest, rank0, fabric, printer, failed=e.failures)
     except RunTerminated as e:
@@ -305,7 +307,6 @@ def _run_rank(
     finally:
         if submitter is not None:
             submitter.close()
-    writer.finish("complete")
     rendezvous(comm, "end of run")
     if rank0:
         write_manifest(
@@ -380,7 +381,11 @@ def _sweep(
                     validated_sources=sources,
                     wall_s=wall,
                 )
-                with writer.begin_point(exp.name, point) as pw:
+                # A rank that cannot write its trace (a full disk) fails the job on every rank.
+                with (
+                    Phase(comm, f"{where}: writing the trace"),
+                    writer.begin_point(exp.name, point) as pw,
+                ):
                     for metric, ns in result.samples.items():
                         pw.add_samples(metric, ns)
                     pw.set_counters(before, after)
@@ -478,7 +483,7 @@ def _fail(
         if fabric is not None:
             fabric.close()
     finally:
-        writer.abort(reason)
+        writer.abort(reason)  # never raises: a trace it cannot close stays .partial
         if rank0:
             failed_ranks = None if failed is None else [r for r, _ in failed]
             record = {
@@ -488,12 +493,19 @@ def _fail(
                 "failed_ranks": failed_ranks,
                 "end_utc": dt.datetime.now(dt.timezone.utc).isoformat(),
             }
-            write_manifest(run_dir, record)  # first, in case the launcher's SIGKILL follows
+            unmarked = None
+            try:  # first, in case the launcher's SIGKILL follows
+                write_manifest(run_dir, record)
+            except (OSError, GicbenchError) as e:  # a full disk: say so, and go on failing
+                unmarked = e
             print(
                 f"gicbench: run failed: {reason}\ngicbench: trace (incomplete): {run_dir}",
                 file=sys.stderr,
                 flush=True,
             )
+            if unmarked is not None:
+                print(f"gicbench: run.json could not be marked incomplete (it still says "
+                      f"running): {unmarked}", file=sys.stderr, flush=True)
             if printer.fmt == "json":
                 printer.finish(
                     {
@@ -503,7 +515,7 @@ def _fail(
                         "failed_ranks": failed_ranks,
                     }
                 )
-            if failed is None:
+            if failed is None and unmarked is None:
                 _name_dead_ranks(run_dir, record)
     return 1
 
