@@ -214,7 +214,7 @@ def _guarded(command: str, work: Callable[[], object]) -> tuple[bool, object]:
         else:  # not ours: on to whatever shows warnings
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     for line in lines:
-        print(f"gicbench {command}: {line}", file=sys.stderr)
+        print(f"gicbench {command}: {one_line(line)}", file=sys.stderr)
     return ok, got
 
 

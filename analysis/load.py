@@ -93,9 +93,9 @@ class RunRefused(TraceError):
         head = f"run {path} is incomplete: "
         shown = problems if len(problems) <= MAX_PROBLEM_LINES else problems[
             : MAX_PROBLEM_LINES - 1]
-        self.lines = [head + one_line(p) for p in shown]
+        self.lines = [one_line(head + p) for p in shown]
         if len(shown) < len(problems):
-            self.lines.append(f"{head}... and {len(problems) - len(shown)} more problems")
+            self.lines.append(one_line(f"{head}... and {len(problems) - len(shown)} more problems"))
         self.lines[-1] += " (--allow-incomplete analyses what is there)"
         super().__init__("\n".join(self.lines))
 

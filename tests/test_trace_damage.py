@@ -259,6 +259,16 @@ def test_a_changed_sample_is_refused(tmp_path: Path, capsys) -> None:
     _refused(_analyze([str(tmp_path)]), capsys.readouterr().err, "rank 1", "point 0", "rtt_ns")
 
 
+def test_samples_rewritten_as_floats_are_refused(tmp_path: Path, capsys) -> None:
+    """Same length, and the same hash once truncated to int64: the dtype must be int64 too."""
+    _write(tmp_path, run_id="run-a", points_per_rank=2)
+    with h5py.File(tmp_path / "rank-00001.h5", "a") as f:
+        values = f["points/00000/samples/rtt_ns"][()]
+        del f["points/00000/samples/rtt_ns"]
+        f["points/00000/samples/rtt_ns"] = values + 0.5
+    _refused(_analyze([str(tmp_path)]), capsys.readouterr().err, "rank 1", "float64, not int64")
+
+
 def test_changed_results_and_counters_are_refused(tmp_path: Path, capsys) -> None:
     make_run(tmp_path, world_size=2, n=20)
     with h5py.File(tmp_path / "rank-00000.h5", "a") as f:
@@ -359,6 +369,16 @@ def test_a_huge_attribute_is_refused(tmp_path: Path, where: str, capsys) -> None
     with h5py.File(tmp_path / "rank-00001.h5", "a") as f:
         f[where].attrs[name] = json.dumps({"junk": "x" * (32 << 20)})
     _refused(_analyze([str(tmp_path)]), capsys.readouterr().err, "rank 1")
+
+
+def test_a_run_directory_named_to_break_lines_is_refused_in_one_line(tmp_path: Path,
+                                                                     capsys) -> None:
+    run = _write(tmp_path / "evil\nname\x1b[31m", run_id="run-a", points_per_rank=2)
+    (run / "rank-00001.h5").unlink()
+    code = _analyze([str(run)])
+    err = capsys.readouterr().err
+    _refused(code, err, "rank 1: trace file rank-00001.h5 is missing")
+    assert len(err.splitlines()) == 1 and "\x1b" not in err, repr(err)
 
 
 # ---- one line per problem ---------------------------------------------------------------------

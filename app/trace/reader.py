@@ -147,13 +147,16 @@ class RankTrace:
         if expected is None:
             raise TraceError(f"{self.path.name}: point {point_index} samples/{metric} is not "
                              "in the point's digest (added after the point closed?)")
+        if dataset.dtype != schema.SAMPLE_DTYPE:
+            raise TraceError(f"{self.path.name}: point {point_index} samples/{metric} are "
+                             f"{dataset.dtype}, not int64 (damaged)")
         if dataset.shape != (expected["n"],):
             raise TraceError(f"{self.path.name}: point {point_index} samples/{metric} has shape "
                              f"{dataset.shape}, its digest says {expected['n']} samples "
                              "(damaged)")
         data = dataset[()]
         got = schema.samples_hash()
-        got.update(np.ascontiguousarray(data, dtype=schema.SAMPLE_DTYPE).data)
+        got.update(np.ascontiguousarray(data).data)
         if got.hexdigest() != expected["sha256"]:
             raise TraceError(f"{self.path.name}: point {point_index} samples/{metric} do not "
                              "match their checksum (damaged)")
@@ -277,7 +280,9 @@ def _check_point_digest(index: int, attrs: dict[str, Any],
         raise TraceError(f"point {index}: sample datasets {have}, its digest lists "
                          f"{sorted(digests)} (damaged)")
     for metric, expected in digests.items():
-        shape = samples[metric].shape
+        shape, dtype = samples[metric].shape, samples[metric].dtype
+        if dtype != schema.SAMPLE_DTYPE:
+            raise TraceError(f"point {index}: samples/{metric} are {dtype}, not int64 (damaged)")
         if shape != (expected["n"],):
             raise TraceError(f"point {index}: samples/{metric} has shape {shape}, its digest "
                              f"says {expected['n']} samples (damaged)")
