@@ -1,11 +1,12 @@
 """`gicbench analyze RUN [RUN...]` and `gicbench report RUN` (wired into the CLI by app/cli).
 
 Exit status: 0 on success, 2 when a run is refused (missing, unknown schema, damaged or
-incomplete without --allow-incomplete, an unknown --experiment); the reason goes to stderr as one
-message, never a traceback (GICBENCH_DEBUG=1 shows it for input nothing anticipated). report
-exits 1 when a plot could not be drawn (noted in report.md) unless --allow-incomplete is given,
-and when a file could not be written (one line naming the path and the cause); it refuses (2) an
-output path inside a run or sweep directory other than the reported run's own report.md.
+incomplete without --allow-incomplete, an unknown --experiment); the reasons go to stderr, one
+line per problem (at most load.MAX_PROBLEM_LINES), never a traceback (GICBENCH_DEBUG=1 shows it
+for input nothing anticipated). report exits 1 when a plot could not be drawn (noted in
+report.md) unless --allow-incomplete is given, and when a file could not be written (one line
+naming the path and the cause); it refuses (2) an output path inside a run or sweep directory
+other than the reported run's own report.md.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import os
 import sys
 import traceback
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,11 +28,12 @@ from gicbench import safe_files
 from gicbench.errors import ConfigError, GicbenchError
 from gicbench.knobs import parse_list
 from gicbench.sweep.manifest import MANIFEST as SWEEP_MANIFEST
+from gicbench.trace import TraceWarning
 from gicbench.trace.schema import MANIFEST_NAME
 
 from .fit_cli import print_outcome
 from .fits import apply as fit_apply
-from .load import aggregate_ranks, load_run
+from .load import aggregate_ranks, load_run, one_line
 from .tables import (
     caption_candidates,
     compare_tables,
@@ -210,17 +213,29 @@ def _print_rich(runs_meta: list[dict], tables: dict[str, pd.DataFrame],
 
 
 def _guarded(command: str, work: Callable[[], object]) -> tuple[bool, object]:
-    """Run work(); a refusal or damaged input becomes one line on stderr, never a traceback."""
-    try:
-        return True, work()
-    except GicbenchError as exc:
-        print(f"gicbench {command}: {exc}", file=sys.stderr)
-    except Exception as exc:
-        if os.environ.get("GICBENCH_DEBUG"):
-            traceback.print_exc()
-        print(f"gicbench {command}: cannot {command} this input ({type(exc).__name__}: {exc}); "
-              "the trace may be damaged (GICBENCH_DEBUG=1 shows where)", file=sys.stderr)
-    return False, None
+    """Run work(); a refusal or damaged input becomes one line on stderr per problem, never a
+    traceback. What the reader could not check (TraceWarning) is one line each, first."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", TraceWarning)
+        try:
+            ok, got, lines = True, work(), []
+        except GicbenchError as exc:
+            ok, got = False, None
+            lines = list(getattr(exc, "lines", None) or [one_line(str(exc))])
+        except Exception as exc:
+            if os.environ.get("GICBENCH_DEBUG"):
+                traceback.print_exc()
+            ok, got = False, None
+            lines = [one_line(f"cannot {command} this input ({type(exc).__name__}: {exc}); the "
+                              "trace may be damaged (GICBENCH_DEBUG=1 shows where)")]
+    for w in caught:
+        if issubclass(w.category, TraceWarning):
+            print(f"gicbench {command}: warning: {one_line(str(w.message))}", file=sys.stderr)
+        else:  # not ours: on to whatever shows warnings
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    for line in lines:
+        print(f"gicbench {command}: {one_line(line)}", file=sys.stderr)
+    return ok, got
 
 
 def run_analyze(args: argparse.Namespace) -> int:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing as mp
+import warnings
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ from gicbench.aggregate import (
 )
 from gicbench.errors import ConfigError, TraceError
 from gicbench.sweep.manifest import is_sweep, point_runs
-from gicbench.trace import Point, RankTrace, open_run
+from gicbench.trace import Point, RankTrace, TraceWarning, open_run
 from gicbench.trace.reader import READ_ERRORS
 
 STATS = ("count", *SAMPLE_STATS)
@@ -76,22 +77,44 @@ def _columns(point: Point, names: dict[str, dict[str, str]]) -> dict[str, Any]:
     return out
 
 
+# A refusal shows at most this many problems, one line each; a last line counts the rest.
+MAX_PROBLEM_LINES = 20
+MAX_LINE_CHARS = 1000
+
+
+def one_line(text: str, limit: int = MAX_LINE_CHARS) -> str:
+    """`text` as one printable line of at most `limit` characters: HDF5's messages span lines,
+    and a damaged or hostile file can put anything (escape sequences too) in a name."""
+    flat = " ".join(str(text).split())
+    flat = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in flat)
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+class RunRefused(TraceError):
+    """A run that cannot be analysed as it is: `lines` holds one line per problem."""
+
+    def __init__(self, path: Path, problems: list[str]) -> None:
+        self.path, self.problems = path, problems
+        head = f"run {path} is incomplete: "
+        shown = problems if len(problems) <= MAX_PROBLEM_LINES else problems[
+            : MAX_PROBLEM_LINES - 1]
+        self.lines = [one_line(head + p) for p in shown]
+        if len(shown) < len(problems):
+            self.lines.append(one_line(f"{head}... and {len(problems) - len(shown)} more problems"))
+        self.lines[-1] += " (--allow-incomplete analyses what is there)"
+        super().__init__("\n".join(self.lines))
+
+
 def refuse_message(path: Path, problems: list[str]) -> str:
-    shown = "\n  ".join(problems[:20])
-    more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
-    return (
-        f"run {path} is incomplete:\n  {shown}{more}\n"
-        "use --allow-incomplete (allow_incomplete=True) to analyse what is there anyway"
-    )
+    return str(RunRefused(path, problems))
 
 
 Names = dict[str, dict[str, str]]
 
 
-def _rank_rows(
-    rank: RankTrace, allow_incomplete: bool
-) -> tuple[list[dict[str, Any]], Names, list[str]]:
-    """Rows of one rank file, read point by point with one sample dataset in memory at a time."""
+def _rank_rows(rank: RankTrace) -> tuple[list[dict[str, Any]], Names, list[str]]:
+    """Rows of one rank file, read point by point with one sample dataset in memory at a time.
+    A point that cannot be read, or whose samples fail their checksum, is left out and named."""
     rows: list[dict[str, Any]] = []
     names: Names = {"params": {}, "results": {}, "counters": {}}
     problems: list[str] = []
@@ -99,8 +122,6 @@ def _rank_rows(
         try:
             points = list(rank.points())
         except READ_ERRORS as exc:
-            if not allow_incomplete:
-                raise TraceError(f"{rank.path}: unreadable: {exc}") from exc
             problems.append(f"rank {rank.rank}: stopped reading {rank.path.name}: {exc}")
             points = []
         for point in points:
@@ -117,8 +138,6 @@ def _rank_rows(
                     (m, summarize_samples(rank.samples(point.index, m))) for m in point.metrics
                 ] or [("", summarize_samples(np.empty(0, np.int64)))]
             except READ_ERRORS as exc:
-                if not allow_incomplete:
-                    raise TraceError(f"{rank.path}: point {point.index} unreadable: {exc}") from exc
                 problems.append(
                     f"rank {rank.rank}: point {point.index} of {rank.path.name} unreadable: {exc}"
                 )
@@ -130,18 +149,20 @@ def _rank_rows(
 
 
 def _rank_rows_job(
-    job: tuple[Path, int, dict[str, Any], bool, frozenset[str], bool],
+    job: tuple[Path, int, dict[str, Any], bool, frozenset[str]],
 ) -> tuple[list[dict[str, Any]], Names, list[str]]:
-    path, rank, attrs, partial, unreadable, allow_incomplete = job
-    return _rank_rows(RankTrace(path, rank, attrs, partial, unreadable), allow_incomplete)
+    path, rank, attrs, partial, unreadable = job
+    return _rank_rows(RankTrace(path, rank, attrs, partial, unreadable))
 
 
 def load_run(path: Path | str, allow_incomplete: bool = False, workers: int = 1) -> pd.DataFrame:
     """One row per (experiment, point, rank, metric); see the module docstring for columns.
 
-    An incomplete run (missing/partial/aborted ranks, interrupted points, manifest not
-    complete) raises TraceError listing the problems unless allow_incomplete is set; then the
-    problems are kept in df.attrs["problems"] and df.attrs["status"] is "incomplete".
+    An incomplete or damaged run (missing/partial/aborted ranks, interrupted points, manifest
+    not complete, data that fails its checksums) raises RunRefused (a TraceError) listing the
+    problems unless allow_incomplete is set; then the problems are kept in df.attrs["problems"]
+    and df.attrs["status"] is "incomplete". What could not be checked (schema 1 traces have no
+    checksums) is in df.attrs["warnings"] and issued as a TraceWarning.
     workers > 1 reads that many rank files in parallel processes (each still streams).
     """
     if workers < 1:
@@ -150,14 +171,14 @@ def load_run(path: Path | str, allow_incomplete: bool = False, workers: int = 1)
     if is_sweep(path):
         return _load_sweep(path, allow_incomplete, workers)
     run = open_run(path)
+    for warning in run.warnings:
+        warnings.warn(warning, TraceWarning, stacklevel=2)
     if run.problems and not allow_incomplete:
-        raise TraceError(refuse_message(path, run.problems))
+        raise RunRefused(path, run.problems)
     if workers == 1 or len(run.ranks) < 2:
-        parts = [_rank_rows(rank, allow_incomplete) for rank in run.ranks]
+        parts = [_rank_rows(rank) for rank in run.ranks]
     else:
-        jobs = [
-            (r.path, r.rank, r.attrs, r.partial, r.unreadable, allow_incomplete) for r in run.ranks
-        ]
+        jobs = [(r.path, r.rank, r.attrs, r.partial, r.unreadable) for r in run.ranks]
         ctx = mp.get_context("spawn")  # no fork: h5py and threads do not survive it well
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
             parts = list(pool.map(_rank_rows_job, jobs))
@@ -170,6 +191,8 @@ def load_run(path: Path | str, allow_incomplete: bool = False, workers: int = 1)
             for key, col in mapping.items():
                 names[kind].setdefault(key, col)
         problems += part_problems
+    if problems and not allow_incomplete:  # samples that failed their checksums
+        raise RunRefused(path, problems)
     order = [*ID_COLUMNS, *STATS, "closed"]
     df = pd.DataFrame(rows, columns=None if rows else order)
     extra_cols = [c for c in df.columns if c not in order]
@@ -179,6 +202,7 @@ def load_run(path: Path | str, allow_incomplete: bool = False, workers: int = 1)
             "run": str(path),
             "status": "incomplete" if problems else "complete",
             "problems": problems,
+            "warnings": list(run.warnings),
             "unit": "us",
             "manifest": run.manifest,
             "params": list(dict.fromkeys(names["params"].values())),
@@ -210,6 +234,7 @@ def _load_sweep(path: Path, allow_incomplete: bool, workers: int) -> pd.DataFram
             **first,
             "run": str(path),
             "problems": problems,
+            "warnings": list(dict.fromkeys(w for f in frames for w in f.attrs["warnings"])),
             "status": "incomplete" if problems else "complete",
             "params": list(dict.fromkeys(c for f in frames for c in f.attrs["params"])),
             "results": list(dict.fromkeys(c for f in frames for c in f.attrs["results"])),

@@ -308,7 +308,9 @@ def _run_rank(
                 },
             )
         _sweep(ctx, plan, pre.fault, writer, printer, rank0)
-        writer.finish("complete")
+        # every rank's trace closed (a full disk fails the run on all ranks), then the end
+        with Phase(comm, "end of run: close the trace"):
+            writer.finish("complete")
         rendezvous(comm, "end of run")
     except JobFailure as e:
         return _end_failed(e, comm, topo, guard, writer, run_dir, manifest, fabric, printer)
@@ -510,7 +512,11 @@ def _sweep(
                     validated_sources=sources,
                     wall_s=wall,
                 )
-                with writer.begin_point(exp.name, point) as pw:
+                # A rank that cannot write its trace (a full disk) fails the job on every rank.
+                with (
+                    Phase(comm, f"{where}: writing the trace"),
+                    writer.begin_point(exp.name, point) as pw,
+                ):
                     for metric, ns in result.samples.items():
                         pw.add_samples(metric, ns)
                     pw.set_counters(before, after)
@@ -627,7 +633,7 @@ def _fail(
         if fabric is not None:
             fabric.close()
     finally:
-        writer.abort(reason)
+        writer.abort(reason)  # never raises: a trace it cannot close stays .partial
         if rank0:
             record = {
                 **manifest,
@@ -636,12 +642,19 @@ def _fail(
                 "failed_ranks": failed,
                 "end_utc": dt.datetime.now(dt.timezone.utc).isoformat(),
             }
-            write_manifest(run_dir, record)  # first, in case the launcher's SIGKILL follows
+            unmarked = None
+            try:  # first, in case the launcher's SIGKILL follows
+                write_manifest(run_dir, record)
+            except (OSError, GicbenchError) as e:  # a full disk: say so, and go on failing
+                unmarked = e
             print(
                 f"gicbench: run failed: {reason}\ngicbench: trace (incomplete): {run_dir}",
                 file=sys.stderr,
                 flush=True,
             )
+            if unmarked is not None:
+                print(f"gicbench: run.json could not be marked incomplete (it still says "
+                      f"running): {unmarked}", file=sys.stderr, flush=True)
             footer = {
                 "status": "incomplete",
                 "reason": reason,

@@ -53,8 +53,8 @@ def test_rank_killed_mid_run_ends_job_and_marks_trace_incomplete(tmp_path: Path)
     assert 1 in manifest["failed_ranks"]  # named from the trace it never finished
     assert (out / "rank-00001.h5.partial").exists()  # SIGKILL: never renamed
     with h5py.File(out / "rank-00000.h5") as f:  # rank 0 was told to stop: it closed its file
-        assert f.attrs["status"] == "incomplete"
-        assert "terminated" in f.attrs["failure"]
+        assert f.attrs["status"] == b"incomplete"
+        assert b"terminated" in f.attrs["failure"]
     run = open_run(out)
     assert run.status == "incomplete"
     assert run.problems
@@ -122,8 +122,8 @@ def test_error_on_one_rank_ends_the_job_naming_rank_and_reason(tmp_path: Path) -
     assert manifest["status"] == "incomplete" and manifest["failed_ranks"] == [3]
     for rank in range(4):  # every rank was alive: each closed its file marked incomplete
         with h5py.File(out / f"rank-{rank:05d}.h5") as f:
-            assert f.attrs["status"] == "incomplete"
-            assert "injected fault" in f.attrs["failure"]
+            assert f.attrs["status"] == b"incomplete"
+            assert b"injected fault" in f.attrs["failure"]
     assert open_run(out).status == "incomplete"
 
 

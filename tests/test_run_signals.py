@@ -32,7 +32,7 @@ def ended_incomplete(out: Path, proc: subprocess.Popen, within: float) -> str:
     assert manifest["status"] == "incomplete", manifest
     for f in out.glob("rank-*.h5"):
         with h5py.File(f) as h:
-            assert h.attrs["status"] == "incomplete"
+            assert h.attrs["status"] == b"incomplete"  # text is fixed-length: bytes
     return err
 
 

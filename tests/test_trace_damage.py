@@ -207,3 +207,201 @@ def test_report_on_undrawable_data_notes_it_and_never_shows_a_traceback(tmp_path
     assert "Traceback" not in err and "could not be drawn" in err
     assert "Plot missing" in (tmp_path / "report.md").read_text()
     assert _report([str(tmp_path), "--allow-incomplete"]) == 0
+
+
+# ---- damage the checksums must catch -------------------------------------------------------------
+
+
+def _refused(code: int, err: str, *texts: str) -> None:
+    assert code == 2, err
+    assert "Traceback" not in err, err
+    lines = err.splitlines()
+    assert lines and all(line.startswith("gicbench analyze: ") for line in lines), err
+    for text in texts:
+        assert text in err, err
+
+
+@pytest.mark.parametrize("target", ["points/00001/samples/rtt_ns", "points/00001/samples"])
+def test_a_deleted_sample_dataset_is_refused(tmp_path: Path, target: str, capsys) -> None:
+    """A point that loses its samples used to give a row of '-' in a complete run."""
+    _write(tmp_path, run_id="run-a", points_per_rank=2)
+    with h5py.File(tmp_path / "rank-00000.h5", "a") as f:
+        del f[target]
+    _refused(_analyze([str(tmp_path)]), capsys.readouterr().err, "rank 0", "point 1")
+    df = load_run(tmp_path, allow_incomplete=True)  # the other point of rank 0 is kept
+    assert sorted(df.loc[df["rank"] == 0, "point"]) == [0]
+
+
+@pytest.mark.parametrize(
+    ("where", "name"),
+    [
+        ("points/00000", "results"),
+        ("points/00000", "params"),
+        ("points/00000", "closed"),
+        ("points/00000", "experiment"),
+        ("/", "config"),
+        ("/", "run_id"),
+        ("/", "end_utc"),
+    ],
+)
+def test_a_deleted_attribute_is_refused(tmp_path: Path, where: str, name: str, capsys) -> None:
+    _write(tmp_path, run_id="run-a", points_per_rank=2)
+    with h5py.File(tmp_path / "rank-00001.h5", "a") as f:
+        del f[where].attrs[name]
+    _refused(_analyze([str(tmp_path)]), capsys.readouterr().err, "rank 1")
+
+
+def test_a_changed_sample_is_refused(tmp_path: Path, capsys) -> None:
+    """Samples rewritten in place (valid HDF5, valid fletcher32): only a digest can tell."""
+    _write(tmp_path, run_id="run-a", points_per_rank=2)
+    with h5py.File(tmp_path / "rank-00001.h5", "a") as f:
+        f["points/00000/samples/rtt_ns"][3] += 1
+    _refused(_analyze([str(tmp_path)]), capsys.readouterr().err, "rank 1", "point 0", "rtt_ns")
+
+
+def test_samples_rewritten_as_floats_are_refused(tmp_path: Path, capsys) -> None:
+    """Same length, and the same hash once truncated to int64: the dtype must be int64 too."""
+    _write(tmp_path, run_id="run-a", points_per_rank=2)
+    with h5py.File(tmp_path / "rank-00001.h5", "a") as f:
+        values = f["points/00000/samples/rtt_ns"][()]
+        del f["points/00000/samples/rtt_ns"]
+        f["points/00000/samples/rtt_ns"] = values + 0.5
+    _refused(_analyze([str(tmp_path)]), capsys.readouterr().err, "rank 1", "float64, not int64")
+
+
+def test_changed_results_and_counters_are_refused(tmp_path: Path, capsys) -> None:
+    make_run(tmp_path, world_size=2, n=20)
+    with h5py.File(tmp_path / "rank-00000.h5", "a") as f:
+        f["points/00002"].attrs["counters_after"] = json.dumps({"wqes": 7, "doorbells": 20})
+    _refused(_analyze([str(tmp_path)]), capsys.readouterr().err, "rank 0", "point 2")
+
+
+# What results are computed from, read straight from the file (no gicbench checks): a flip that
+# leaves all of it unchanged is harmless, whatever it hit.
+_POINT_KEYS = ("experiment", "params", "results", "counters_before", "counters_after", "closed")
+
+
+def _values(path: Path) -> str:
+    from gicbench.trace import schema
+
+    try:
+        with h5py.File(path, "r", locking=False) as f:
+            out: dict[str, Any] = {"/": schema.decode_attrs(f.attrs)}
+            for name, group in f["points"].items():
+                samples = {m: d[()].tolist() for m, d in group["samples"].items()}
+                out[name] = {**schema.decode_attrs(group.attrs, _POINT_KEYS), "samples": samples}
+            return json.dumps(out, sort_keys=True, default=repr)
+    except Exception as exc:  # any damage h5py or the JSON decoder notices
+        return f"unreadable: {type(exc).__name__}"
+
+
+def test_bit_flips_in_a_rank_file_are_refused_or_harmless(tmp_path: Path, capsys) -> None:
+    """200 seeded 2-bit flips in a copy of a rank file: each one is either refused (exit 2, one
+    line per problem, no traceback) or leaves every value results come from unchanged and the
+    analysis identical. Before the checksums some flips changed values and passed with exit 0."""
+    base = _write(tmp_path / "base", iters=20, run_id="run-a", points_per_rank=2)
+    assert _analyze([str(base), "--json"]) == 0
+    clean = json.loads(capsys.readouterr().out)["experiments"]
+    name = "rank-00001.h5"
+    data = (base / name).read_bytes()
+    clean_values = _values(base / name)
+    run = tmp_path / "run"
+    shutil.copytree(base, run)
+    rng = np.random.default_rng(20261201)
+    refused = 0
+    for flip in range(200):
+        damaged = bytearray(data)
+        for _ in range(2):
+            damaged[int(rng.integers(len(damaged)))] ^= 1 << int(rng.integers(8))
+        (run / name).write_bytes(bytes(damaged))
+        code = _analyze([str(run), "--json"])
+        out, err = capsys.readouterr()
+        assert "Traceback" not in err, (flip, err)
+        if code == 0:
+            assert _values(run / name) == clean_values, f"flip {flip}: a value changed silently"
+            assert json.loads(out)["experiments"] == clean, f"flip {flip}: results changed"
+        else:
+            assert code == 2, (flip, err)
+            assert err and all(ln.startswith("gicbench analyze: ") for ln in err.splitlines())
+            refused += 1
+    assert refused >= 20  # the flips did hit what matters
+
+
+# ---- what a hostile user tries -------------------------------------------------------------------
+
+
+def test_a_truncated_rank_file_is_refused(tmp_path: Path, capsys) -> None:
+    _write(tmp_path, run_id="run-a", points_per_rank=2)
+    path = tmp_path / "rank-00001.h5"
+    for size in (path.stat().st_size // 2, path.stat().st_size - 100, 0):
+        os.truncate(path, size)
+        _refused(_analyze([str(tmp_path)]), capsys.readouterr().err, "rank 1")
+
+
+def test_swapped_rank_files_are_refused(tmp_path: Path, capsys) -> None:
+    _write(tmp_path, run_id="run-a", points_per_rank=2)
+    (tmp_path / "rank-00000.h5").rename(tmp_path / "tmp.h5")
+    (tmp_path / "rank-00001.h5").rename(tmp_path / "rank-00000.h5")
+    (tmp_path / "tmp.h5").rename(tmp_path / "rank-00001.h5")
+    _refused(_analyze([str(tmp_path)]), capsys.readouterr().err, "rank 0: rank-00000.h5 says "
+             "rank=1", "rank 1: rank-00001.h5 says rank=0")
+
+
+def test_a_rank_file_of_another_run_is_refused(tmp_path: Path, capsys) -> None:
+    a = _write(tmp_path / "a", run_id="run-a", points_per_rank=2)
+    b = _write(tmp_path / "b", run_id="run-b", points_per_rank=2)
+    shutil.copy(b / "rank-00000.h5", a / "rank-00000.h5")
+    _refused(_analyze([str(a)]), capsys.readouterr().err, "belongs to run 'run-b'")
+
+
+def test_run_json_that_is_a_directory_is_refused(tmp_path: Path, capsys) -> None:
+    _write(tmp_path, run_id="run-a")
+    (tmp_path / "run.json").unlink()
+    (tmp_path / "run.json").mkdir()
+    _refused(_analyze([str(tmp_path)]), capsys.readouterr().err, "run.json", "directory")
+
+
+@pytest.mark.parametrize("where", ["/", "points/00001"])
+def test_a_huge_attribute_is_refused(tmp_path: Path, where: str, capsys) -> None:
+    """A 32 MB attribute in place of one that results come from."""
+    _write(tmp_path, run_id="run-a", points_per_rank=2)
+    name = "config" if where == "/" else "results"
+    with h5py.File(tmp_path / "rank-00001.h5", "a") as f:
+        f[where].attrs[name] = json.dumps({"junk": "x" * (32 << 20)})
+    _refused(_analyze([str(tmp_path)]), capsys.readouterr().err, "rank 1")
+
+
+def test_a_run_directory_named_to_break_lines_is_refused_in_one_line(tmp_path: Path,
+                                                                     capsys) -> None:
+    run = _write(tmp_path / "evil\nname\x1b[31m", run_id="run-a", points_per_rank=2)
+    (run / "rank-00001.h5").unlink()
+    code = _analyze([str(run)])
+    err = capsys.readouterr().err
+    _refused(code, err, "rank 1: trace file rank-00001.h5 is missing")
+    assert len(err.splitlines()) == 1 and "\x1b" not in err, repr(err)
+
+
+# ---- one line per problem ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("missing", [1, 3, 40])
+def test_a_refusal_prints_one_line_per_problem(tmp_path: Path, missing: int, capsys) -> None:
+    """Each missing rank (none next to another: a run of them is one problem) is one line, up
+    to a cap and a '... N more' line."""
+    world = 2 * missing + 1
+    _write(tmp_path, sizes=(8,), world=world, iters=5, run_id="run-a", points_per_rank=1)
+    for rank in range(1, world, 2):
+        (tmp_path / f"rank-{rank:05d}.h5").unlink()
+    for command in (_analyze, _report):
+        code = command([str(tmp_path)])
+        err = capsys.readouterr().err
+        assert code == 2 and "Traceback" not in err
+        lines = err.splitlines()
+        name = "analyze" if command is _analyze else "report"
+        assert all(line.startswith(f"gicbench {name}: ") for line in lines), err
+        assert len(lines) == min(missing, 20), err
+        if missing > 20:
+            assert lines[-1].endswith(f"... and {missing - 19} more problems "
+                                      "(--allow-incomplete analyses what is there)"), err
+        else:
+            assert "--allow-incomplete" in lines[-1], err

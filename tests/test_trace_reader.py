@@ -60,8 +60,8 @@ def test_unknown_schema_everywhere_is_refused(tmp_path: Path, monkeypatch) -> No
 
 def test_mixed_schema_versions_are_refused(tmp_path: Path, monkeypatch) -> None:
     make_run(tmp_path, world_size=2, n=5)
-    _set_schema(tmp_path / "rank-00001.h5", "gicbench-trace/2")
-    with pytest.raises(TraceError, match=r"mixed schema versions.*rank-00001\.h5=gicbench-trace/2"):
+    _set_schema(tmp_path / "rank-00001.h5", "gicbench-trace/1")
+    with pytest.raises(TraceError, match=r"mixed schema versions.*rank-00001\.h5=gicbench-trace/1"):
         open_run(tmp_path)
     # Even when both versions are known, they may not be mixed in one run.
     monkeypatch.setattr(schema, "KNOWN_SCHEMAS", ("gicbench-trace/1", "gicbench-trace/2"))
@@ -131,3 +131,49 @@ def test_large_configuration_round_trips(tmp_path: Path) -> None:
     with open_run(tmp_path) as run:
         assert run.ranks[0].attrs["config"] == config
         assert run.manifest["config"] == config
+
+
+def _as_schema_1(run_dir: Path) -> None:
+    """Make a run look as gicbench wrote it before the digests (schema 1)."""
+    import json
+
+    manifest = json.loads((run_dir / "run.json").read_text())
+    (run_dir / "run.json").write_text(json.dumps({**manifest, "schema": "gicbench-trace/1"}))
+    for path in run_dir.glob("rank-*.h5"):
+        with h5py.File(path, "a") as f:
+            f.attrs["schema"] = "gicbench-trace/1"
+            for attrs in [f.attrs, *(g.attrs for g in f["points"].values())]:
+                for name in ("digest", "sample_digests", "point_count"):
+                    if name in attrs:
+                        del attrs[name]
+
+
+def test_schema_1_runs_are_read_with_a_warning(tmp_path: Path, capsys) -> None:
+    """Traces from before the digests stay readable; the one warning line says what cannot
+    be checked."""
+    from test_trace_damage import _analyze
+
+    from gicbench.analysis.load import load_run
+    from gicbench.trace import TraceWarning
+
+    make_run(tmp_path, world_size=2, n=20)
+    _as_schema_1(tmp_path)
+    with open_run(tmp_path) as run:
+        assert run.problems == [] and len(run.warnings) == 1
+        assert "has no digests" in run.warnings[0]
+        assert run.ranks[1].samples(0, "issue_ns").size == 20  # unchecked, still read
+    with pytest.warns(TraceWarning, match="cannot be detected"):
+        assert load_run(tmp_path).attrs["warnings"] == run.warnings
+    assert _analyze([str(tmp_path), "--json"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("gicbench analyze: warning: ")
+
+
+def test_schema_1_points_still_need_their_samples_group(tmp_path: Path) -> None:
+    make_run(tmp_path, world_size=2, n=20)
+    _as_schema_1(tmp_path)
+    with h5py.File(tmp_path / "rank-00001.h5", "a") as f:
+        del f["points/00002/samples"]
+    with open_run(tmp_path) as run:
+        assert any("rank 1: 1 unreadable point(s)" in p and "samples group is missing" in p
+                   for p in run.problems), run.problems

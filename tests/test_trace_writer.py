@@ -37,11 +37,14 @@ def test_root_attributes_follow_the_rule(tmp_path: Path) -> None:
     w = TraceWriter(tmp_path, 0, 1, META)
     assert w.partial_path.name == "rank-00000.h5.partial" and w.partial_path.exists()
     with h5py.File(w.partial_path, "r") as f:
-        assert f.attrs["status"] == "incomplete"  # written at once, before any point
-        assert f.attrs["schema"] == SCHEMA_VERSION
-        assert f.attrs["tool_version"] == __version__
-        assert isinstance(f.attrs["git_rev"], str) and f.attrs["git_rev"]
-        assert f.attrs["provider"] == "emu" and f.attrs["local_rank"] == 0
+        # Text is fixed-length UTF-8 (HDF5 checksums it with the object header): bytes to h5py.
+        assert f.attrs["status"] == b"incomplete"  # written at once, before any point
+        assert f.attrs.get_id("status").get_type().get_class() == h5py.h5t.STRING
+        assert not f.attrs.get_id("status").get_type().is_variable_str()
+        assert f.attrs["schema"].decode() == SCHEMA_VERSION
+        assert f.attrs["tool_version"].decode() == __version__
+        assert isinstance(f.attrs["git_rev"], bytes) and f.attrs["git_rev"]
+        assert f.attrs["provider"] == b"emu" and f.attrs["local_rank"] == 0
         assert math.isnan(f.attrs["sm_clock_hz"])
         assert json.loads(f.attrs["config"]) == META["config"]  # dicts as JSON strings
         assert json.loads(f.attrs["argv"]) == META["argv"]
@@ -77,7 +80,7 @@ def test_points_samples_counters_results(tmp_path: Path) -> None:
                 p.set_results({"bytes_moved": 64})  # merges
     with h5py.File(tmp_path / "rank-00000.h5", "r") as f:
         g = f["points/00001"]
-        assert g.attrs["experiment"] == "single-op" and g.attrs["size"] == 16
+        assert g.attrs["experiment"] == b"single-op" and g.attrs["size"] == 16
         assert "sweep" not in g.attrs  # only scalar params as their own attributes
         assert json.loads(g.attrs["params"])["sweep"] == [1, 2]
         ds = g["samples/issue_ns"]
@@ -152,8 +155,8 @@ def test_context_manager_aborts_on_exception(tmp_path: Path) -> None:
         w.begin_point("x", {})
         raise RuntimeError("validation failed at size 64")
     with h5py.File(tmp_path / "rank-00000.h5", "r") as f:
-        assert f.attrs["status"] == "incomplete"
-        assert "validation failed at size 64" in f.attrs["failure"]
+        assert f.attrs["status"] == b"incomplete"
+        assert b"validation failed at size 64" in f.attrs["failure"]
 
 
 def test_sigkilled_rank_leaves_a_readable_partial_file(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 
 from .manifest import MANIFEST_FIELDS, manifest_path, read_manifest, write_manifest
 from .provenance import git_revision, utc_now
-from .reader import Point, RankTrace, Run, open_run
+from .reader import Point, RankTrace, Run, TraceWarning, open_run
 from .schema import KNOWN_SCHEMAS, SCHEMA_VERSION
 from .writer import PointWriter, TraceWriter
 
@@ -14,6 +14,7 @@ __all__ = [
     "PointWriter",
     "RankTrace",
     "Run",
+    "TraceWarning",
     "TraceWriter",
     "git_revision",
     "manifest_path",

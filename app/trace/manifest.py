@@ -10,7 +10,7 @@ from typing import Any
 from gicbench import safe_files
 from gicbench.errors import TraceError
 
-from . import schema
+from . import files, schema
 from .provenance import git_revision, tool_version
 
 MANIFEST_FIELDS = (
@@ -51,7 +51,11 @@ def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> Path:
 
 
 def read_manifest(run_dir: Path) -> dict[str, Any]:
-    """Load run.json; raises TraceError if it is missing, unreadable or not a JSON object."""
+    """Load run.json; raises TraceError if it is missing, unreadable or not a JSON object.
+
+    run.json must be a regular file (links are followed) of at most schema.MAX_MANIFEST_BYTES:
+    a FIFO, a device or a huge file is refused before anything is read.
+    """
     path = manifest_path(run_dir)
     if not Path(run_dir).is_dir():
         what = safe_files.describe(run_dir)
@@ -59,18 +63,20 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
             f"{run_dir} is not a directory ({what}): expected a gicbench run directory"
         )
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = files.read_regular(path, schema.MAX_MANIFEST_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise TraceError(
             f"{path} is missing: not a gicbench run directory, or rank 0 died before starting"
         ) from None
+    except (files.NotARegularFile, files.TooLarge) as exc:
+        raise TraceError(f"{exc}: refusing to read it as the run manifest") from None
     except UnicodeDecodeError as exc:
         raise TraceError(f"{path} is not text (damaged?): byte {exc.start} is not UTF-8") from None
     except OSError as exc:
         raise TraceError(f"{path} cannot be read: {exc.strerror or exc}") from None
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, RecursionError) as exc:
         raise TraceError(f"{path} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise TraceError(f"{path} must hold a JSON object, got {type(data).__name__}")
