@@ -201,3 +201,29 @@ def test_sweep_points_with_bad_names_are_refused(tmp_path: Path, name: object) -
     sweep = _sweep(tmp_path, {"schema": SCHEMA, "points": [point]})
     with pytest.raises(ConfigError, match="sweep manifest"):
         point_runs(sweep)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("config", [1]), ("experiments", "single-op"), ("status", 3), ("status", None)],
+)
+def test_run_json_fields_of_the_wrong_kind_are_refused(tmp_path: Path, field, value) -> None:
+    """A field of the wrong kind is damage, refused in one line."""
+    _write(tmp_path, run_id="run-a")
+    _set_manifest(tmp_path, **{field: value})
+    with pytest.raises(TraceError, match=rf"{field} is .*expected"):
+        open_run(tmp_path)
+    r = analyze(str(tmp_path))
+    assert r.returncode == 2
+    refused_in_one_line(r, field)
+
+
+def test_run_json_without_the_config_its_rank_files_have_is_a_problem(tmp_path: Path) -> None:
+    """`config: null` skipped the check that every rank file was written with the run's config,
+    and the run was analysed as complete."""
+    _write(tmp_path, run_id="run-a")
+    _set_manifest(tmp_path, config=None)
+    with open_run(tmp_path) as run:
+        assert any("run.json has none to check it against" in p for p in run.problems)
+    r = analyze(str(tmp_path))
+    assert r.returncode == 2 and "has a config, run.json has none" in r.stderr

@@ -18,6 +18,18 @@ MANIFEST_FIELDS = (
     "submitter", "argv", "start_utc", "end_utc", "status", "hosts",
 )
 OPTIONAL_FIELDS = ("failed_ranks", "reason", schema.RUN_ID, schema.POINTS_PER_RANK)
+# What run.json's fields must be where present (a `config: null` was taken for a run's config).
+FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "config": dict,
+    "experiments": list,
+    "status": str,
+    "provider": str,
+    "submitter": str,
+    "argv": list,
+    "hosts": list,
+}
+_KIND_NAMES = {dict: "a JSON object", list: "a JSON list", str: "a string"}
+REQUIRED_VALUES = ("status",)  # never null in a run's manifest
 
 
 def manifest_path(run_dir: Path) -> Path:
@@ -80,4 +92,13 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
         raise TraceError(f"{path} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise TraceError(f"{path} must hold a JSON object, got {type(data).__name__}")
+    if data.get("schema") not in schema.KNOWN_SCHEMAS:
+        return data  # the reader refuses it by its schema, the clearer reason
+    for key, kind in FIELD_TYPES.items():
+        absent = data.get(key) is None and key not in REQUIRED_VALUES  # written as null
+        if key in data and not absent and not isinstance(data[key], kind):
+            raise TraceError(
+                f"{path}: {key} is {json.dumps(data[key])[:60]}, expected "
+                f"{_KIND_NAMES[kind]} (damaged, or not written by gicbench)"
+            )
     return data

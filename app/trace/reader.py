@@ -514,6 +514,9 @@ def _rank_problems(rank: int, path: Path, attrs: dict[str, Any], manifest: dict[
                             f"{run_id!r} (a file from another run?)")
     config = attrs.get("config")
     theirs = manifest.get("config")
+    if config is not None and theirs is None:
+        problems.append(f"rank {rank}: {path.name} has a config, run.json has none to check it "
+                        "against (run.json damaged or not gicbench's)")
     if config is not None and theirs is not None and _canonical(config) != _canonical(theirs):
         problems.append(f"rank {rank}: {path.name} was written with another config than "
                         "run.json's (a file from another run?)")
