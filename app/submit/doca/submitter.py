@@ -233,8 +233,8 @@ class DocaSubmitter(Submitter):
         need = proxy_bytes(self.handler, max((q.sq.wqebb_cnt for q in rc), default=0))
         scratch = None
         if self.handler.host_thread and rc:
-            scratch = self.fabric.register(  # type: ignore[call-arg]
-                need * len(rc), Access.LOCAL_WRITE, domain="host-mapped"
+            scratch = self.fabric.register(
+                need * len(rc), Access.LOCAL_WRITE, domain=MemoryDomain.HOST_MAPPED
             )
         for q in rc:  # before the first post: owner-1 CQEs (DOCA's sm_90 poll)
             if q.sq.cq.domain == MemoryDomain.DEVICE:
