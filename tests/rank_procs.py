@@ -14,6 +14,8 @@ import h5py
 import pytest
 from launching import MPI_ENV, mpiexec_path
 
+from gicbench.trace.schema import decode_attrs
+
 
 def start(out: Path, args: list[str], ranks: int = 2) -> subprocess.Popen:
     """`mpiexec -n RANKS gicbench run ARGS -o OUT` in the background, output captured."""
@@ -73,6 +75,7 @@ def rank_failures(out: Path, ranks: int) -> dict[int, str]:
         path = out / f"rank-{r:05d}.h5"
         assert path.exists(), f"rank {r} left no finished trace: {sorted(os.listdir(out))}"
         with h5py.File(path) as h:
-            assert h.attrs["status"] == "incomplete", (r, dict(h.attrs))
-            reasons[r] = str(h.attrs.get("failure", ""))
+            attrs = decode_attrs(h.attrs)  # text attributes are fixed-length bytes on disk
+            assert attrs["status"] == "incomplete", (r, attrs)
+            reasons[r] = str(attrs.get("failure", ""))
     return reasons
