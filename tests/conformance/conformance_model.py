@@ -105,6 +105,31 @@ class FetchAdd:
 
 
 @dataclass(frozen=True)
+class MaskedAtomic:
+    """An extended (masked) atomic on `size`-byte operands at `dst`; the old value lands at
+    `result`. op "fa": masked fetch-add of `value` with field boundary `mask` (0: a plain add);
+    op "cs": masked compare-and-swap, `value` swapped in under `mask` when the bits of
+    `compare_mask` equal `compare`. Faults: `raddr_delta` moves the address, `result_len`
+    overrides the data segment's byte count, `opmod` the ctrl's operand-size modifier."""
+
+    qp: str
+    op: str
+    size: int
+    dst: tuple[str, int]
+    result: tuple[str, int]
+    value: int
+    mask: int = 0
+    compare: int = 0
+    compare_mask: int = 0
+    signaled: bool = True
+    raddr_delta: int = 0
+    result_len: int | None = None
+    opmod: int | None = None
+    dct: str | None = None
+    compact_av: bool = False
+
+
+@dataclass(frozen=True)
 class Nop:
     qp: str
     signaled: bool = False

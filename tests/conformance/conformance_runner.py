@@ -18,6 +18,7 @@ from conformance_model import (
     Case,
     ConsumeCq,
     FetchAdd,
+    MaskedAtomic,
     Modify,
     Nop,
     Post,
@@ -171,6 +172,32 @@ class CaseRun:
             signaled=s.signaled,
             av=av,
         )
+        self._posted(s.qp, idx, nbb)
+
+    def do_MaskedAtomic(self, s: MaskedAtomic) -> None:
+        st, qp = self.sq[s.qp], self.qps[s.qp]
+        dst, res = self.mrs[s.dst[0]], self.mrs[s.result[0]]
+        av = self._av(s.dct, s.compact_av, None) if s.dct else None
+        idx = st.pi
+        raddr, laddr = dst.addr + s.dst[1] + s.raddr_delta, res.addr + s.result[1]
+        kw: dict[str, Any] = {"size": s.size, "signaled": s.signaled, "av": av}
+        if s.op == "fa":
+            nbb = st.ring.post_masked_fetch_add(
+                idx, qp.qpn, raddr, dst.rkey, s.value, res.lkey, laddr, field_boundary=s.mask,
+                **kw,
+            )  # fmt: skip
+        else:
+            nbb = st.ring.post_masked_cmp_swap(
+                idx, qp.qpn, raddr, dst.rkey, s.value, s.compare, res.lkey, laddr,
+                swap_mask=s.mask, compare_mask=s.compare_mask, **kw,
+            )  # fmt: skip
+        w = st.ring.parse(idx, dc=s.dct is not None)
+        if s.opmod is not None:  # the same ctrl with another operand-size modifier
+            c = w.ctrl
+            st.ring.write(idx, 0, mlx5.ctrl_seg(idx, c.opcode, c.qpn, c.ds, opmod=s.opmod,
+                                                fm_ce_se=c.fm_ce_se))  # fmt: skip
+        if s.result_len is not None:  # the last segment is the data segment
+            st.ring.write(idx, w.ctrl.ds - 1, mlx5.data_seg(s.result_len, res.lkey, laddr))
         self._posted(s.qp, idx, nbb)
 
     def do_Nop(self, s: Nop) -> None:
