@@ -12,6 +12,7 @@
 //   uint32_t ld_acq32(const uint32_t*)          acquire load (doorbell records)
 //   uint64_t fetch_add64(uint64_t*, uint64_t)   atomic, returns the old value
 //   uint64_t cas64(uint64_t*, uint64_t expected, uint64_t desired)   returns the old value
+//   uint32_t cas32(uint32_t*, uint32_t expected, uint32_t desired)   returns the old value
 //   void copy(uint8_t* dst, const uint8_t* src, uint32_t n)
 //   uint32_t qp_state()                          state of the QP being served (QpState values)
 //   void qp_to_error()                           the QP goes to ERR (release store)
@@ -131,6 +132,70 @@ struct RecvSlot {
   uint16_t index;
 };
 
+// ---- extended (masked) atomics -------------------------------------------------------------------
+// Masked fetch-add's sum, field by field: a set bit of `boundary` is the most significant bit of
+// its field and its carry is dropped (the MFetchAdd definition of the masked-atomics verbs,
+// Linux's "IB/core: Add support for masked atomic operations"); boundary 0 is a plain add, all
+// ones XOR. The non-boundary bits add with carries; each boundary bit is then its two operand
+// bits and the carry into it, with no carry out.
+GB_HD uint64_t masked_add(uint64_t old, uint64_t add, uint64_t boundary) {
+  return ((old & ~boundary) + (add & ~boundary)) ^ ((old ^ add) & boundary);
+}
+
+// The value a masked atomic leaves in a word that held `old`. Compare-and-swap: when the bits of
+// compare_mask equal compare's, the bits of swap_mask take swap's; otherwise nothing changes.
+GB_HD uint64_t masked_result(uint8_t opcode, const m5::MaskedAtomicView& v, uint64_t old) {
+  if (opcode == m5::kOpAtomicMaskedFa) return masked_add(old, v.swap_add, v.swap_add_mask);
+  if ((old ^ v.compare) & v.compare_mask) return old;
+  return (old & ~v.swap_add_mask) | (v.swap_add & v.swap_add_mask);
+}
+
+// An extended atomic (MLX5_OPCODE_ATOMIC_MASKED_FA / _CS) whose raddr segment is read: segments
+// from `seg` are the extended atomic segment(s) and the data segment of the old value. The
+// operands are big-endian in the WQE; the target word is updated in host endianness, as the
+// standard 8-byte atomics are (atomic_req_8B_endianness_mode = host) and as NVSHMEM's and
+// DeepEP's IBGDA signals need (receivers read those counters natively). The update is a
+// compare-and-swap loop, so it is atomic against every other atomic of every engine.
+template <class Env>
+GB_HD Exec execute_masked(Env& env, const SqParams& q, uint32_t ci, const m5::CtrlView& c,
+                          uint32_t seg, const typename Env::Resp& resp, const m5::RaddrView& ra) {
+  const m5::SqRing& sq = q.ring;
+  const uint32_t size = m5::ext_atomic_size(c.opmod);
+  if (!size) return Exec{m5::kSyndLocalQpOp, 0};  // not the 4- or 8-byte extended form
+  const uint32_t nseg = m5::masked_atomic_segs(c.opcode, size);
+  if (c.ds < seg + nseg + 1) return Exec{m5::kSyndLocalQpOp, 0};
+  const m5::MaskedAtomicView v =
+      m5::get_masked_atomic(sq.seg(ci, seg), sq.seg(ci, seg + 1), c.opcode, size);
+  const m5::DataView d = m5::get_data_seg(sq.seg(ci, seg + nseg));
+  if (d.byte_count != size) return Exec{m5::kSyndLocalLength, 0};
+  uint8_t* res = env.local(d.lkey, d.addr, size, kLocalWrite, q.pd);
+  if (!res) return Exec{m5::kSyndLocalProt, 0};
+  if (ra.raddr & (size - 1)) return Exec{m5::kSyndRemoteInvalReq, 0};  // misaligned
+  uint8_t* tp = env.remote(resp, ra.rkey, ra.raddr, size, kRemoteAtomic);
+  if (!tp) return Exec{m5::kSyndRemoteAccess, 0};
+  if (size == 8) {
+    uint64_t* word = reinterpret_cast<uint64_t*>(tp);
+    uint64_t old = 0;  // a guess: the first swap succeeds when the word holds it
+    for (;;) {
+      const uint64_t seen = env.cas64(word, old, masked_result(c.opcode, v, old));
+      if (seen == old) break;
+      old = seen;
+    }
+    env.copy(res, reinterpret_cast<const uint8_t*>(&old), 8);
+  } else {
+    uint32_t* word = reinterpret_cast<uint32_t*>(tp);
+    uint32_t old = 0;
+    for (;;) {
+      const uint32_t want = static_cast<uint32_t>(masked_result(c.opcode, v, old));
+      const uint32_t seen = env.cas32(word, old, want);
+      if (seen == old) break;
+      old = seen;
+    }
+    env.copy(res, reinterpret_cast<const uint8_t*>(&old), 4);
+  }
+  return Exec{0, size};
+}
+
 // ---- WQE execution -------------------------------------------------------------------------------
 template <class Env>
 GB_HD Exec execute(Env& env, const SqParams& q, uint32_t ci, const m5::CtrlView& c) {
@@ -143,7 +208,8 @@ GB_HD Exec execute(Env& env, const SqParams& q, uint32_t ci, const m5::CtrlView&
   const bool send = op == m5::kOpSend || op == m5::kOpSendImm;
   const bool read = op == m5::kOpRdmaRead;
   const bool atomic = op == m5::kOpAtomicFa || op == m5::kOpAtomicCs;
-  if (!write && !send && !read && !atomic) return Exec{m5::kSyndLocalQpOp, 0};
+  const bool masked = op == m5::kOpAtomicMaskedFa || op == m5::kOpAtomicMaskedCs;
+  if (!write && !send && !read && !atomic && !masked) return Exec{m5::kSyndLocalQpOp, 0};
 
   // The responder: the RC peer, or the DCT named by the address vector.
   uint32_t seg = 1;
@@ -160,6 +226,7 @@ GB_HD Exec execute(Env& env, const SqParams& q, uint32_t ci, const m5::CtrlView&
     if (c.ds < seg + 1) return Exec{m5::kSyndLocalQpOp, 0};
     ra = m5::get_raddr_seg(sq.seg(ci, seg++));
   }
+  if (masked) return execute_masked(env, q, ci, c, seg, resp, ra);
 
   if (atomic) {
     if (c.ds < seg + 2) return Exec{m5::kSyndLocalQpOp, 0};

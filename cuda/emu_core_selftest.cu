@@ -86,6 +86,14 @@ struct Env {
     return expected;
 #endif
   }
+  GB_HD uint32_t cas32(uint32_t* p, uint32_t expected, uint32_t desired) const {
+#if defined(__CUDA_ARCH__)
+    return atomicCAS(reinterpret_cast<unsigned int*>(p), expected, desired);
+#else
+    __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    return expected;
+#endif
+  }
   GB_HD void copy(uint8_t* dst, const uint8_t* src, uint32_t n) const {
     for (uint32_t i = 0; i < n; ++i) dst[i] = src[i];
   }
@@ -140,11 +148,17 @@ struct Env {
 
 // Post, record, ring, serve. Expected results (tests/conformance/test_emu_core_cuda.py):
 // dst[0..8) = src[0..8), dst[8..16) = src[32..40) (gather), 8 B at res = 7 (old value), the word
-// at kDstOff+64 = 7 + 5; CQEs: WQE 1 (write), 2 (fetch-add), then an error CQE (bad rkey) at 3.
+// at kDstOff+64 = 7 + 5; a 4-byte masked fetch-add of 0x01010101 with byte fields on 0x01ff7f00
+// at kDstOff+80 (0x02008001, old value at res+8) and an 8-byte masked compare-and-swap at
+// kDstOff+88 (0x1111222233334444 -> 0x11112222aaaa4444, old value at res+16); CQEs: WQE 1
+// (write), 5 (fetch-add, retiring the unsignaled masked ones at 2 and 3), then an error CQE (bad
+// rkey) at 6 and a flush at 7.
 GB_HD void scenario(uint8_t* mem, uint64_t* out) {
   Env env{mem, out};
   for (uint32_t i = 0; i < 256; ++i) mem[kSrcOff + i] = static_cast<uint8_t>(i);
   *reinterpret_cast<uint64_t*>(mem + kDstOff + 64) = 7;
+  *reinterpret_cast<uint32_t*>(mem + kDstOff + 80) = 0x01ff7f00u;
+  *reinterpret_cast<uint64_t*>(mem + kDstOff + 88) = 0x1111222233334444ull;
   for (uint32_t i = 0; i < kNcqe; ++i) m5::cqe_init(mem + kCqOff + i * m5::kCqeBytes);
   const m5::SqRing ring{mem + kSqOff, kSqWqebbs};
   const ec::SqParams q{ring, kQpn, 0, 0, kPd, false,
@@ -169,7 +183,14 @@ GB_HD void scenario(uint8_t* mem, uint64_t* out) {
   uint8_t ctrl[16] = {};
   m5::set_ctrl_seg(ctrl, static_cast<uint16_t>(pi), 0, 0, kQpn, 0, 0, 0, 0);
   ec::on_doorbell(env, st, q, m5::doorbell_value(ctrl));
-  // 2. fetch-add, rdma-core's doorbell (the ctrl of the last WQE)
+  // 2. two unsignaled extended atomics (a 4-byte masked fetch-add with byte-wide fields, an
+  //    8-byte masked compare-and-swap of two segments), then a fetch-add; rdma-core's doorbell
+  //    (the ctrl of the last WQE)
+  pi += m5::build_masked_fetch_add(ring, pi, kQpn, base + kDstOff + 80, kKey, 4, 0x01010101u,
+                                   0x80808080u, kKey, base + kResOff + 8, 0);
+  pi += m5::build_masked_cmp_swap(ring, pi, kQpn, base + kDstOff + 88, kKey, 8, 0xaaaa0000u,
+                                  0x1111000000000000ull, 0xffff0000u, 0xffff000000000000ull, kKey,
+                                  base + kResOff + 16, 0);
   const uint32_t fa = pi;
   pi += m5::build_fetch_add(ring, pi, kQpn, base + kDstOff + 64, kKey, 5, kKey, base + kResOff,
                             m5::kCqUpdate);

@@ -169,6 +169,10 @@ struct Nic::Env {
     __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
     return expected;  // the old value either way
   }
+  uint32_t cas32(uint32_t* p, uint32_t expected, uint32_t desired) const {
+    __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    return expected;
+  }
   void copy(uint8_t* dst, const uint8_t* src, uint32_t n) const { copy_payload(dst, src, n); }
   uint32_t qp_state() const { return ld_acq(&qp.state); }
   void qp_to_error() const { st_rel(&qp.state, static_cast<uint32_t>(kErr)); }

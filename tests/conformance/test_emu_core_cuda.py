@@ -1,5 +1,6 @@
 """cuda/emu_core.cuh outside the CPU engine: the scenario of cuda/emu_core_selftest.cu (IBGDA
-and rdma-core doorbells, an inline write, a gather write, a fetch-add, a bad rkey, a flush) run
+and rdma-core doorbells, an inline write, a gather write, a 4-byte masked fetch-add, an 8-byte
+masked compare-and-swap, a fetch-add, a bad rkey, a flush) run
 through nvcc's host compiler and, with a GPU, in a kernel. Both must leave what the CPU engine's
 semantics say (the conformance cases check the same rules on the CPU engine)."""
 
@@ -35,24 +36,28 @@ def _nvcc() -> str:
 
 def check(out: list[int], dst: bytes, res: bytes, cq: bytes) -> None:
     executed, errors, flushed, doorbells, stale, lag, cq_pi, state, ci, nbytes = out[:10]
-    assert (executed, errors, flushed, doorbells, stale, lag) == (3, 1, 1, 3, 0, 0)
-    assert (cq_pi, state, ci, nbytes) == (4, 6, 5, 4 + 12 + 8)
+    assert (executed, errors, flushed, doorbells, stale, lag) == (5, 1, 1, 3, 0, 0)
+    assert (cq_pi, state, ci, nbytes) == (4, 6, 8, 4 + 12 + 4 + 8 + 8)
     assert dst[:16] == SRC[0:8] + SRC[32:40]  # inline write + a gather list of two segments
     assert dst[64:72] == (12).to_bytes(8, "little")  # 7 + 5
-    assert res == (7).to_bytes(8, "little")  # the old value
+    assert dst[80:84] == (0x02008001).to_bytes(4, "little")  # byte fields: no carry between
+    assert dst[88:96] == (0x1111_2222_AAAA_4444).to_bytes(8, "little")
+    assert res[:8] == (7).to_bytes(8, "little")  # the old values
+    assert res[8:16] == (0x01FF7F00).to_bytes(4, "little") + bytes(4)  # 4 bytes, no more
+    assert res[16:24] == (0x1111_2222_3333_4444).to_bytes(8, "little")
     cqes = [mlx5.decode_cqe(cq[64 * i : 64 * (i + 1)]) for i in range(4)]
     assert [(c.opcode, c.wqe_counter, c.qpn) for c in cqes[:2]] == [
         (mlx5.CqeOpcode.REQ, 1, QPN),
-        (mlx5.CqeOpcode.REQ, 2, QPN),
+        (mlx5.CqeOpcode.REQ, 5, QPN),
     ]
     assert cqes[1].wqe_opcode == mlx5.Opcode.ATOMIC_FA and cqes[0].byte_cnt == 12
     assert (cqes[2].opcode, cqes[2].syndrome, cqes[2].vendor_syndrome, cqes[2].wqe_counter) == (
         mlx5.CqeOpcode.REQ_ERR,
         mlx5.Syndrome.REMOTE_ACCESS,
         0x88,
-        3,
+        6,
     )
-    assert (cqes[3].syndrome, cqes[3].wqe_counter) == (mlx5.Syndrome.WR_FLUSH, 4)
+    assert (cqes[3].syndrome, cqes[3].wqe_counter) == (mlx5.Syndrome.WR_FLUSH, 7)
 
 
 @pytest.mark.nvcc
@@ -99,7 +104,7 @@ def test_core_scenario_on_gpu(tmp_path: Path) -> None:
     check(
         [int(x) for x in cp.asnumpy(out)],
         host[DST : DST + 128],
-        host[RES : RES + 8],
+        host[RES : RES + 24],
         host[CQ : CQ + NCQE * 64],
     )
     assert np.frombuffer(host[DST : DST + 16], np.uint8).size == 16

@@ -20,7 +20,7 @@ int main() {
     std::printf("\n");
   };
   hex(t::kDstOff, 128);
-  hex(t::kResOff, 8);
+  hex(t::kResOff, 24);
   hex(t::kCqOff, t::kNcqe * 64);
   std::free(mem);
   return 0;
