@@ -28,8 +28,20 @@
 //   void req_cqe(uint8_t wqe_opcode, uint16_t idx, uint32_t bytes)     requester CQE
 //   void err_cqe(uint8_t synd, uint8_t vendor, uint8_t wqe_opcode, uint16_t idx, bool flush)
 //   void event(Event, uint32_t expected, uint32_t found)  counters and error records
+//
+// GPI queues (docs/gpi.md): gpi_serve() consumes a ring of gicbench's 64-byte descriptors
+// (cuda/gpi.cuh) through its own environment `GEnv`, which supplies:
+//   uint64_t ld_acq64(const uint64_t*)  void st_rel64(uint64_t*, uint64_t)
+//   uint64_t fetch_add64(uint64_t*, uint64_t)  uint64_t cas64(...)  uint32_t cas32(...)
+//   void copy(uint8_t*, const uint8_t*, uint32_t)
+//   uint32_t self_rank()  bool reachable(uint32_t rank)
+//   bool window(uint32_t handle, uint32_t rank, GpiWindow&)   the queue's window table
+//   uint8_t* local(key, addr, len)              this rank's MR translation, the queue's pd
+//   uint8_t* remote(rank, key, addr, len, need) rank's MR translation, the queue's pd
+//   void gpi_event(GpiEvent, uint64_t a, uint64_t b, uint64_t c)   counters and error records
 #pragma once
 
+#include "gpi.cuh"
 #include "mlx5.cuh"
 
 namespace gicbench {
@@ -505,6 +517,203 @@ GB_HD CqeResult write_cqe(Mem& mem, const CqRef& cq, Fill fill) {
                m5::load32(tmp + m5::kCqeWqeCounter));
   *cq.pi = pi + 1;
   return kCqeWritten;
+}
+
+// ---- GPI queues ----------------------------------------------------------------------------------
+namespace gp = gicbench::gpi;
+
+// What gpi_serve reports through GEnv::gpi_event.
+enum GpiEvent : uint32_t {
+  kGpiDone,     // a descriptor executed: a = RDMA writes, b = signals, c = bytes written
+  kGpiTorn,     // a torn descriptor (once each): a = its index, b = segments of this lap
+  kGpiError,    // a descriptor failed: a = syndrome, b = its index, c = destination
+  kGpiOverrun,  // the producers' index ran more than the ring ahead: a = ci, b = pi
+};
+
+struct GpiWindow {
+  uint64_t addr;    // as the owner reports it
+  uint64_t length;  // bytes from addr a descriptor may name
+  uint32_t key;
+};
+
+// The engine's view of one GPI queue (fixed at creation).
+struct GpiParams {
+  const uint64_t* ring;  // 2^log_depth descriptors of 8 words
+  uint32_t log_depth;
+  uint8_t* ctl;  // the control block: pi, ci, errors, last_error, counters (gpi.cuh offsets)
+  uint32_t ncounters, nwindows;
+  GB_HD uint64_t* word(uint32_t off) const { return reinterpret_cast<uint64_t*>(ctl + off); }
+};
+
+// The engine's state of one GPI queue (only its engine touches it).
+struct GpiState {
+  uint64_t ci = 0;          // next descriptor to consume
+  uint64_t torn_at = 0;     // index + 1 of the descriptor already counted torn
+  uint64_t overrun_at = 0;  // pi value already reported as an overrun
+};
+
+struct GpiExec {
+  uint8_t synd;  // 0 = success
+  uint8_t dest;  // the destination that failed
+  uint32_t writes, signals;
+  uint64_t bytes;
+};
+
+// (handle, rank, off, len) through the window table and then the owner's MR table; 0 or the
+// syndrome of a refusal (local: the source, LOCAL_PROT; else REMOTE_ACCESS).
+template <class GEnv>
+GB_HD uint8_t gpi_resolve(GEnv& env, const GpiParams& q, uint32_t handle, uint32_t rank,
+                          uint64_t off, uint64_t len, uint32_t need, bool local, uint8_t** out) {
+  const uint8_t refused = local ? m5::kSyndLocalProt : m5::kSyndRemoteAccess;
+  GpiWindow w;
+  if (handle >= q.nwindows || !env.window(handle, rank, w)) return refused;
+  if (off > w.length || len > w.length - off) return refused;
+  if (len == 0) {
+    *out = nullptr;
+    return 0;
+  }
+  *out = local ? env.local(w.key, w.addr + off, len) : env.remote(rank, w.key, w.addr + off, len,
+                                                                   need);
+  return *out ? 0 : refused;
+}
+
+template <class GEnv>
+GB_HD uint8_t gpi_resolve_signal(GEnv& env, const GpiParams& q, uint32_t handle, uint32_t rank,
+                                 uint64_t off, uint32_t size, uint8_t** out) {
+  GpiWindow w;
+  if (handle >= q.nwindows || !env.window(handle, rank, w)) return m5::kSyndRemoteAccess;
+  if ((w.addr + off) & (size - 1)) return m5::kSyndRemoteInvalReq;  // misaligned signal word
+  return gpi_resolve(env, q, handle, rank, off, size, kRemoteAtomic, false, out);
+}
+
+// One descriptor, whole or not at all: every address is resolved and checked before any data
+// moves; then each destination's data, then its signal (the data is placed before the signal
+// that announces it, with release ordering).
+template <class GEnv>
+GB_HD GpiExec gpi_execute(GEnv& env, const GpiParams& q, const gp::Desc& d) {
+  GpiExec r{0, 0, 0, 0, 0};
+  const bool fan = d.op == gp::kOpFanout;
+  if (d.op > gp::kOpFanout || (d.flags & ~gp::kFlagsKnown) ||
+      ((d.flags & gp::kFlagNoSignal) && !fan) || d.counter >= q.ncounters ||
+      (fan ? (d.k < 1 || d.k > gp::kMaxFanout) : d.k != 0)) {
+    r.synd = m5::kSyndLocalQpOp;
+    return r;
+  }
+  if (d.op == gp::kOpNop) return r;
+  const bool inl = d.op == gp::kOpWriteInline || d.op == gp::kOpWriteInlineSignal;
+  const bool data = d.op != gp::kOpSignal;
+  const bool sig = fan ? !(d.flags & gp::kFlagNoSignal)
+                       : d.op == gp::kOpWriteSignal || d.op == gp::kOpSignal ||
+                             d.op == gp::kOpWriteInlineSignal;
+  const uint32_t sig_bytes = (d.flags & gp::kFlagSignal32) ? 4 : 8;
+  if ((inl && d.size > gp::kMaxInline) || d.size > 0x80000000u) {
+    r.synd = m5::kSyndLocalLength;
+    return r;
+  }
+  const uint8_t* src = d.inline_data;
+  if (data && !inl) {
+    uint8_t* p = nullptr;
+    r.synd = gpi_resolve(env, q, d.src_win, env.self_rank(), d.src_off, d.size, 0, true, &p);
+    if (r.synd) return r;
+    src = p;
+  }
+  const uint32_t n = fan ? d.k : 1;
+  uint8_t* dst[gp::kMaxFanout];
+  uint8_t* sw[gp::kMaxFanout];
+  for (uint32_t j = 0; j < n; ++j) {
+    r.dest = static_cast<uint8_t>(j);
+    const uint32_t rank = fan ? d.dest[j].rank : d.dst_rank;
+    if (!env.reachable(rank)) {
+      r.synd = m5::kSyndTransportRetryExc;
+      return r;
+    }
+    dst[j] = sw[j] = nullptr;
+    if (data) {
+      const uint64_t off = fan ? uint64_t{d.dest[j].slot} * d.stride : d.dst_off;
+      r.synd = gpi_resolve(env, q, d.dst_win, rank, off, d.size, kRemoteWrite, false, &dst[j]);
+      if (r.synd) return r;
+    }
+    if (sig) {
+      const uint64_t off =
+          fan ? (uint64_t{d.sig_base} + d.dest[j].signal) * sig_bytes : d.sig_off;
+      r.synd = gpi_resolve_signal(env, q, d.sig_win, rank, off, sig_bytes, &sw[j]);
+      if (r.synd) return r;
+    }
+  }
+  r.dest = 0;
+  for (uint32_t j = 0; j < n; ++j) {
+    if (data && d.size) env.copy(dst[j], src, d.size);
+    if (!sig) continue;
+    if (sig_bytes == 8) {
+      env.fetch_add64(reinterpret_cast<uint64_t*>(sw[j]), static_cast<uint64_t>(d.value));
+    } else {
+      uint32_t* word = reinterpret_cast<uint32_t*>(sw[j]);
+      uint32_t old = 0;
+      for (;;) {
+        const uint32_t seen = env.cas32(word, old, old + static_cast<uint32_t>(d.value));
+        if (seen == old) break;
+        old = seen;
+      }
+    }
+  }
+  r.writes = data ? n : 0;
+  r.signals = sig ? n : 0;
+  r.bytes = data ? uint64_t{n} * d.size : 0;
+  return r;
+}
+
+// Consume the descriptors posted at the queue's consumer index: each executes once all eight of
+// its segments carry the owner bit of this lap; a torn one is counted once and waited for. Every
+// descriptor, executed or failed, advances ci, published (release) after its effects and its
+// counter. Returns the descriptors consumed.
+template <class GEnv>
+GB_HD uint32_t gpi_serve(GEnv& env, GpiState& st, const GpiParams& q) {
+  const uint64_t depth = uint64_t{1} << q.log_depth;
+  const uint64_t pi = env.ld_acq64(q.word(gp::kOffPi));
+  if (static_cast<int64_t>(pi - st.ci) > static_cast<int64_t>(depth) && st.overrun_at != pi) {
+    st.overrun_at = pi;
+    env.gpi_event(kGpiOverrun, st.ci, pi, 0);
+  }
+  uint32_t handled = 0;
+  for (;;) {
+    const uint64_t idx = st.ci;
+    const uint64_t* slot = q.ring + (idx & (depth - 1)) * gp::kSegs;
+    uint64_t w[gp::kSegs];
+    for (uint32_t i = 0; i < gp::kSegs; ++i) w[i] = env.ld_acq64(slot + i);
+    const uint32_t owned = gp::owned_segments(w, gp::owner_for(idx, q.log_depth));
+    if (owned == 0) break;  // nothing posted here yet
+    if (owned < gp::kSegs) {  // some segments still in flight: never executed torn
+      if (st.torn_at != idx + 1) {
+        st.torn_at = idx + 1;
+        env.gpi_event(kGpiTorn, idx, owned, 0);
+      }
+      break;
+    }
+    const gp::Desc d = gp::decode(w);
+    const GpiExec r = gpi_execute(env, q, d);
+    uint64_t* counter =
+        d.counter < q.ncounters ? q.word(gp::kOffCounters + 8u * d.counter) : nullptr;
+    if (r.synd) {
+      if (counter) {
+        uint64_t old = 0;
+        for (;;) {
+          const uint64_t seen = env.cas64(counter, old, old | gp::kCounterError);
+          if (seen == old) break;
+          old = seen;
+        }
+      }
+      env.fetch_add64(q.word(gp::kOffErrors), 1);
+      env.st_rel64(q.word(gp::kOffLastError), gp::last_error_word(idx, r.synd, r.dest));
+      env.gpi_event(kGpiError, r.synd, idx, r.dest);
+    } else {
+      env.fetch_add64(counter, 1);
+      env.gpi_event(kGpiDone, r.writes, r.signals, r.bytes);
+    }
+    st.ci = idx + 1;
+    env.st_rel64(q.word(gp::kOffCi), st.ci);
+    ++handled;
+  }
+  return handled;
 }
 
 }  // namespace emu_core
