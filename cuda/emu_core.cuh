@@ -527,7 +527,6 @@ enum GpiEvent : uint32_t {
   kGpiDone,     // a descriptor executed: a = RDMA writes, b = signals, c = bytes written
   kGpiTorn,     // a torn descriptor (once each): a = its index, b = segments of this lap
   kGpiError,    // a descriptor failed: a = syndrome, b = its index, c = destination
-  kGpiOverrun,  // the producers' index ran more than the ring ahead: a = ci, b = pi
 };
 
 struct GpiWindow {
@@ -548,8 +547,7 @@ struct GpiParams {
 // The engine's state of one GPI queue (only its engine touches it).
 struct GpiState {
   uint64_t ci = 0;          // next descriptor to consume
-  uint64_t torn_at = 0;     // index + 1 of the descriptor already counted torn
-  uint64_t overrun_at = 0;  // pi value already reported as an overrun
+  uint64_t torn_at = 0;  // index + 1 of the descriptor already counted torn
 };
 
 struct GpiExec {
@@ -606,6 +604,11 @@ GB_HD GpiExec gpi_execute(GEnv& env, const GpiParams& q, const gp::Desc& d) {
                        : d.op == gp::kOpWriteSignal || d.op == gp::kOpSignal ||
                              d.op == gp::kOpWriteInlineSignal;
   const uint32_t sig_bytes = (d.flags & gp::kFlagSignal32) ? 4 : 8;
+  if ((data && !inl && d.src_win >= q.nwindows) || (data && d.dst_win >= q.nwindows) ||
+      (sig && d.sig_win >= q.nwindows)) {  // a handle the queue has no table row for
+    r.synd = m5::kSyndLocalQpOp;
+    return r;
+  }
   if ((inl && d.size > gp::kMaxInline) || d.size > 0x80000000u) {
     r.synd = m5::kSyndLocalLength;
     return r;
@@ -665,15 +668,11 @@ GB_HD GpiExec gpi_execute(GEnv& env, const GpiParams& q, const gp::Desc& d) {
 // Consume the descriptors posted at the queue's consumer index: each executes once all eight of
 // its segments carry the owner bit of this lap; a torn one is counted once and waited for. Every
 // descriptor, executed or failed, advances ci, published (release) after its effects and its
-// counter. Returns the descriptors consumed.
+// counter. The producers' pi is not read: reservations may run any distance ahead of ci while
+// producers wait for credits. Returns the descriptors consumed.
 template <class GEnv>
 GB_HD uint32_t gpi_serve(GEnv& env, GpiState& st, const GpiParams& q) {
   const uint64_t depth = uint64_t{1} << q.log_depth;
-  const uint64_t pi = env.ld_acq64(q.word(gp::kOffPi));
-  if (static_cast<int64_t>(pi - st.ci) > static_cast<int64_t>(depth) && st.overrun_at != pi) {
-    st.overrun_at = pi;
-    env.gpi_event(kGpiOverrun, st.ci, pi, 0);
-  }
   uint32_t handled = 0;
   for (;;) {
     const uint64_t idx = st.ci;

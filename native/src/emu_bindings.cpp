@@ -122,7 +122,6 @@ void bind_emu(nb::module_ m) {
   }();
   m.attr("MAX_GPIS") = emu::kMaxGpis - 1;
   m.attr("ERR_GPI") = static_cast<uint32_t>(emu::kErrGpi);
-  m.attr("ERR_GPI_OVERRUN") = static_cast<uint32_t>(emu::kErrGpiOverrun);
   m.def("gpi_footprint", &emu::gpi_footprint, nb::arg("depth"), nb::arg("ncounters"),
         nb::arg("nwindows"), nb::arg("world"),
         "Bytes one GPI queue takes in the queue arena (page padded).");

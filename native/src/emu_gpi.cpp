@@ -139,10 +139,6 @@ struct Nic::GpiEnv {
         nic.self_.push_error(kErrGpi, g.num, static_cast<uint32_t>(a), static_cast<uint32_t>(b),
                              static_cast<uint32_t>(c), nic.rank_);
         break;
-      case emu_core::kGpiOverrun:
-        nic.self_.push_error(kErrGpiOverrun, g.num, static_cast<uint32_t>(a),
-                             static_cast<uint32_t>(b), 0, nic.rank_);
-        break;
     }
   }
 };

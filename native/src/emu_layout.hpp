@@ -89,7 +89,6 @@ enum ErrKind : uint32_t {
   kErrDeadOwner = 9,    // lock of CQ cqn held by dead pid `found`: taken over
   kErrGpi = 10,         // a GPI descriptor failed: qpn = the queue's number, expected = syndrome,
                         // found = descriptor index (low 32 bits), cqn = its destination
-  kErrGpiOverrun = 11,  // GPI producers ran more than the ring ahead: expected = ci, found = pi
 };
 
 // Rank-wide counters of the GPI queues (Header::gpi_counters), apart from the WQE path's.

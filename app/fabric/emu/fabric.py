@@ -117,8 +117,6 @@ class EmuErrorRecord:
             "record {f}",
             "dead_owner": "CQ lock held by dead process {f}: taken over",
             "gpi_error": "GPI descriptor {f} failed with syndrome {e:#04x} (destination {c})",
-            "gpi_overrun": "GPI producers ran past the ring: consumer index {e}, producer "
-            "index {f}",
             "lost": "{e} error records lost (the ring of 256 wrapped)",
         }[self.kind].format(e=self.expected, f=self.found, c=self.cqn)
         if self.kind.startswith("gpi_"):  # qpn holds the queue's number, cqn the destination
@@ -137,7 +135,6 @@ _KINDS = {
     8: "bad_dbrec",
     9: "dead_owner",
     10: "gpi_error",
-    11: "gpi_overrun",
 }
 DOMAINS = ("host", "host-mapped", "device")
 
