@@ -12,6 +12,7 @@
 //   uint32_t ld_acq32(const uint32_t*)          acquire load (doorbell records)
 //   uint64_t fetch_add64(uint64_t*, uint64_t)   atomic, returns the old value
 //   uint64_t cas64(uint64_t*, uint64_t expected, uint64_t desired)   returns the old value
+//   uint32_t cas32(uint32_t*, uint32_t expected, uint32_t desired)   returns the old value
 //   void copy(uint8_t* dst, const uint8_t* src, uint32_t n)
 //   uint32_t qp_state()                          state of the QP being served (QpState values)
 //   void qp_to_error()                           the QP goes to ERR (release store)
@@ -27,8 +28,20 @@
 //   void req_cqe(uint8_t wqe_opcode, uint16_t idx, uint32_t bytes)     requester CQE
 //   void err_cqe(uint8_t synd, uint8_t vendor, uint8_t wqe_opcode, uint16_t idx, bool flush)
 //   void event(Event, uint32_t expected, uint32_t found)  counters and error records
+//
+// GPI queues (docs/gpi.md): gpi_serve() consumes a ring of gicbench's 64-byte descriptors
+// (cuda/gpi.cuh) through its own environment `GEnv`, which supplies:
+//   uint64_t ld_acq64(const uint64_t*)  void st_rel64(uint64_t*, uint64_t)
+//   uint64_t fetch_add64(uint64_t*, uint64_t)  uint64_t cas64(...)  uint32_t cas32(...)
+//   void copy(uint8_t*, const uint8_t*, uint32_t)
+//   uint32_t self_rank()  bool reachable(uint32_t rank)
+//   bool window(uint32_t handle, uint32_t rank, GpiWindow&)   the queue's window table
+//   uint8_t* local(key, addr, len)              this rank's MR translation, the queue's pd
+//   uint8_t* remote(rank, key, addr, len, need) rank's MR translation, the queue's pd
+//   void gpi_event(GpiEvent, uint64_t a, uint64_t b, uint64_t c)   counters and error records
 #pragma once
 
+#include "gpi.cuh"
 #include "mlx5.cuh"
 
 namespace gicbench {
@@ -131,6 +144,70 @@ struct RecvSlot {
   uint16_t index;
 };
 
+// ---- extended (masked) atomics -------------------------------------------------------------------
+// Masked fetch-add's sum, field by field: a set bit of `boundary` is the most significant bit of
+// its field and its carry is dropped (the MFetchAdd definition of the masked-atomics verbs,
+// Linux's "IB/core: Add support for masked atomic operations"); boundary 0 is a plain add, all
+// ones XOR. The non-boundary bits add with carries; each boundary bit is then its two operand
+// bits and the carry into it, with no carry out.
+GB_HD uint64_t masked_add(uint64_t old, uint64_t add, uint64_t boundary) {
+  return ((old & ~boundary) + (add & ~boundary)) ^ ((old ^ add) & boundary);
+}
+
+// The value a masked atomic leaves in a word that held `old`. Compare-and-swap: when the bits of
+// compare_mask equal compare's, the bits of swap_mask take swap's; otherwise nothing changes.
+GB_HD uint64_t masked_result(uint8_t opcode, const m5::MaskedAtomicView& v, uint64_t old) {
+  if (opcode == m5::kOpAtomicMaskedFa) return masked_add(old, v.swap_add, v.swap_add_mask);
+  if ((old ^ v.compare) & v.compare_mask) return old;
+  return (old & ~v.swap_add_mask) | (v.swap_add & v.swap_add_mask);
+}
+
+// An extended atomic (MLX5_OPCODE_ATOMIC_MASKED_FA / _CS) whose raddr segment is read: segments
+// from `seg` are the extended atomic segment(s) and the data segment of the old value. The
+// operands are big-endian in the WQE; the target word is updated in host endianness, as the
+// standard 8-byte atomics are (atomic_req_8B_endianness_mode = host) and as NVSHMEM's and
+// DeepEP's IBGDA signals need (receivers read those counters natively). The update is a
+// compare-and-swap loop, so it is atomic against every other atomic of every engine.
+template <class Env>
+GB_HD Exec execute_masked(Env& env, const SqParams& q, uint32_t ci, const m5::CtrlView& c,
+                          uint32_t seg, const typename Env::Resp& resp, const m5::RaddrView& ra) {
+  const m5::SqRing& sq = q.ring;
+  const uint32_t size = m5::ext_atomic_size(c.opmod);
+  if (!size) return Exec{m5::kSyndLocalQpOp, 0};  // not the 4- or 8-byte extended form
+  const uint32_t nseg = m5::masked_atomic_segs(c.opcode, size);
+  if (c.ds < seg + nseg + 1) return Exec{m5::kSyndLocalQpOp, 0};
+  const m5::MaskedAtomicView v =
+      m5::get_masked_atomic(sq.seg(ci, seg), sq.seg(ci, seg + 1), c.opcode, size);
+  const m5::DataView d = m5::get_data_seg(sq.seg(ci, seg + nseg));
+  if (d.byte_count != size) return Exec{m5::kSyndLocalLength, 0};
+  uint8_t* res = env.local(d.lkey, d.addr, size, kLocalWrite, q.pd);
+  if (!res) return Exec{m5::kSyndLocalProt, 0};
+  if (ra.raddr & (size - 1)) return Exec{m5::kSyndRemoteInvalReq, 0};  // misaligned
+  uint8_t* tp = env.remote(resp, ra.rkey, ra.raddr, size, kRemoteAtomic);
+  if (!tp) return Exec{m5::kSyndRemoteAccess, 0};
+  if (size == 8) {
+    uint64_t* word = reinterpret_cast<uint64_t*>(tp);
+    uint64_t old = 0;  // a guess: the first swap succeeds when the word holds it
+    for (;;) {
+      const uint64_t seen = env.cas64(word, old, masked_result(c.opcode, v, old));
+      if (seen == old) break;
+      old = seen;
+    }
+    env.copy(res, reinterpret_cast<const uint8_t*>(&old), 8);
+  } else {
+    uint32_t* word = reinterpret_cast<uint32_t*>(tp);
+    uint32_t old = 0;
+    for (;;) {
+      const uint32_t want = static_cast<uint32_t>(masked_result(c.opcode, v, old));
+      const uint32_t seen = env.cas32(word, old, want);
+      if (seen == old) break;
+      old = seen;
+    }
+    env.copy(res, reinterpret_cast<const uint8_t*>(&old), 4);
+  }
+  return Exec{0, size};
+}
+
 // ---- WQE execution -------------------------------------------------------------------------------
 template <class Env>
 GB_HD Exec execute(Env& env, const SqParams& q, uint32_t ci, const m5::CtrlView& c) {
@@ -143,7 +220,8 @@ GB_HD Exec execute(Env& env, const SqParams& q, uint32_t ci, const m5::CtrlView&
   const bool send = op == m5::kOpSend || op == m5::kOpSendImm;
   const bool read = op == m5::kOpRdmaRead;
   const bool atomic = op == m5::kOpAtomicFa || op == m5::kOpAtomicCs;
-  if (!write && !send && !read && !atomic) return Exec{m5::kSyndLocalQpOp, 0};
+  const bool masked = op == m5::kOpAtomicMaskedFa || op == m5::kOpAtomicMaskedCs;
+  if (!write && !send && !read && !atomic && !masked) return Exec{m5::kSyndLocalQpOp, 0};
 
   // The responder: the RC peer, or the DCT named by the address vector.
   uint32_t seg = 1;
@@ -160,6 +238,7 @@ GB_HD Exec execute(Env& env, const SqParams& q, uint32_t ci, const m5::CtrlView&
     if (c.ds < seg + 1) return Exec{m5::kSyndLocalQpOp, 0};
     ra = m5::get_raddr_seg(sq.seg(ci, seg++));
   }
+  if (masked) return execute_masked(env, q, ci, c, seg, resp, ra);
 
   if (atomic) {
     if (c.ds < seg + 2) return Exec{m5::kSyndLocalQpOp, 0};
@@ -438,6 +517,202 @@ GB_HD CqeResult write_cqe(Mem& mem, const CqRef& cq, Fill fill) {
                m5::load32(tmp + m5::kCqeWqeCounter));
   *cq.pi = pi + 1;
   return kCqeWritten;
+}
+
+// ---- GPI queues ----------------------------------------------------------------------------------
+namespace gp = gicbench::gpi;
+
+// What gpi_serve reports through GEnv::gpi_event.
+enum GpiEvent : uint32_t {
+  kGpiDone,     // a descriptor executed: a = RDMA writes, b = signals, c = bytes written
+  kGpiTorn,     // a torn descriptor (once each): a = its index, b = segments of this lap
+  kGpiError,    // a descriptor failed: a = syndrome, b = its index, c = destination
+};
+
+struct GpiWindow {
+  uint64_t addr;    // as the owner reports it
+  uint64_t length;  // bytes from addr a descriptor may name
+  uint32_t key;
+};
+
+// The engine's view of one GPI queue (fixed at creation).
+struct GpiParams {
+  const uint64_t* ring;  // 2^log_depth descriptors of 8 words
+  uint32_t log_depth;
+  uint8_t* ctl;  // the control block: pi, ci, errors, last_error, counters (gpi.cuh offsets)
+  uint32_t ncounters, nwindows;
+  GB_HD uint64_t* word(uint32_t off) const { return reinterpret_cast<uint64_t*>(ctl + off); }
+};
+
+// The engine's state of one GPI queue (only its engine touches it).
+struct GpiState {
+  uint64_t ci = 0;          // next descriptor to consume
+  uint64_t torn_at = 0;  // index + 1 of the descriptor already counted torn
+};
+
+struct GpiExec {
+  uint8_t synd;  // 0 = success
+  uint8_t dest;  // the destination that failed
+  uint32_t writes, signals;
+  uint64_t bytes;
+};
+
+// (handle, rank, off, len) through the window table and then the owner's MR table; 0 or the
+// syndrome of a refusal (local: the source, LOCAL_PROT; else REMOTE_ACCESS).
+template <class GEnv>
+GB_HD uint8_t gpi_resolve(GEnv& env, const GpiParams& q, uint32_t handle, uint32_t rank,
+                          uint64_t off, uint64_t len, uint32_t need, bool local, uint8_t** out) {
+  const uint8_t refused = local ? m5::kSyndLocalProt : m5::kSyndRemoteAccess;
+  GpiWindow w;
+  if (handle >= q.nwindows || !env.window(handle, rank, w)) return refused;
+  if (off > w.length || len > w.length - off) return refused;
+  if (len == 0) {
+    *out = nullptr;
+    return 0;
+  }
+  *out = local ? env.local(w.key, w.addr + off, len) : env.remote(rank, w.key, w.addr + off, len,
+                                                                   need);
+  return *out ? 0 : refused;
+}
+
+template <class GEnv>
+GB_HD uint8_t gpi_resolve_signal(GEnv& env, const GpiParams& q, uint32_t handle, uint32_t rank,
+                                 uint64_t off, uint32_t size, uint8_t** out) {
+  GpiWindow w;
+  if (handle >= q.nwindows || !env.window(handle, rank, w)) return m5::kSyndRemoteAccess;
+  if ((w.addr + off) & (size - 1)) return m5::kSyndRemoteInvalReq;  // misaligned signal word
+  return gpi_resolve(env, q, handle, rank, off, size, kRemoteAtomic, false, out);
+}
+
+// One descriptor, whole or not at all: every address is resolved and checked before any data
+// moves; then each destination's data, then its signal (the data is placed before the signal
+// that announces it, with release ordering).
+template <class GEnv>
+GB_HD GpiExec gpi_execute(GEnv& env, const GpiParams& q, const gp::Desc& d) {
+  GpiExec r{0, 0, 0, 0, 0};
+  const bool fan = d.op == gp::kOpFanout;
+  if (d.op > gp::kOpFanout || (d.flags & ~gp::kFlagsKnown) ||
+      ((d.flags & gp::kFlagNoSignal) && !fan) || d.counter >= q.ncounters ||
+      (fan ? (d.k < 1 || d.k > gp::kMaxFanout) : d.k != 0)) {
+    r.synd = m5::kSyndLocalQpOp;
+    return r;
+  }
+  if (d.op == gp::kOpNop) return r;
+  const bool inl = d.op == gp::kOpWriteInline || d.op == gp::kOpWriteInlineSignal;
+  const bool data = d.op != gp::kOpSignal;
+  const bool sig = fan ? !(d.flags & gp::kFlagNoSignal)
+                       : d.op == gp::kOpWriteSignal || d.op == gp::kOpSignal ||
+                             d.op == gp::kOpWriteInlineSignal;
+  const uint32_t sig_bytes = (d.flags & gp::kFlagSignal32) ? 4 : 8;
+  if ((data && !inl && d.src_win >= q.nwindows) || (data && d.dst_win >= q.nwindows) ||
+      (sig && d.sig_win >= q.nwindows)) {  // a handle the queue has no table row for
+    r.synd = m5::kSyndLocalQpOp;
+    return r;
+  }
+  if ((inl && d.size > gp::kMaxInline) || d.size > 0x80000000u) {
+    r.synd = m5::kSyndLocalLength;
+    return r;
+  }
+  const uint8_t* src = d.inline_data;
+  if (data && !inl) {
+    uint8_t* p = nullptr;
+    r.synd = gpi_resolve(env, q, d.src_win, env.self_rank(), d.src_off, d.size, 0, true, &p);
+    if (r.synd) return r;
+    src = p;
+  }
+  const uint32_t n = fan ? d.k : 1;
+  uint8_t* dst[gp::kMaxFanout];
+  uint8_t* sw[gp::kMaxFanout];
+  for (uint32_t j = 0; j < n; ++j) {
+    r.dest = static_cast<uint8_t>(j);
+    const uint32_t rank = fan ? d.dest[j].rank : d.dst_rank;
+    if (!env.reachable(rank)) {
+      r.synd = m5::kSyndTransportRetryExc;
+      return r;
+    }
+    dst[j] = sw[j] = nullptr;
+    if (data) {
+      const uint64_t off = fan ? uint64_t{d.dest[j].slot} * d.stride : d.dst_off;
+      r.synd = gpi_resolve(env, q, d.dst_win, rank, off, d.size, kRemoteWrite, false, &dst[j]);
+      if (r.synd) return r;
+    }
+    if (sig) {
+      const uint64_t off =
+          fan ? (uint64_t{d.sig_base} + d.dest[j].signal) * sig_bytes : d.sig_off;
+      r.synd = gpi_resolve_signal(env, q, d.sig_win, rank, off, sig_bytes, &sw[j]);
+      if (r.synd) return r;
+    }
+  }
+  r.dest = 0;
+  for (uint32_t j = 0; j < n; ++j) {
+    if (data && d.size) env.copy(dst[j], src, d.size);
+    if (!sig) continue;
+    if (sig_bytes == 8) {
+      env.fetch_add64(reinterpret_cast<uint64_t*>(sw[j]), static_cast<uint64_t>(d.value));
+    } else {
+      uint32_t* word = reinterpret_cast<uint32_t*>(sw[j]);
+      uint32_t old = 0;
+      for (;;) {
+        const uint32_t seen = env.cas32(word, old, old + static_cast<uint32_t>(d.value));
+        if (seen == old) break;
+        old = seen;
+      }
+    }
+  }
+  r.writes = data ? n : 0;
+  r.signals = sig ? n : 0;
+  r.bytes = data ? uint64_t{n} * d.size : 0;
+  return r;
+}
+
+// Consume the descriptors posted at the queue's consumer index: each executes once all eight of
+// its segments carry the owner bit of this lap; a torn one is counted once and waited for. Every
+// descriptor, executed or failed, advances ci, published (release) after its effects and its
+// counter. The producers' pi is not read: reservations may run any distance ahead of ci while
+// producers wait for credits. Returns the descriptors consumed.
+template <class GEnv>
+GB_HD uint32_t gpi_serve(GEnv& env, GpiState& st, const GpiParams& q) {
+  const uint64_t depth = uint64_t{1} << q.log_depth;
+  uint32_t handled = 0;
+  for (;;) {
+    const uint64_t idx = st.ci;
+    const uint64_t* slot = q.ring + (idx & (depth - 1)) * gp::kSegs;
+    uint64_t w[gp::kSegs];
+    for (uint32_t i = 0; i < gp::kSegs; ++i) w[i] = env.ld_acq64(slot + i);
+    const uint32_t owned = gp::owned_segments(w, gp::owner_for(idx, q.log_depth));
+    if (owned == 0) break;  // nothing posted here yet
+    if (owned < gp::kSegs) {  // some segments still in flight: never executed torn
+      if (st.torn_at != idx + 1) {
+        st.torn_at = idx + 1;
+        env.gpi_event(kGpiTorn, idx, owned, 0);
+      }
+      break;
+    }
+    const gp::Desc d = gp::decode(w);
+    const GpiExec r = gpi_execute(env, q, d);
+    uint64_t* counter =
+        d.counter < q.ncounters ? q.word(gp::kOffCounters + 8u * d.counter) : nullptr;
+    if (r.synd) {
+      if (counter) {
+        uint64_t old = 0;
+        for (;;) {
+          const uint64_t seen = env.cas64(counter, old, old | gp::kCounterError);
+          if (seen == old) break;
+          old = seen;
+        }
+      }
+      env.fetch_add64(q.word(gp::kOffErrors), 1);
+      env.st_rel64(q.word(gp::kOffLastError), gp::last_error_word(idx, r.synd, r.dest));
+      env.gpi_event(kGpiError, r.synd, idx, r.dest);
+    } else {
+      env.fetch_add64(counter, 1);
+      env.gpi_event(kGpiDone, r.writes, r.signals, r.bytes);
+    }
+    st.ci = idx + 1;
+    env.st_rel64(q.word(gp::kOffCi), st.ci);
+    ++handled;
+  }
+  return handled;
 }
 
 }  // namespace emu_core

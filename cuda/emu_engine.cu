@@ -404,6 +404,9 @@ struct Env {
   __device__ uint64_t cas64(uint64_t* p, uint64_t expected, uint64_t desired) const {
     return atomicCAS_system(reinterpret_cast<unsigned long long*>(p), expected, desired);
   }
+  __device__ uint32_t cas32(uint32_t* p, uint32_t expected, uint32_t desired) const {
+    return atomicCAS_system(reinterpret_cast<unsigned int*>(p), expected, desired);
+  }
   __device__ void copy(uint8_t* dst, const uint8_t* src, uint32_t n) const { copy_bytes(dst, src, n); }
   __device__ uint32_t qp_state() const { return state; }
   __device__ void qp_to_error() {

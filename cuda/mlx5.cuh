@@ -49,7 +49,14 @@ enum Opcode : uint8_t {
   kOpRdmaRead = 0x10,
   kOpAtomicCs = 0x11,
   kOpAtomicFa = 0x12,
+  kOpAtomicMaskedCs = 0x14,  // extended atomics: ctrl.opmod gives the operand size
+  kOpAtomicMaskedFa = 0x15,
 };
+
+// Extended atomics: ctrl.opmod = 0x08 | (log2(operand bytes) - 2), the PRM's encoding (UCX's
+// UCT_IB_MLX5_OPMOD_EXT_ATOMIC; NVSHMEM's and DeepEP's IBGDA post 0x08 for 4-byte and 0x09 for
+// 8-byte operands). gicbench posts and serves the 4- and 8-byte forms.
+constexpr uint8_t kOpmodExtAtomic = 0x08;
 
 // ctrl.fm_ce_se bits
 enum CtrlFlags : uint8_t {
@@ -157,6 +164,24 @@ GB_HD uint32_t ds_fetch_add(bool dc, bool compact_av) {
          (dc ? (compact_av ? kDsAvCompact : kDsAvFull) : 0);
 }
 
+// ---- extended atomics: operand sizes and segment counts ----------------------------------------
+GB_HD uint8_t ext_atomic_opmod(uint32_t size) {  // size 4 or 8
+  return static_cast<uint8_t>(kOpmodExtAtomic | (size == 8 ? 1 : 0));
+}
+// The operand bytes an opmod names (4 or 8); 0 for any other opmod (not served).
+GB_HD uint32_t ext_atomic_size(uint8_t opmod) {
+  return opmod == kOpmodExtAtomic ? 4u : opmod == (kOpmodExtAtomic | 1) ? 8u : 0u;
+}
+// Segments of the extended atomic segment: two for an 8-byte masked compare-and-swap
+// (rdma-core's struct mlx5_wqe_masked_atomic_seg, 32 bytes), one otherwise.
+GB_HD uint32_t masked_atomic_segs(uint8_t opcode, uint32_t size) {
+  return opcode == kOpAtomicMaskedCs && size == 8 ? 2u : 1u;
+}
+GB_HD uint32_t ds_masked_atomic(uint8_t opcode, uint32_t size, bool dc, bool compact_av) {
+  return kDsCtrl + kDsRaddr + masked_atomic_segs(opcode, size) + kDsData +
+         (dc ? (compact_av ? kDsAvCompact : kDsAvFull) : 0);
+}
+
 // An SQ of `wqebb_cnt` (power of two) basic blocks; segments are addressed by a running 16-byte
 // index so a WQE that crosses the end of the ring wraps to its start, as on the NIC.
 struct SqRing {
@@ -206,6 +231,43 @@ GB_HD void set_atomic_seg(void* seg, uint64_t swap_add, uint64_t compare) {
   uint8_t* b = static_cast<uint8_t*>(seg);
   put_be64(b + 0, swap_add);
   put_be64(b + 8, compare);
+}
+
+// Masked fetch-add's extended atomic segment (16 bytes, big-endian). 4-byte operands: add,
+// field_boundary (BE32 each), 8 reserved bytes; 8-byte operands: add, field_boundary (BE64 each,
+// in struct mlx5_wqe_atomic_seg's swap_add and compare).
+GB_HD void set_masked_fa_seg(void* seg, uint32_t size, uint64_t add, uint64_t field_boundary) {
+  uint8_t* b = static_cast<uint8_t*>(seg);
+  if (size == 4) {
+    put_be32(b + 0, static_cast<uint32_t>(add));
+    put_be32(b + 4, static_cast<uint32_t>(field_boundary));
+    store32(b + 8, 0);
+    store32(b + 12, 0);
+  } else {
+    put_be64(b + 0, add);
+    put_be64(b + 8, field_boundary);
+  }
+}
+
+// Masked compare-and-swap's extended atomic segment(s), big-endian. 4-byte operands: one segment
+// of swap, compare, swap_mask, compare_mask (BE32); 8-byte operands: swap and compare in `seg0`,
+// swap_mask and compare_mask in `seg1` (rdma-core's struct mlx5_wqe_masked_atomic_seg across two
+// segments, which a WQE at the SQ end places apart).
+GB_HD void set_masked_cs_seg(void* seg0, void* seg1, uint32_t size, uint64_t swap,
+                             uint64_t compare, uint64_t swap_mask, uint64_t compare_mask) {
+  uint8_t* b = static_cast<uint8_t*>(seg0);
+  if (size == 4) {
+    put_be32(b + 0, static_cast<uint32_t>(swap));
+    put_be32(b + 4, static_cast<uint32_t>(compare));
+    put_be32(b + 8, static_cast<uint32_t>(swap_mask));
+    put_be32(b + 12, static_cast<uint32_t>(compare_mask));
+  } else {
+    uint8_t* m = static_cast<uint8_t*>(seg1);
+    put_be64(b + 0, swap);
+    put_be64(b + 8, compare);
+    put_be64(m + 0, swap_mask);
+    put_be64(m + 8, compare_mask);
+  }
 }
 
 // Inline data segment starting at segment `first_seg` of the WQE at `wqe_index`: byte_count header
@@ -340,6 +402,25 @@ struct AtomicView {
 GB_HD AtomicView get_atomic_seg(const void* seg) {
   const uint8_t* b = static_cast<const uint8_t*>(seg);
   return AtomicView{get_be64(b), get_be64(b + 8)};
+}
+
+// An extended atomic segment as the NIC reads it. Masked fetch-add: swap_add is the addend and
+// swap_add_mask the field boundary (compare, compare_mask 0); masked compare-and-swap: swap,
+// compare, swap mask, compare mask. `seg1`: the second segment (8-byte compare-and-swap only).
+struct MaskedAtomicView {
+  uint64_t swap_add, compare, swap_add_mask, compare_mask;
+};
+GB_HD MaskedAtomicView get_masked_atomic(const void* seg0, const void* seg1, uint8_t opcode,
+                                         uint32_t size) {
+  const uint8_t* b = static_cast<const uint8_t*>(seg0);
+  if (opcode == kOpAtomicMaskedFa) {
+    if (size == 4) return MaskedAtomicView{get_be32(b), 0, get_be32(b + 4), 0};
+    return MaskedAtomicView{get_be64(b), 0, get_be64(b + 8), 0};
+  }
+  if (size == 4) return MaskedAtomicView{get_be32(b), get_be32(b + 4), get_be32(b + 8),
+                                         get_be32(b + 12)};
+  const uint8_t* m = static_cast<const uint8_t*>(seg1);
+  return MaskedAtomicView{get_be64(b), get_be64(b + 8), get_be64(m), get_be64(m + 8)};
 }
 
 struct AvView {
@@ -493,6 +574,41 @@ GB_HD uint32_t build_fetch_add(const SqRing& sq, uint32_t pi, uint32_t qpn, uint
   set_data_seg(sq.seg(pi, seg++), 8, lkey, laddr);
   set_ctrl_seg(sq.wqe(pi), static_cast<uint16_t>(pi), kOpAtomicFa, 0, qpn, fm_ce_se,
                static_cast<uint8_t>(seg), 0, 0);
+  return ds_to_wqebbs(seg);
+}
+
+// Masked fetch-add of `add` (field boundaries `field_boundary`; 0 = a plain add) on the `size`
+// (4 or 8) bytes at raddr; the old value, `size` bytes, lands at laddr (lkey).
+GB_HD uint32_t build_masked_fetch_add(const SqRing& sq, uint32_t pi, uint32_t qpn, uint64_t raddr,
+                                      uint32_t rkey, uint32_t size, uint64_t add,
+                                      uint64_t field_boundary, uint32_t lkey, uint64_t laddr,
+                                      uint8_t fm_ce_se, const AvFields* av = nullptr,
+                                      bool compact_av = false) {
+  uint32_t seg = 1 + set_av_at(sq, pi, 1, av, compact_av);
+  set_raddr_seg(sq.seg(pi, seg++), raddr, rkey);
+  set_masked_fa_seg(sq.seg(pi, seg++), size, add, field_boundary);
+  set_data_seg(sq.seg(pi, seg++), size, lkey, laddr);
+  set_ctrl_seg(sq.wqe(pi), static_cast<uint16_t>(pi), kOpAtomicMaskedFa, ext_atomic_opmod(size),
+               qpn, fm_ce_se, static_cast<uint8_t>(seg), 0, 0);
+  return ds_to_wqebbs(seg);
+}
+
+// Masked compare-and-swap on the `size` (4 or 8) bytes at raddr: when ((old ^ compare) &
+// compare_mask) == 0 they become (old & ~swap_mask) | (swap & swap_mask); the old value lands at
+// laddr (lkey).
+GB_HD uint32_t build_masked_cmp_swap(const SqRing& sq, uint32_t pi, uint32_t qpn, uint64_t raddr,
+                                     uint32_t rkey, uint32_t size, uint64_t swap,
+                                     uint64_t compare, uint64_t swap_mask, uint64_t compare_mask,
+                                     uint32_t lkey, uint64_t laddr, uint8_t fm_ce_se,
+                                     const AvFields* av = nullptr, bool compact_av = false) {
+  uint32_t seg = 1 + set_av_at(sq, pi, 1, av, compact_av);
+  set_raddr_seg(sq.seg(pi, seg++), raddr, rkey);
+  set_masked_cs_seg(sq.seg(pi, seg), sq.seg(pi, seg + 1), size, swap, compare, swap_mask,
+                    compare_mask);
+  seg += masked_atomic_segs(kOpAtomicMaskedCs, size);
+  set_data_seg(sq.seg(pi, seg++), size, lkey, laddr);
+  set_ctrl_seg(sq.wqe(pi), static_cast<uint16_t>(pi), kOpAtomicMaskedCs, ext_atomic_opmod(size),
+               qpn, fm_ce_se, static_cast<uint8_t>(seg), 0, 0);
   return ds_to_wqebbs(seg);
 }
 

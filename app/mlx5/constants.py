@@ -16,6 +16,12 @@ DS_MAX = 0x3F  # ds is a 6-bit field: a WQE holds at most 63 segments
 INLINE_FLAG = 0x80000000  # MLX5_INLINE_SEG, or-ed into an inline segment's byte_count
 AV_EXT = 0x80000000  # MLX5_EXTENDED_UD_AV, bit 31 of av.dqp_dct: the 48-byte form
 
+# Extended (masked) atomics: ctrl.opmod = 0x08 | (log2(operand bytes) - 2), as the PRM defines
+# it and UCX (UCT_IB_MLX5_OPMOD_EXT_ATOMIC), NVSHMEM's and DeepEP's IBGDA code (0x08 for 4 bytes,
+# 0x09 for 8) post it. The emulated NIC serves the 4- and 8-byte forms.
+EXT_ATOMIC_OPMOD = 0x08
+EXT_ATOMIC_SIZES = (4, 8)
+
 # Doorbell-record slots (32-bit words): MLX5_RCV_DBR / MLX5_SND_DBR; CQ consumer index SET_CI.
 RCV_DBR = 0
 SND_DBR = 1
@@ -33,6 +39,8 @@ class Opcode(IntEnum):
     RDMA_READ = 0x10
     ATOMIC_CS = 0x11
     ATOMIC_FA = 0x12
+    ATOMIC_MASKED_CS = 0x14  # extended atomics: opmod selects the operand size (ext_atomic_opmod)
+    ATOMIC_MASKED_FA = 0x15
 
 
 class CtrlFlags(IntFlag):

@@ -16,6 +16,7 @@ from .constants import (
     AV_COMPACT_BYTES,
     AV_FULL_BYTES,
     DS_MAX,
+    EXT_ATOMIC_OPMOD,
     SEG_BYTES,
     WQEBB_BYTES,
     CtrlFlags,
@@ -26,6 +27,7 @@ from .wqe import (
     Av,
     Ctrl,
     Data,
+    MaskedAtomic,
     Raddr,
     atomic_seg,
     ctrl_seg,
@@ -34,9 +36,14 @@ from .wqe import (
     decode_av,
     decode_ctrl,
     decode_data,
+    decode_masked_atomic,
     decode_raddr,
     ds_to_wqebbs,
+    ext_atomic_opmod,
     inline_seg,
+    masked_atomic_segs,
+    masked_cs_seg,
+    masked_fa_seg,
     raddr_seg,
 )
 
@@ -53,6 +60,7 @@ class Wqe:
     atomic: Atomic | None = None
     data: Data | None = None  # pointer data segment, or the inline header (lkey = addr = 0)
     inline: bytes | None = None  # inline payload
+    masked: MaskedAtomic | None = None  # extended atomic segment(s) of a masked atomic
 
     @property
     def wqebbs(self) -> int:
@@ -104,13 +112,15 @@ class SqRing:
         return np.concatenate((self.buf[off : off + head], self.buf[: nbytes - head]))
 
     # ---- builders: write a whole WQE at producer index `pi`, return the WQEBBs used -------------
-    def _post(self, pi: int, opcode: int, qpn: int, fm_ce_se: int, imm: int, body: list) -> int:
+    def _post(
+        self, pi: int, opcode: int, qpn: int, fm_ce_se: int, imm: int, body: list, opmod: int = 0
+    ) -> int:
         ds = 1 + sum(len(s) for s in body) // SEG_BYTES
         if ds > DS_MAX:
             raise ValueError(f"WQE of {ds} segments exceeds the ds limit {DS_MAX}")
         if ds_to_wqebbs(ds) > self.wqebb_cnt:
             raise ValueError(f"WQE of {ds_to_wqebbs(ds)} WQEBBs exceeds the SQ ({self.wqebb_cnt})")
-        ctrl = ctrl_seg(pi, opcode, qpn, ds, fm_ce_se=fm_ce_se, imm=imm)
+        ctrl = ctrl_seg(pi, opcode, qpn, ds, opmod=opmod, fm_ce_se=fm_ce_se, imm=imm)
         self.write(pi, 0, np.concatenate([ctrl, *body]))
         return ds_to_wqebbs(ds)
 
@@ -167,6 +177,59 @@ class SqRing:
         body.append(data_seg(FETCH_ADD_BYTES, lkey, addr))
         return self._post(pi, Opcode.ATOMIC_FA, qpn, _flags(signaled, fence), 0, body)
 
+    def post_masked_fetch_add(
+        self,
+        pi: int,
+        qpn: int,
+        raddr: int,
+        rkey: int,
+        add: int,
+        lkey: int,
+        addr: int,
+        *,
+        size: int = 8,
+        field_boundary: int = 0,
+        signaled: bool = True,
+        fence: bool = False,
+        av: np.ndarray | None = None,
+    ) -> int:
+        """Masked fetch-add (MLX5_OPCODE_ATOMIC_MASKED_FA, opmod for `size`-byte operands):
+        ctrl [+ AV] + raddr + extended atomic segment + data(size, lkey, addr). The old value
+        lands at addr. field_boundary 0 is a plain add (what NVSHMEM's and DeepEP's signals
+        post)."""
+        body = [*self._av_segs(av), raddr_seg(raddr, rkey)]
+        body += [masked_fa_seg(size, add, field_boundary), data_seg(size, lkey, addr)]
+        return self._post(pi, Opcode.ATOMIC_MASKED_FA, qpn, _flags(signaled, fence), 0, body,
+                          ext_atomic_opmod(size))  # fmt: skip
+
+    def post_masked_cmp_swap(
+        self,
+        pi: int,
+        qpn: int,
+        raddr: int,
+        rkey: int,
+        swap: int,
+        compare: int,
+        lkey: int,
+        addr: int,
+        *,
+        size: int = 8,
+        swap_mask: int | None = None,
+        compare_mask: int | None = None,
+        signaled: bool = True,
+        fence: bool = False,
+        av: np.ndarray | None = None,
+    ) -> int:
+        """Masked compare-and-swap (MLX5_OPCODE_ATOMIC_MASKED_CS): ctrl [+ AV] + raddr + the
+        extended atomic segment(s) (two for 8-byte operands) + data(size, lkey, addr). Masks
+        default to all ones (a plain compare-and-swap)."""
+        ones = (1 << (8 * size)) - 1
+        seg = masked_cs_seg(size, swap, compare, ones if swap_mask is None else swap_mask,
+                            ones if compare_mask is None else compare_mask)  # fmt: skip
+        body = [*self._av_segs(av), raddr_seg(raddr, rkey), seg, data_seg(size, lkey, addr)]
+        return self._post(pi, Opcode.ATOMIC_MASKED_CS, qpn, _flags(signaled, fence), 0, body,
+                          ext_atomic_opmod(size))  # fmt: skip
+
     def post_nop(self, pi: int, qpn: int, *, signaled: bool = False, fence: bool = False) -> int:
         """NOP: a control segment alone (ds=1)."""
         return self._post(pi, Opcode.NOP, qpn, _flags(signaled, fence), 0, [])
@@ -180,8 +243,9 @@ class SqRing:
         if dc:
             av = decode_av(self.read(wqe_index, seg, AV_FULL_BYTES))
             seg += av.nbytes // SEG_BYTES
-        raddr = atomic = data = inline = None
-        if ctrl.opcode in (
+        raddr = atomic = data = inline = masked = None
+        masked_op = ctrl.opcode in (Opcode.ATOMIC_MASKED_CS, Opcode.ATOMIC_MASKED_FA)
+        if masked_op or ctrl.opcode in (
             Opcode.RDMA_WRITE,
             Opcode.RDMA_WRITE_IMM,
             Opcode.RDMA_READ,
@@ -193,12 +257,19 @@ class SqRing:
         if ctrl.opcode in (Opcode.ATOMIC_CS, Opcode.ATOMIC_FA):
             atomic = decode_atomic(self.read(wqe_index, seg, SEG_BYTES))
             seg += 1
+        if masked_op and ctrl.opmod & ~7 == EXT_ATOMIC_OPMOD and ctrl.opmod & 7 < 2:
+            size = 4 << (ctrl.opmod & 7)
+            nseg = masked_atomic_segs(ctrl.opcode, size)
+            masked = decode_masked_atomic(
+                self.read(wqe_index, seg, nseg * SEG_BYTES), ctrl.opcode, size
+            )
+            seg += nseg
         if seg < ctrl.ds:
             data = decode_data(self.read(wqe_index, seg, SEG_BYTES))
             if data.is_inline:  # lkey/addr hold payload bytes there: keep the header alone
                 inline = self.read(wqe_index, seg, 4 + data.length)[4:].tobytes()
                 data = Data(data.byte_count, 0, 0)
-        return Wqe(ctrl, av, raddr, atomic, data, inline)
+        return Wqe(ctrl, av, raddr, atomic, data, inline, masked)
 
 
 def read_inline(ring: SqRing, wqe_index: int, first_seg: int) -> bytes:

@@ -23,9 +23,12 @@ from .constants import (
     AV_EXT,
     AV_FULL_BYTES,
     DS_MAX,
+    EXT_ATOMIC_OPMOD,
+    EXT_ATOMIC_SIZES,
     INLINE_FLAG,
     SEG_BYTES,
     WQEBB_BYTES,
+    Opcode,
 )
 
 
@@ -90,6 +93,53 @@ def atomic_seg(swap_add: int, compare: int = 0) -> np.ndarray:
     return to_array(
         struct.pack(">QQ", check_uint("swap_add", swap_add, 64), check_uint("compare", compare, 64))
     )
+
+
+def ext_atomic_opmod(size: int) -> int:
+    """ctrl.opmod of an extended (masked) atomic on `size`-byte operands (4 or 8):
+    0x08 | (log2(size) - 2)."""
+    return EXT_ATOMIC_OPMOD | (_ext_size(size).bit_length() - 3)
+
+
+def _ext_size(size: int) -> int:
+    if size not in EXT_ATOMIC_SIZES:
+        raise ValueError(f"size={size}: allowed {' or '.join(map(str, EXT_ATOMIC_SIZES))} (bytes)")
+    return int(size)
+
+
+def masked_fa_seg(size: int, add: int, field_boundary: int = 0) -> np.ndarray:
+    """The extended atomic segment of a masked fetch-add (16 bytes, big-endian). 4-byte operands:
+    add, field_boundary (BE32 each), then 8 reserved bytes; 8-byte operands: add, field_boundary
+    (BE64 each, where struct mlx5_wqe_atomic_seg has swap_add and compare). A bit set in
+    field_boundary ends a field there: its carry is not propagated; 0 is a plain add."""
+    bits = 8 * _ext_size(size)
+    a, fb = check_uint("add", add, bits), check_uint("field_boundary", field_boundary, bits)
+    raw = struct.pack(">IIQ", a, fb, 0) if size == 4 else struct.pack(">QQ", a, fb)
+    return to_array(raw)
+
+
+def masked_cs_seg(
+    size: int, swap: int, compare: int, swap_mask: int, compare_mask: int
+) -> np.ndarray:
+    """The extended atomic segment(s) of a masked compare-and-swap, big-endian. 4-byte operands:
+    one segment of swap, compare, swap_mask, compare_mask (BE32 each); 8-byte operands: two
+    segments, rdma-core's struct mlx5_wqe_masked_atomic_seg (swap_add, compare, swap_add_mask,
+    compare_mask, BE64 each). The swap happens when ((old ^ compare) & compare_mask) == 0 and
+    replaces the bits of swap_mask: new = (old & ~swap_mask) | (swap & swap_mask)."""
+    bits = 8 * _ext_size(size)
+    vals = tuple(
+        check_uint(n, v, bits)
+        for n, v in (
+            ("swap", swap), ("compare", compare), ("swap_mask", swap_mask),
+            ("compare_mask", compare_mask),
+        )
+    )  # fmt: skip
+    return to_array(struct.pack(">IIII" if size == 4 else ">QQQQ", *vals))
+
+
+def masked_atomic_segs(opcode: int, size: int) -> int:
+    """Segments the extended atomic segment of `opcode` on `size`-byte operands takes."""
+    return 2 if opcode == Opcode.ATOMIC_MASKED_CS and _ext_size(size) == 8 else 1
 
 
 def _av_head(
@@ -215,6 +265,19 @@ class Atomic:
 
 
 @dataclass(frozen=True)
+class MaskedAtomic:
+    """An extended atomic segment as the NIC reads it. Masked fetch-add: swap_add is the addend,
+    swap_add_mask the field boundary (compare, compare_mask 0). Masked compare-and-swap: swap,
+    compare, swap mask, compare mask."""
+
+    size: int
+    swap_add: int
+    compare: int
+    swap_add_mask: int
+    compare_mask: int
+
+
+@dataclass(frozen=True)
 class Av:
     dc_key: int
     dct_num: int  # dqp_dct without the ext bit
@@ -259,6 +322,18 @@ def decode_data(b: BytesLike) -> Data:
 
 def decode_atomic(b: BytesLike) -> Atomic:
     return Atomic(*struct.unpack_from(">QQ", as_bytes(b, SEG_BYTES, "atomic segment")))
+
+
+def decode_masked_atomic(b: BytesLike, opcode: int, size: int) -> MaskedAtomic:
+    """Decode the extended atomic segment(s) of a masked `opcode` on `size`-byte operands."""
+    n = masked_atomic_segs(opcode, size) * SEG_BYTES
+    raw = as_bytes(b, n, "extended atomic segment")
+    if opcode == Opcode.ATOMIC_MASKED_FA:
+        add, fb = struct.unpack_from(">II" if size == 4 else ">QQ", raw)
+        return MaskedAtomic(size, add, 0, fb, 0)
+    if opcode != Opcode.ATOMIC_MASKED_CS:
+        raise ValueError(f"opcode={opcode:#x}: not an extended atomic (0x14 or 0x15)")
+    return MaskedAtomic(size, *struct.unpack_from(">IIII" if size == 4 else ">QQQQ", raw))
 
 
 def decode_av(b: BytesLike) -> Av:

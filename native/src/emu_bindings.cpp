@@ -5,7 +5,10 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -13,6 +16,7 @@
 #include "bindings.hpp"
 #include "emu_bench.hpp"
 #include "emu_nic.hpp"
+#include "gpi.cuh"
 
 namespace nb = nanobind;
 using gicbench::emu::Nic;
@@ -27,6 +31,70 @@ const char* const kCounterNames[emu::kNumCounters] = {
     "not_rts",       "bad_doorbells", "recv_consumed", "dc_key_violations", "rnr",
     "dbrec_lag",     "cold_wakeups", "qp_fatal", "lock_steals",
 };
+
+const char* const kGpiCounterNames[emu::kNumGpiCounters] = {
+    "gpi_descriptors", "gpi_writes", "gpi_signals", "gpi_bytes", "gpi_torn_waits", "gpi_errors",
+};
+
+// A GPI descriptor's fields as a dict (cuda/gpi.cuh's Desc; the numpy twin's GpiDesc names).
+nb::dict gpi_desc_dict(const gpi::Desc& d) {
+  nb::dict o;
+  o["op"] = d.op;
+  o["flags"] = d.flags;
+  o["counter"] = d.counter;
+  o["src_win"] = d.src_win;
+  o["dst_win"] = d.dst_win;
+  o["sig_win"] = d.sig_win;
+  o["k"] = d.k;
+  o["size"] = d.size;
+  o["dst_rank"] = d.dst_rank;
+  o["src_off"] = d.src_off;
+  o["dst_off"] = d.dst_off;
+  o["sig_off"] = d.sig_off;
+  o["value"] = d.value;
+  o["inline"] = nb::bytes(reinterpret_cast<const char*>(d.inline_data), gpi::kMaxInline);
+  o["stride"] = d.stride;
+  o["sig_base"] = d.sig_base;
+  nb::list dests;
+  for (const gpi::Dest& e : d.dest) dests.append(nb::make_tuple(e.rank, e.slot, e.signal));
+  o["dests"] = dests;
+  return o;
+}
+
+gpi::Desc gpi_desc_from(const nb::dict& o) {
+  gpi::Desc d{};
+  auto u = [&](const char* k) { return o.contains(k) ? nb::cast<uint64_t>(o[k]) : uint64_t{0}; };
+  d.op = static_cast<uint8_t>(u("op"));
+  d.flags = static_cast<uint8_t>(u("flags"));
+  d.counter = static_cast<uint16_t>(u("counter"));
+  d.src_win = static_cast<uint8_t>(u("src_win"));
+  d.dst_win = static_cast<uint8_t>(u("dst_win"));
+  d.sig_win = static_cast<uint8_t>(u("sig_win"));
+  d.k = static_cast<uint8_t>(u("k"));
+  d.size = static_cast<uint32_t>(u("size"));
+  d.dst_rank = static_cast<uint16_t>(u("dst_rank"));
+  d.src_off = u("src_off");
+  d.dst_off = u("dst_off");
+  d.sig_off = u("sig_off");
+  d.value = o.contains("value") ? nb::cast<int64_t>(o["value"]) : 0;
+  d.stride = static_cast<uint32_t>(u("stride"));
+  d.sig_base = static_cast<uint32_t>(u("sig_base"));
+  if (o.contains("inline")) {
+    const nb::bytes b = nb::cast<nb::bytes>(o["inline"]);
+    std::memcpy(d.inline_data, b.c_str(), std::min<size_t>(b.size(), gpi::kMaxInline));
+  }
+  if (o.contains("dests")) {
+    uint32_t j = 0;
+    for (nb::handle e : nb::cast<nb::list>(o["dests"])) {
+      if (j == gpi::kMaxFanout) break;
+      const auto t = nb::cast<std::tuple<uint32_t, uint32_t, uint32_t>>(e);
+      d.dest[j++] = gpi::Dest{static_cast<uint8_t>(std::get<0>(t)),
+                              static_cast<uint16_t>(std::get<1>(t)),
+                              static_cast<uint8_t>(std::get<2>(t))};
+    }
+  }
+  return d;
+}
 
 nb::dict rq_dict(const emu::RqInfo& r) {
   nb::dict d;
@@ -47,6 +115,32 @@ void bind_emu(nb::module_ m) {
     return l;
   }();
   m.attr("MAX_QPS") = emu::kMaxQps;
+  m.attr("GPI_COUNTERS") = [] {
+    nb::list l;
+    for (const char* n : kGpiCounterNames) l.append(n);
+    return l;
+  }();
+  m.attr("MAX_GPIS") = emu::kMaxGpis - 1;
+  m.attr("ERR_GPI") = static_cast<uint32_t>(emu::kErrGpi);
+  m.def("gpi_footprint", &emu::gpi_footprint, nb::arg("depth"), nb::arg("ncounters"),
+        nb::arg("nwindows"), nb::arg("world"),
+        "Bytes one GPI queue takes in the queue arena (page padded).");
+  // cuda/gpi.cuh's encoder and decoder, for the tests against the numpy twin.
+  m.def(
+      "gpi_encode",
+      [](nb::dict fields, uint32_t owner) {
+        uint64_t w[gpi::kSegs];
+        gpi::encode(gpi_desc_from(fields), owner & 1u, w);
+        return nb::bytes(reinterpret_cast<const char*>(w), sizeof w);
+      },
+      nb::arg("fields"), nb::arg("owner"));
+  m.def("gpi_decode", [](nb::bytes b) {
+    if (b.size() != gpi::kDescBytes) throw std::invalid_argument("a GPI descriptor is 64 bytes");
+    uint64_t w[gpi::kSegs];
+    std::memcpy(w, b.c_str(), sizeof w);
+    return gpi_desc_dict(gpi::decode(w));
+  });
+  m.def("gpi_owner_for", &gpi::owner_for, nb::arg("index"), nb::arg("log_depth"));
   m.attr("ERR_STALE_WQE") = static_cast<uint32_t>(emu::kErrStaleWqe);
   m.attr("ERR_NOT_RTS") = static_cast<uint32_t>(emu::kErrNotRts);
   m.attr("ERR_CQ_OVERRUN") = static_cast<uint32_t>(emu::kErrCqOverrun);
@@ -128,6 +222,21 @@ void bind_emu(nb::module_ m) {
              d["rq"] = rq_dict(t.rq);
              return d;
            }, nb::arg("cqn"), nb::arg("dc_key"), nb::arg("rq_wqes"), nb::arg("pd") = 0)
+      .def("create_gpi",
+           [](Nic& n, uint32_t depth, uint32_t ncounters, uint32_t nwindows, uint32_t pd) {
+             const emu::GpiInfo g = n.create_gpi(depth, ncounters, nwindows, pd);
+             return std::make_tuple(g.num, g.base, g.ring, g.depth);
+           }, nb::arg("depth"), nb::arg("ncounters"), nb::arg("nwindows"), nb::arg("pd") = 0)
+      .def("set_gpi_window", &Nic::set_gpi_window, nb::arg("num"), nb::arg("handle"),
+           nb::arg("rank"), nb::arg("addr"), nb::arg("length"), nb::arg("key"))
+      .def("gpi_counters",
+           [](const Nic& n) {
+             nb::dict d;
+             const uint64_t* c = n.seg().hdr()->gpi_counters;
+             for (uint32_t i = 0; i < emu::kNumGpiCounters; ++i)
+               d[kGpiCounterNames[i]] = emu::ld_rlx(&c[i]);
+             return d;
+           })
       .def("modify_qp", &Nic::modify_qp, nb::arg("qpn"), nb::arg("state"),
            nb::arg("remote_rank") = -1, nb::arg("remote_qpn") = 0)
       .def("qp_state", &Nic::qp_state)

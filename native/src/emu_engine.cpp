@@ -46,19 +46,6 @@ constexpr long kDeepSleepMaxNs = 1000000;
 constexpr uint32_t kSweepWindow = 16;
 constexpr uint64_t kHotIdlePasses = 1u << 16;
 
-// Translate (key, addr, len) through the MR table of segment `s`; null on any violation
-// (unknown key, bounds, access, another protection domain).
-uint8_t* mr_ptr(const Segment& s, uint32_t key, uint64_t addr, uint64_t len, uint32_t need,
-                uint32_t pd) {
-  const uint32_t i = key_index(key);
-  if (i == 0 || i >= ld_acq(&s.hdr()->n_mrs)) return nullptr;
-  const MrEntry& m = s.mrs()[i];
-  if (ld_acq(&m.key) != key || m.pd != pd) return nullptr;
-  if (addr < m.addr || len > m.length || addr - m.addr > m.length - len) return nullptr;
-  if ((m.access & need) != need) return nullptr;
-  return s.base() + m.offset + (addr - m.addr);
-}
-
 inline void copy_payload(uint8_t* dst, const uint8_t* src, uint32_t len) {
   switch (len) {  // the small sizes benchmarks use, without a call to memcpy
     case 8: std::memcpy(dst, src, 8); break;
@@ -169,6 +156,10 @@ struct Nic::Env {
     __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
     return expected;  // the old value either way
   }
+  uint32_t cas32(uint32_t* p, uint32_t expected, uint32_t desired) const {
+    __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    return expected;
+  }
   void copy(uint8_t* dst, const uint8_t* src, uint32_t n) const { copy_payload(dst, src, n); }
   uint32_t qp_state() const { return ld_acq(&qp.state); }
   void qp_to_error() const { st_rel(&qp.state, static_cast<uint32_t>(kErr)); }
@@ -207,11 +198,11 @@ struct Nic::Env {
     return true;
   }
   uint8_t* local(uint32_t key, uint64_t addr, uint64_t len, uint32_t need, uint32_t pd) const {
-    return mr_ptr(nic.self_, key, addr, len, need, pd);
+    return nic.self_.mr_ptr(key, addr, len, need, pd);
   }
   uint8_t* remote(const Resp& r, uint32_t key, uint64_t addr, uint64_t len,
                   uint32_t need) const {
-    return mr_ptr(*r.ts, key, addr, len, need, r.pd);
+    return r.ts->mr_ptr(key, addr, len, need, r.pd);
   }
   bool recv_begin(const Resp& r, emu_core::RecvSlot& slot) const {
     if (r.rq->wqe_cnt == 0) return false;
@@ -377,6 +368,7 @@ size_t Nic::progress() {
     work += serve_qp(i, db, true);
   }
   if (n <= 1) wrapped_ = true;
+  work += serve_gpis();
   if (work) {
     for (uint32_t c = 0; c < kNumCounters; ++c) {
       if (local_[c]) {

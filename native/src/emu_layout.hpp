@@ -18,7 +18,7 @@ namespace gicbench {
 namespace emu {
 
 constexpr uint64_t kMagic = 0x3175'6d65'6263'6967ull;  // "gicbemu1" little-endian
-constexpr uint32_t kLayoutVersion = 2;
+constexpr uint32_t kLayoutVersion = 3;
 constexpr uint32_t kHeaderBytes = 4096;
 constexpr uint32_t kErrRing = 256;  // error records kept (older ones are overwritten)
 constexpr uint32_t kMaxRanks = 256;  // numbers carry (rank & 0xff) << 16
@@ -29,6 +29,9 @@ constexpr uint32_t kDctBit = 0x8000;
 constexpr uint32_t kDbStride = 64;
 constexpr uint32_t kDbrecStride = 64;
 constexpr uint64_t kPage = 4096;
+// GPI queues (docs/gpi.md): a table of kMaxGpis entries in the header page, at kGpiTableOff.
+constexpr uint32_t kMaxGpis = 16;
+constexpr uint32_t kGpiTableOff = 2048;
 
 // Object numbers (QPN, DCT number, CQN): one 24-bit namespace per node.
 GB_EMU_HD inline uint32_t make_num(uint32_t rank, uint32_t index) { return ((rank & 0xff) << 16) | index; }
@@ -84,6 +87,19 @@ enum ErrKind : uint32_t {
   kErrDoorbellQpn = 7,  // doorbell value carries another QPN: expected = QPN, found = its QPN
   kErrBadDbrec = 8,     // send doorbell record outside the window: expected = ci, found = record
   kErrDeadOwner = 9,    // lock of CQ cqn held by dead pid `found`: taken over
+  kErrGpi = 10,         // a GPI descriptor failed: qpn = the queue's number, expected = syndrome,
+                        // found = descriptor index (low 32 bits), cqn = its destination
+};
+
+// Rank-wide counters of the GPI queues (Header::gpi_counters), apart from the WQE path's.
+enum GpiCounter : uint32_t {
+  kGpiCntDescriptors,  // descriptors executed
+  kGpiCntWrites,       // RDMA writes they were realized as (k per fan-out)
+  kGpiCntSignals,      // signal adds
+  kGpiCntBytes,        // bytes written
+  kGpiCntTornWaits,    // descriptors found torn (counted once each)
+  kGpiCntErrors,       // descriptors that failed
+  kNumGpiCounters,
 };
 
 struct ErrRecord {
@@ -167,6 +183,31 @@ struct DctEntry {
 };
 static_assert(sizeof(DctEntry) == 64, "DctEntry layout");
 
+// One GPI queue: its region in the queue arena holds the control block (pi, ci, errors,
+// last_error, counters; cuda/gpi.cuh), the window table and the descriptor ring.
+struct GpiEntry {
+  uint32_t state;  // 0 unused, 1 live (published last with a release store)
+  uint32_t num;    // (rank & 0xff) << 16 | index, its own namespace
+  uint32_t log_depth;
+  uint32_t pd;
+  uint64_t base_off;  // the control block
+  uint64_t win_off;   // nwindows x world GpiWinEntry, handle-major
+  uint64_t ring_off;  // 2^log_depth descriptors of 64 bytes
+  uint32_t nwindows, ncounters;
+  uint32_t world;
+  uint32_t pad[3];
+};
+static_assert(sizeof(GpiEntry) == 64, "GpiEntry layout");
+
+struct GpiWinEntry {
+  uint64_t addr;    // as the owner reports it (MrEntry::addr space)
+  uint64_t length;  // bytes a descriptor may name from addr
+  uint32_t key;
+  uint32_t valid;  // published last (release)
+  uint64_t pad;
+};
+static_assert(sizeof(GpiWinEntry) == 32, "GpiWinEntry layout");
+
 struct Header {
   uint64_t magic;
   uint32_t version;
@@ -184,10 +225,14 @@ struct Header {
   uint64_t ring_used;                     // rings: bump allocator up from ring_off
   uint64_t mr_used;                       // memory regions: bump allocator down from the end
   uint64_t err_head;                      // error-record tickets
-  uint64_t reserved[8];
+  uint32_t n_gpis;                        // GPI table high-water mark (slot 0 unused)
+  uint32_t pad1;
+  uint64_t gpi_counters[kNumGpiCounters];
+  uint64_t reserved[1];
   alignas(64) uint64_t counters[kNumCounters];
 };
-static_assert(sizeof(Header) <= kHeaderBytes, "header fits its page");
+static_assert(sizeof(Header) <= kGpiTableOff, "header below the GPI table");
+static_assert(kGpiTableOff + kMaxGpis * sizeof(GpiEntry) <= kHeaderBytes, "GPI table fits");
 
 // ---- __atomic helpers over the shared mapping --------------------------------------------------
 template <class T>

@@ -44,6 +44,11 @@ struct DctInfo {
   uint32_t dctn;
   RqInfo rq;
 };
+struct GpiInfo {
+  uint32_t num;
+  uint64_t base, ring;  // the control block and the descriptor ring (this process's addresses)
+  uint32_t depth;
+};
 
 class Nic {
  public:
@@ -59,6 +64,13 @@ class Nic {
   QpInfo create_qp(uint32_t send_cqn, uint32_t sq_wqebbs, uint32_t recv_cqn, uint32_t rq_wqes,
                    bool dci, uint32_t flags = 0, uint32_t max_inline = 0, uint32_t pd = 0);
   DctInfo create_dct(uint32_t cqn, uint64_t dc_key, uint32_t rq_wqes, uint32_t pd = 0);
+  // A GPI queue (docs/gpi.md): `depth` descriptors (a power of two), `ncounters` completion
+  // counters, a window table of `nwindows` handles x the world's ranks, protection domain `pd`.
+  GpiInfo create_gpi(uint32_t depth, uint32_t ncounters, uint32_t nwindows, uint32_t pd = 0);
+  // Window (handle, rank) of GPI queue `num`: `length` bytes from `addr` (the owner's address of
+  // an MR of that rank) under `key`.
+  void set_gpi_window(uint32_t num, uint32_t handle, uint32_t rank, uint64_t addr,
+                      uint64_t length, uint32_t key);
   // RESET->INIT->RTR->RTS, any->ERR, any->RESET; RTR of an RC QP needs the remote.
   void modify_qp(uint32_t qpn, uint32_t state, int remote_rank, uint32_t remote_qpn);
   uint32_t qp_state(uint32_t qpn) const;
@@ -90,6 +102,7 @@ class Nic {
   const QpEntry& qp_entry(uint32_t qpn) const;
   const DctEntry& dct_entry(uint32_t dctn) const;
   const CqEntry& cq_entry(uint32_t cqn) const;
+  const GpiEntry& gpi_entry(uint32_t num) const;
 
  private:
   // Engine-private state of one QP slot (only the engine, or control under the engine lock).
@@ -98,6 +111,7 @@ class Nic {
     uint64_t active = 0;   // pass of the last doorbell or work
   };
   struct Env;  // the core's environment over this rank's segment (emu_engine.cpp)
+  struct GpiEnv;  // gpi_serve's environment (emu_gpi.cpp)
 
   QpEntry& qp_at(uint32_t qpn) const;
   emu_core::SqParams sq_params(uint32_t i) const;
@@ -108,6 +122,7 @@ class Nic {
   bool post_cqe_locked(const Segment& s, CqEntry& cq, uint32_t qpn, Fill fill);
   void lock_cq(const Segment& s, CqEntry& cq);
   void cq_fatal(const Segment& s, CqEntry& cq);
+  size_t serve_gpis();  // one pass over this rank's GPI queues (emu_gpi.cpp)
   void engine_loop();
   void lock_engine();
   void unlock_engine() { st_rel(&busy_, 0u); }
@@ -125,6 +140,8 @@ class Nic {
   std::vector<QpEng> eng_;
   std::vector<uint32_t> hot_;  // QP slots rung recently or with work pending
   uint32_t cursor_ = 1;        // next slot of the rotating sweep
+  emu_core::GpiState gpi_eng_[kMaxGpis] = {};  // the core's state of each GPI queue
+  uint64_t gpi_local_[kNumGpiCounters] = {};
   uint64_t pass_ = 0;
   bool wrapped_ = false;  // the last pass completed a sweep
   uint32_t pid_;

@@ -110,6 +110,16 @@ Plan plan(const Limits& lim) {
   return p;
 }
 
+GpiPlan gpi_plan(uint32_t depth, uint32_t ncounters, uint32_t nwindows, uint32_t world) {
+  // Control block (pi, ci, status, counters; cuda/gpi.cuh's offsets), window table, then the
+  // ring on its own page.
+  GpiPlan p{};
+  p.win_off = align_up(256 + uint64_t{8} * ncounters, 64);
+  p.ring_off = align_up(p.win_off + uint64_t{nwindows} * world * sizeof(GpiWinEntry), kPage);
+  p.bytes = p.ring_off + uint64_t{depth} * 64;
+  return p;
+}
+
 uint64_t bytes_needed(const Limits& lim, uint64_t ring_bytes, uint64_t mr_bytes) {
   return align_up(plan(lim).ring_off + ring_bytes + mr_bytes, kPage);
 }
@@ -168,7 +178,7 @@ Segment Segment::create(const std::string& name, int rank, int world, uint64_t b
   h->cq_dbrec_off = pl.cq_dbrec_off;
   h->dct_dbrec_off = pl.dct_dbrec_off;
   h->ring_off = pl.ring_off;
-  h->n_mrs = h->n_qps = h->n_cqs = h->n_dcts = 1;  // slot 0 is never used
+  h->n_mrs = h->n_qps = h->n_cqs = h->n_dcts = h->n_gpis = 1;  // slot 0 is never used
   st_rel(&h->magic, kMagic);
   return s;
 }
@@ -236,6 +246,17 @@ uint64_t Segment::alloc_mr(uint64_t length) {
     throw full(h, "memory region", need);
   h->mr_used += need;
   return h->total_bytes - h->mr_used;
+}
+
+uint8_t* Segment::mr_ptr(uint32_t key, uint64_t addr, uint64_t len, uint32_t need,
+                         uint32_t pd) const {
+  const uint32_t i = key_index(key);
+  if (i == 0 || i >= ld_acq(&hdr()->n_mrs)) return nullptr;
+  const MrEntry& m = mrs()[i];
+  if (ld_acq(&m.key) != key || m.pd != pd) return nullptr;
+  if (addr < m.addr || len > m.length || addr - m.addr > m.length - len) return nullptr;
+  if ((m.access & need) != need) return nullptr;
+  return base_ + m.offset + (addr - m.addr);
 }
 
 bool pid_alive(uint32_t pid) { return kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH; }

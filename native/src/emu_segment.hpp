@@ -39,6 +39,17 @@ inline uint64_t mr_footprint(uint64_t length) { return (length + 63) & ~uint64_t
 // regions whose footprints sum to `mr_bytes` (page rounded).
 uint64_t bytes_needed(const Limits& lim, uint64_t ring_bytes, uint64_t mr_bytes);
 
+// Where each part of one GPI queue's region goes (bytes from its start): create_gpi() and
+// gpi_footprint() both use it.
+struct GpiPlan {
+  uint64_t win_off, ring_off, bytes;
+};
+GpiPlan gpi_plan(uint32_t depth, uint32_t ncounters, uint32_t nwindows, uint32_t world);
+inline uint64_t gpi_footprint(uint32_t depth, uint32_t ncounters, uint32_t nwindows,
+                              uint32_t world) {
+  return ring_footprint(gpi_plan(depth, ncounters, nwindows, world).bytes);
+}
+
 // A mapping of some rank's segment in this process. Owners and peers use the same view.
 class Segment {
  public:
@@ -64,6 +75,7 @@ class Segment {
   QpEntry* qps() const { return reinterpret_cast<QpEntry*>(base_ + hdr()->qp_off); }
   CqEntry* cqs() const { return reinterpret_cast<CqEntry*>(base_ + hdr()->cq_off); }
   DctEntry* dcts() const { return reinterpret_cast<DctEntry*>(base_ + hdr()->dct_off); }
+  GpiEntry* gpis() const { return reinterpret_cast<GpiEntry*>(base_ + kGpiTableOff); }
   // Doorbell register of QP slot i (kDbStride bytes; the engine reads its first 8 bytes).
   uint64_t* doorbell(uint32_t i) const {
     return reinterpret_cast<uint64_t*>(base_ + hdr()->db_off + uint64_t{i} * kDbStride);
@@ -86,6 +98,9 @@ class Segment {
   void push_error(uint32_t kind, uint32_t qpn, uint32_t expected, uint32_t found, uint32_t cqn,
                   int32_t rank) const;
   void count(Counter c, uint64_t v = 1) const { add_rlx(&hdr()->counters[c], v); }
+  // (key, addr, len) through this segment's MR table: the memory, or null on any violation
+  // (unknown key, bounds, access, another protection domain).
+  uint8_t* mr_ptr(uint32_t key, uint64_t addr, uint64_t len, uint32_t need, uint32_t pd) const;
 
   bool unlink();  // shm_unlink(name) once; true if this call removed it
   void unmap();

@@ -128,6 +128,30 @@ void bind_segments(nb::module_ m) {
         return to_bytes(b, sizeof b);
       },
       nb::arg("swap_add"), nb::arg("compare") = 0);
+  // Extended atomics: the masked fetch-add segment (16 bytes) and the masked compare-and-swap
+  // segment(s) (16 bytes for 4-byte operands, 32 for 8-byte ones).
+  m.def(
+      "masked_fa_seg",
+      [](uint32_t size, uint64_t add, uint64_t field_boundary) {
+        alignas(16) uint8_t b[16];
+        m5::set_masked_fa_seg(b, size, add, field_boundary);
+        return to_bytes(b, sizeof b);
+      },
+      nb::arg("size"), nb::arg("add"), nb::arg("field_boundary") = 0);
+  m.def(
+      "masked_cs_seg",
+      [](uint32_t size, uint64_t swap, uint64_t compare, uint64_t swap_mask,
+         uint64_t compare_mask) {
+        alignas(16) uint8_t b[32] = {};
+        m5::set_masked_cs_seg(b, b + 16, size, swap, compare, swap_mask, compare_mask);
+        return to_bytes(b, 16 * m5::masked_atomic_segs(m5::kOpAtomicMaskedCs, size));
+      },
+      nb::arg("size"), nb::arg("swap"), nb::arg("compare"), nb::arg("swap_mask"),
+      nb::arg("compare_mask"));
+  m.def("ext_atomic_opmod", &m5::ext_atomic_opmod, nb::arg("size"));
+  m.def("ext_atomic_size", &m5::ext_atomic_size, nb::arg("opmod"));
+  m.def("ds_masked_atomic", &m5::ds_masked_atomic, nb::arg("opcode"), nb::arg("size"),
+        nb::arg("dc") = false, nb::arg("compact_av") = false);
   // The 48-byte AV, written through a one-WQEBB ring as set_av_full is.
   m.def("av_full", [](nb::dict fields) {
     alignas(64) uint8_t b[64] = {};
@@ -193,6 +217,12 @@ void bind_decoders(nb::module_ m) {
     const Aligned a(b, 16, "atomic segment");
     const m5::AtomicView v = m5::get_atomic_seg(a.buf);
     return std::make_tuple(v.swap_add, v.compare);
+  });
+  m.def("decode_masked_atomic", [](nb::bytes b, uint8_t opcode, uint32_t size) {
+    const uint32_t n = 16 * m5::masked_atomic_segs(opcode, size);
+    const Aligned a(b, n, "extended atomic segment");
+    const m5::MaskedAtomicView v = m5::get_masked_atomic(a.buf, a.buf + 16, opcode, size);
+    return std::make_tuple(v.swap_add, v.compare, v.swap_add_mask, v.compare_mask);
   });
   m.def("decode_av", [](nb::bytes b) {
     const Aligned a(b, 16, "address vector");
@@ -292,6 +322,43 @@ void bind_ring(nb::module_ m) {
       nb::arg("signaled") = true, nb::arg("fence") = false, nb::arg("av") = nb::none(),
       nb::arg("compact_av") = false);
   m.def(
+      "post_masked_fetch_add",
+      [](nb::bytes ring, uint32_t wqebb_cnt, uint32_t pi, uint32_t qpn, uint64_t raddr,
+         uint32_t rkey, uint32_t size, uint64_t add, uint64_t field_boundary, uint32_t lkey,
+         uint64_t addr, bool signaled, bool fence, std::optional<nb::dict> av, bool compact_av) {
+        Ring r(ring, wqebb_cnt);
+        m5::AvFields f{};
+        if (av) f = av_from_dict(*av);
+        const uint32_t n = m5::build_masked_fetch_add(r.sq, pi, qpn, raddr, rkey, size, add,
+                                                      field_boundary, lkey, addr,
+                                                      flags(signaled, fence), av ? &f : nullptr,
+                                                      compact_av);
+        return std::make_tuple(r.image(), n);
+      },
+      nb::arg("ring"), nb::arg("wqebb_cnt"), nb::arg("pi"), nb::arg("qpn"), nb::arg("raddr"),
+      nb::arg("rkey"), nb::arg("size"), nb::arg("add"), nb::arg("field_boundary"),
+      nb::arg("lkey"), nb::arg("addr"), nb::arg("signaled") = true, nb::arg("fence") = false,
+      nb::arg("av") = nb::none(), nb::arg("compact_av") = false);
+  m.def(
+      "post_masked_cmp_swap",
+      [](nb::bytes ring, uint32_t wqebb_cnt, uint32_t pi, uint32_t qpn, uint64_t raddr,
+         uint32_t rkey, uint32_t size, uint64_t swap, uint64_t compare, uint64_t swap_mask,
+         uint64_t compare_mask, uint32_t lkey, uint64_t addr, bool signaled, bool fence,
+         std::optional<nb::dict> av, bool compact_av) {
+        Ring r(ring, wqebb_cnt);
+        m5::AvFields f{};
+        if (av) f = av_from_dict(*av);
+        const uint32_t n = m5::build_masked_cmp_swap(
+            r.sq, pi, qpn, raddr, rkey, size, swap, compare, swap_mask, compare_mask, lkey, addr,
+            flags(signaled, fence), av ? &f : nullptr, compact_av);
+        return std::make_tuple(r.image(), n);
+      },
+      nb::arg("ring"), nb::arg("wqebb_cnt"), nb::arg("pi"), nb::arg("qpn"), nb::arg("raddr"),
+      nb::arg("rkey"), nb::arg("size"), nb::arg("swap"), nb::arg("compare"),
+      nb::arg("swap_mask"), nb::arg("compare_mask"), nb::arg("lkey"), nb::arg("addr"),
+      nb::arg("signaled") = true, nb::arg("fence") = false, nb::arg("av") = nb::none(),
+      nb::arg("compact_av") = false);
+  m.def(
       "post_nop",
       [](nb::bytes ring, uint32_t wqebb_cnt, uint32_t pi, uint32_t qpn, bool signaled,
          bool fence) {
@@ -348,6 +415,9 @@ void bind_constants(nb::module_ m) {
   c["OP_RDMA_READ"] = static_cast<int>(m5::kOpRdmaRead);
   c["OP_ATOMIC_CS"] = static_cast<int>(m5::kOpAtomicCs);
   c["OP_ATOMIC_FA"] = static_cast<int>(m5::kOpAtomicFa);
+  c["OP_ATOMIC_MASKED_CS"] = static_cast<int>(m5::kOpAtomicMaskedCs);
+  c["OP_ATOMIC_MASKED_FA"] = static_cast<int>(m5::kOpAtomicMaskedFa);
+  c["EXT_ATOMIC_OPMOD"] = static_cast<int>(m5::kOpmodExtAtomic);
   c["CTRL_SOLICITED"] = static_cast<int>(m5::kSolicited);
   c["CTRL_CQ_UPDATE"] = static_cast<int>(m5::kCqUpdate);
   c["CTRL_INITIATOR_SMALL_FENCE"] = static_cast<int>(m5::kInitiatorSmallFence);

@@ -11,6 +11,10 @@
  *     data   length lkey addr                                 mlx5dv_set_data_seg
  *     raddr  raddr rkey                                       fields, htobe*
  *     atomic swap_add compare                                 fields, htobe*
+ *     mfa4   add field_boundary                               4-byte masked fetch-add segment
+ *     mfa8   add field_boundary                               8-byte one (mlx5_wqe_atomic_seg)
+ *     mcs4   swap compare swap_mask compare_mask              4-byte masked compare-and-swap
+ *     mcs8   swap compare swap_mask compare_mask              mlx5_wqe_masked_atomic_seg (32 B)
  *     inline length                                           mlx5_wqe_inl_data_seg header (4 B)
  *     av     key dqp_dct ext stat_rate_sl fl_mlid rlid rmac_hex tclass hop_limit grh_gid_fl rgid_hex
  *                                                             mlx5dv_set_dgram_seg (48 B)
@@ -22,6 +26,7 @@
  *     cqci   ci                                               cq->dbrec[MLX5_CQ_SET_CI] as cq.c
  *                                                             (index 0: private to the provider)
  * Numbers are C literals (strtoull base 0); *_hex are plain hex byte strings.
+ *   "masked_fields": the same [offsetof, sizeof] for the extended atomic segments below.
  */
 #include <endian.h>
 #include <stddef.h>
@@ -31,6 +36,31 @@
 #include <string.h>
 
 #include <infiniband/mlx5dv.h>
+
+/* Extended (masked) atomic segments. rdma-core declares the 8-byte masked compare-and-swap one
+ * in its provider's private header (providers/mlx5/wqe.h: struct mlx5_wqe_masked_atomic_seg,
+ * swap_add, compare, swap_add_mask, compare_mask, each 64 bits), which libibverbs-dev does not
+ * install: the same four fields are declared here under that name. The 8-byte masked fetch-add
+ * uses struct mlx5_wqe_atomic_seg (swap_add = add, compare = field boundary). The 4-byte forms
+ * are the PRM's and have no rdma-core struct: declared as NVSHMEM's IBGDA headers lay them out
+ * (add, field boundary, 8 reserved bytes; swap, compare, swap mask, compare mask). */
+struct mlx5_wqe_masked_atomic_seg {
+  __be64 swap_add;
+  __be64 compare;
+  __be64 swap_add_mask;
+  __be64 compare_mask;
+};
+struct ext_atomic32_fa_seg {
+  __be32 add;
+  __be32 field_boundary;
+  uint64_t reserved;
+};
+struct ext_atomic32_cs_seg {
+  __be32 swap;
+  __be32 compare;
+  __be32 swap_mask;
+  __be32 compare_mask;
+};
 
 #define FIELD(T, f) \
   printf("%s\"%s.%s\": [%zu, %zu]", sep(), #T, #f, offsetof(struct T, f), sizeof(((struct T*)0)->f))
@@ -89,6 +119,23 @@ static void fields(void) {
   printf("}");
 }
 
+static void masked_fields(void) {
+  first = 1;
+  printf("\"masked_fields\": {");
+  FIELD(mlx5_wqe_masked_atomic_seg, swap_add);
+  FIELD(mlx5_wqe_masked_atomic_seg, compare);
+  FIELD(mlx5_wqe_masked_atomic_seg, swap_add_mask);
+  FIELD(mlx5_wqe_masked_atomic_seg, compare_mask);
+  FIELD(ext_atomic32_fa_seg, add);
+  FIELD(ext_atomic32_fa_seg, field_boundary);
+  FIELD(ext_atomic32_fa_seg, reserved);
+  FIELD(ext_atomic32_cs_seg, swap);
+  FIELD(ext_atomic32_cs_seg, compare);
+  FIELD(ext_atomic32_cs_seg, swap_mask);
+  FIELD(ext_atomic32_cs_seg, compare_mask);
+  printf("}");
+}
+
 static void sizes(void) {
   first = 1;
   printf("\"sizes\": {");
@@ -114,6 +161,8 @@ static void enums(void) {
   ENUM(MLX5_OPCODE_RDMA_READ);
   ENUM(MLX5_OPCODE_ATOMIC_CS);
   ENUM(MLX5_OPCODE_ATOMIC_FA);
+  ENUM(MLX5_OPCODE_ATOMIC_MASKED_CS);
+  ENUM(MLX5_OPCODE_ATOMIC_MASKED_FA);
   ENUM(MLX5_WQE_CTRL_CQ_UPDATE);
   ENUM(MLX5_WQE_CTRL_SOLICITED);
   ENUM(MLX5_WQE_CTRL_FENCE);
@@ -205,6 +254,34 @@ static int run(char* line) {
     s.swap_add = htobe64(a[0]);
     s.compare = htobe64(a[1]);
     put_hex(&s, sizeof s);
+  } else if (!strcmp(cmd, "mfa4")) {
+    struct ext_atomic32_fa_seg s;
+    memset(&s, 0, sizeof s);
+    s.add = htobe32((uint32_t)a[0]);
+    s.field_boundary = htobe32((uint32_t)a[1]);
+    put_hex(&s, sizeof s);
+  } else if (!strcmp(cmd, "mfa8")) {
+    struct mlx5_wqe_atomic_seg s;
+    memset(&s, 0, sizeof s);
+    s.swap_add = htobe64(a[0]);
+    s.compare = htobe64(a[1]);
+    put_hex(&s, sizeof s);
+  } else if (!strcmp(cmd, "mcs4")) {
+    struct ext_atomic32_cs_seg s;
+    memset(&s, 0, sizeof s);
+    s.swap = htobe32((uint32_t)a[0]);
+    s.compare = htobe32((uint32_t)a[1]);
+    s.swap_mask = htobe32((uint32_t)a[2]);
+    s.compare_mask = htobe32((uint32_t)a[3]);
+    put_hex(&s, sizeof s);
+  } else if (!strcmp(cmd, "mcs8")) {
+    struct mlx5_wqe_masked_atomic_seg s;
+    memset(&s, 0, sizeof s);
+    s.swap_add = htobe64(a[0]);
+    s.compare = htobe64(a[1]);
+    s.swap_add_mask = htobe64(a[2]);
+    s.compare_mask = htobe64(a[3]);
+    put_hex(&s, sizeof s);
   } else if (!strcmp(cmd, "inline")) {
     struct mlx5_wqe_inl_data_seg s;
     s.byte_count = htobe32((uint32_t)a[0] | MLX5_INLINE_SEG);
@@ -258,6 +335,8 @@ int main(void) {
   sizes();
   printf(", ");
   enums();
+  printf(", ");
+  masked_fields();
   printf(", \"results\": [");
   char line[1024];
   int count = 0;

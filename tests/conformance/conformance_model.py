@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gicbench.fabric.base import ACCESS_ALL, Access, QpState
+from gicbench.fabric.emu.gpi_format import GpiDesc
 
 # ---- setup ----------------------------------------------------------------------------------
 
@@ -63,6 +64,32 @@ class Dct:
     pd: int = 0
 
 
+@dataclass(frozen=True)
+class GpiWin:
+    """Window `handle` of a GPI queue: `length` bytes (None: the rest) of MR `mr` from `offset`,
+    at the MR's rank. `key_xor` spoils its key (a bad rkey)."""
+
+    handle: int
+    mr: str
+    offset: int = 0
+    length: int | None = None
+    key_xor: int = 0
+
+
+@dataclass(frozen=True)
+class Gpi:
+    """A GPI queue of rank `rank` (docs/gpi.md) with these windows; `nwindows` defaults to the
+    largest handle + 1."""
+
+    name: str
+    rank: int
+    depth: int = 8
+    ncounters: int = 2
+    windows: tuple[GpiWin, ...] = ()
+    nwindows: int | None = None
+    pd: int = 0
+
+
 # ---- steps ----------------------------------------------------------------------------------
 
 
@@ -105,6 +132,31 @@ class FetchAdd:
 
 
 @dataclass(frozen=True)
+class MaskedAtomic:
+    """An extended (masked) atomic on `size`-byte operands at `dst`; the old value lands at
+    `result`. op "fa": masked fetch-add of `value` with field boundary `mask` (0: a plain add);
+    op "cs": masked compare-and-swap, `value` swapped in under `mask` when the bits of
+    `compare_mask` equal `compare`. Faults: `raddr_delta` moves the address, `result_len`
+    overrides the data segment's byte count, `opmod` the ctrl's operand-size modifier."""
+
+    qp: str
+    op: str
+    size: int
+    dst: tuple[str, int]
+    result: tuple[str, int]
+    value: int
+    mask: int = 0
+    compare: int = 0
+    compare_mask: int = 0
+    signaled: bool = True
+    raddr_delta: int = 0
+    result_len: int | None = None
+    opmod: int | None = None
+    dct: str | None = None
+    compact_av: bool = False
+
+
+@dataclass(frozen=True)
 class Nop:
     qp: str
     signaled: bool = False
@@ -129,6 +181,43 @@ class Post:
     sign: bool = False
     torn: bool = False
     qpn_xor: int = 0  # the ctrl carries another QP's number
+
+
+@dataclass(frozen=True)
+class GpiPost:
+    """Reserve the next index of GPI queue `gpi` (a fetch-add on its pi, as a producer does) and
+    write descriptor `desc` there with that index's owner bits, then let the engines run.
+    `segments`: only these segments now (a torn descriptor; GpiComplete writes the rest)."""
+
+    gpi: str
+    desc: GpiDesc
+    segments: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class GpiComplete:
+    """Write the withheld segments of every torn descriptor of `gpi`, then let the engines run."""
+
+    gpi: str
+
+
+@dataclass(frozen=True)
+class GpiExpect:
+    """A GPI queue's status. last_error: (descriptor index, syndrome, destination) or None;
+    counters: (completed, error flag) of each counter, in order."""
+
+    ci: int
+    errors: int = 0
+    last_error: tuple[int, int, int] | None = None
+    counters: tuple[tuple[int, bool], ...] | None = None
+
+
+@dataclass(frozen=True)
+class CheckNow:
+    """Check, at this point of the steps, memory and GPI queues (as Expect's fields)."""
+
+    memory: tuple[tuple[str, int, bytes], ...] = ()
+    gpi: dict[str, GpiExpect] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -242,7 +331,7 @@ class CqeSpec:
 
 @dataclass(frozen=True)
 class ErrSpec:
-    kind: str  # stale_wqe | not_rts | cq_overrun | bad_doorbell | completion
+    kind: str  # stale_wqe | not_rts | cq_overrun | bad_doorbell | completion | gpi_error | ...
     qp: str | None = None
     expected: int | None = None
     found: int | None = None
@@ -263,6 +352,7 @@ class Expect:
     # collapsed CQs: what entry 0 holds at the end (the ring walk does not apply)
     cqe0: dict[str, CqeSpec] = field(default_factory=dict)
     qp_counters: dict[str, dict[str, int]] = field(default_factory=dict)  # per-QP values
+    gpi: dict[str, GpiExpect] = field(default_factory=dict)  # GPI queues' status
 
 
 @dataclass(frozen=True)
@@ -275,3 +365,4 @@ class Case:
     expect: Expect
     dcts: tuple[Dct, ...] = ()
     world: int = 2
+    gpis: tuple[Gpi, ...] = ()

@@ -16,8 +16,13 @@ import numpy as np
 from conformance_engines import make_world
 from conformance_model import (
     Case,
+    CheckNow,
     ConsumeCq,
     FetchAdd,
+    GpiComplete,
+    GpiExpect,
+    GpiPost,
+    MaskedAtomic,
     Modify,
     Nop,
     Post,
@@ -33,7 +38,8 @@ from conformance_model import (
 )
 
 from gicbench import mlx5
-from gicbench.fabric.base import QpState
+from gicbench.fabric.base import QpState, host_view
+from gicbench.fabric.emu.gpi import GpiWindow
 
 
 @dataclass
@@ -69,6 +75,9 @@ class CaseRun:
         self.sq: dict[str, SqState] = {}
         self.cq: dict[str, CqState] = {}
         self.rq_pi: dict[str, int] = {}
+        self.gpis: dict[str, Any] = {}
+        self.gpi_pi: dict[str, int] = {}  # the producer's next index
+        self.gpi_torn: dict[str, list[tuple[int, Any, tuple[int, ...]]]] = {}
 
     # ---- setup --------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -78,6 +87,18 @@ class CaseRun:
             if m.init:
                 self.w.view(mr.addr, mr.length)[: len(m.init)] = np.frombuffer(m.init, np.uint8)
             self.mrs[m.name] = mr
+        for g in self.case.gpis:
+            nwin = g.nwindows or 1 + max((w.handle for w in g.windows), default=0)
+            q = f[g.rank].create_gpi(g.depth, ncounters=g.ncounters, nwindows=nwin, pd=g.pd)
+            for w in g.windows:
+                mr = self.mrs[w.mr]
+                win = GpiWindow.of(mr, w.offset, w.length)
+                win = GpiWindow(win.addr, win.length, win.key ^ w.key_xor)
+                f[g.rank].set_gpi_window(q, w.handle, self._mr_rank(w.mr), win)
+            self.gpis[g.name] = q
+            self.rank_of[g.name] = g.rank
+            self.gpi_pi[g.name] = 0
+            self.gpi_torn[g.name] = []
         for c in self.case.cqs:
             cq = f[c.rank].create_cq(c.ncqe, collapsed=c.collapsed, overrun_ignore=c.overrun_ignore)
             self.cqs[c.name] = cq
@@ -114,6 +135,9 @@ class CaseRun:
             elif q.state != QpState.RESET:
                 fab.modify_qp(qp, QpState.INIT)
         self.before = [fab.counters() for fab in f]
+
+    def _mr_rank(self, name: str) -> int:
+        return next(m.rank for m in self.case.mrs if m.name == name)
 
     # ---- steps --------------------------------------------------------------------------------
     def run(self, steps: tuple[object, ...]) -> None:
@@ -171,6 +195,32 @@ class CaseRun:
             signaled=s.signaled,
             av=av,
         )
+        self._posted(s.qp, idx, nbb)
+
+    def do_MaskedAtomic(self, s: MaskedAtomic) -> None:
+        st, qp = self.sq[s.qp], self.qps[s.qp]
+        dst, res = self.mrs[s.dst[0]], self.mrs[s.result[0]]
+        av = self._av(s.dct, s.compact_av, None) if s.dct else None
+        idx = st.pi
+        raddr, laddr = dst.addr + s.dst[1] + s.raddr_delta, res.addr + s.result[1]
+        kw: dict[str, Any] = {"size": s.size, "signaled": s.signaled, "av": av}
+        if s.op == "fa":
+            nbb = st.ring.post_masked_fetch_add(
+                idx, qp.qpn, raddr, dst.rkey, s.value, res.lkey, laddr, field_boundary=s.mask,
+                **kw,
+            )  # fmt: skip
+        else:
+            nbb = st.ring.post_masked_cmp_swap(
+                idx, qp.qpn, raddr, dst.rkey, s.value, s.compare, res.lkey, laddr,
+                swap_mask=s.mask, compare_mask=s.compare_mask, **kw,
+            )  # fmt: skip
+        w = st.ring.parse(idx, dc=s.dct is not None)
+        if s.opmod is not None:  # the same ctrl with another operand-size modifier
+            c = w.ctrl
+            st.ring.write(idx, 0, mlx5.ctrl_seg(idx, c.opcode, c.qpn, c.ds, opmod=s.opmod,
+                                                fm_ce_se=c.fm_ce_se))  # fmt: skip
+        if s.result_len is not None:  # the last segment is the data segment
+            st.ring.write(idx, w.ctrl.ds - 1, mlx5.data_seg(s.result_len, res.lkey, laddr))
         self._posted(s.qp, idx, nbb)
 
     def do_Nop(self, s: Nop) -> None:
@@ -277,6 +327,34 @@ class CaseRun:
             st.ring.write(idx, 0, ctrl)
         st.withheld.clear()
 
+    def _gpi_fabric(self, name: str) -> Any:
+        return self.w.fabrics[self.rank_of[name]]
+
+    def do_GpiPost(self, s: GpiPost) -> None:
+        q, fab = self.gpis[s.gpi], self._gpi_fabric(s.gpi)
+        idx = self.gpi_pi[s.gpi]
+        self.gpi_pi[s.gpi] = idx + 1
+        host_view(q.pi, 8, np.uint64)[0] = idx + 1  # the reservation a producer's fetch-add makes
+        ring = fab.gpi_ring(q)
+        if s.segments is None:
+            ring.post(idx, s.desc)
+        else:
+            ring.post(idx, s.desc, s.segments)
+            rest = tuple(i for i in range(8) if i not in s.segments)
+            self.gpi_torn[s.gpi].append((idx, s.desc, rest))
+        self.w.drain()
+
+    def do_GpiComplete(self, s: GpiComplete) -> None:
+        ring = self._gpi_fabric(s.gpi).gpi_ring(self.gpis[s.gpi])
+        for idx, desc, rest in self.gpi_torn[s.gpi]:
+            ring.post(idx, desc, rest)
+        self.gpi_torn[s.gpi].clear()
+        self.w.drain()
+
+    def do_CheckNow(self, s: CheckNow) -> None:
+        problems = self._memory_problems(s.memory) + self._gpi_problems(s.gpi)
+        assert not problems, f"case {self.case.name}, at CheckNow:\n  " + "\n  ".join(problems)
+
     def do_PostRecv(self, s: PostRecv) -> None:
         obj = self.qps.get(s.target) or self.dcts[s.target]
         rq = obj.rq
@@ -327,18 +405,38 @@ class CaseRun:
         return out
 
     def number(self, name: str) -> int:
+        if name in self.gpis:
+            return self.gpis[name].num
         return self.qps[name].qpn if name in self.qps else self.dcts[name].dctn
 
-    def check(self) -> None:
-        e, f = self.case.expect, self.w.fabrics
-        problems: list[str] = []
-        for mr_name, off, data in e.memory:
+    def _memory_problems(self, memory: tuple[tuple[str, int, bytes], ...]) -> list[str]:
+        problems = []
+        for mr_name, off, data in memory:
             mr = self.mrs[mr_name]
             got = bytes(self.w.view(mr.addr, mr.length)[off : off + len(data)])
             if got != data:
                 problems.append(
                     f"memory {mr_name}[{off}:{off + len(data)}] = {got!r}, want {data!r}"
                 )
+        return problems
+
+    def _gpi_problems(self, want: dict[str, GpiExpect]) -> list[str]:
+        problems = []
+        for name, g in want.items():
+            st = self._gpi_fabric(name).gpi_status(self.gpis[name])
+            last = st["last_error"]
+            got = GpiExpect(
+                st["ci"], st["errors"],
+                None if last is None else (last["index"], last["syndrome"], last["dest"]),
+                tuple(st["counters"]) if g.counters is not None else None,
+            )  # fmt: skip
+            if got != g:
+                problems.append(f"GPI queue {name}: {got}, want {g}")
+        return problems
+
+    def check(self) -> None:
+        e, f = self.case.expect, self.w.fabrics
+        problems = self._memory_problems(e.memory) + self._gpi_problems(e.gpi)
         for name, spec in e.cqe0.items():
             g = mlx5.decode_cqe(self.cq[name].buf[:64])
             for fld in ("opcode", "wqe_counter", "syndrome", "wqe_opcode", "byte_cnt"):

@@ -1,4 +1,5 @@
-"""The conformance suite: every case of conformance_cases.CASES against every engine.
+"""The conformance suite: every case (conformance_cases.CASES, the extended atomics of
+conformance_masked_cases, the GPI queues of conformance_gpi_cases) against every engine.
 
 Point it at another engine by adding its name to conformance_engines.ENGINES (and a builder in
 make_world); the cases do not change.
@@ -7,10 +8,15 @@ make_world); the cases do not change.
 from __future__ import annotations
 
 import pytest
-from conformance_cases import CASE_IDS, CASES
+from conformance_cases import CASES as BASE_CASES
 from conformance_engines import ENGINES, GPU_ENGINES
+from conformance_gpi_cases import GPI_CASES
+from conformance_masked_cases import MASKED_ATOMIC_CASES
 from conformance_model import Case
 from conformance_runner import run_case
+
+CASES = [*BASE_CASES, *MASKED_ATOMIC_CASES, *GPI_CASES]
+CASE_IDS = [c.name for c in CASES]
 
 
 @pytest.fixture(
@@ -22,6 +28,8 @@ def engine(request: pytest.FixtureRequest) -> str:
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_case(engine: str, case: Case) -> None:
+    if case.gpis and engine in GPU_ENGINES:
+        pytest.skip("the CUDA engine does not serve GPI queues yet (docs/gpi.md, Engines)")
     run_case(case, engine)
 
 

@@ -2,6 +2,7 @@
 
 from ..base import host_view
 from .fabric import DEFAULT_SEGMENT_BYTES, PROGRESS_MODES, EmuErrorRecord, EmuFabric
+from .gpi import GpiQueue, GpiWindow
 from .janitor import janitor, segment_name
 from .sizing import segment_bytes_for
 
@@ -10,6 +11,8 @@ __all__ = [
     "PROGRESS_MODES",
     "EmuErrorRecord",
     "EmuFabric",
+    "GpiQueue",
+    "GpiWindow",
     "host_view",
     "janitor",
     "segment_bytes_for",

@@ -56,7 +56,7 @@ ARENA_ENV = "GICBENCH_CUDA_ENGINE_ARENA_MB"
 ARENA_ALIGN = 256  # what cudaMalloc gives: rings, CQs and MRs keep their alignment
 MAX_RANKS = 256
 KERNEL, SIZES = "gicbench_emu_engine", "gicbench_emu_engine_sizes"
-SOURCES = ("emu_engine.cu", "emu_core.cuh", "mlx5.cuh", "emu_layout.hpp")
+SOURCES = ("emu_engine.cu", "emu_core.cuh", "gpi.cuh", "mlx5.cuh", "emu_layout.hpp")
 _CUDA_HOST_REGISTER_PORTABLE_MAPPED = 0x01 | 0x02
 _ATTR_CAN_USE_HOST_POINTER = 91  # cudaDevAttrCanUseHostPointerForRegisteredMem
 _ATTR_SM_COUNT = 16  # cudaDevAttrMultiProcessorCount
@@ -72,8 +72,6 @@ CQ_SET_CI = 0  # mlx5: the consumer index word of a CQ's record
 MAX_PEER_RANGES = 4096
 PEER_RANGE_BYTES = 32  # PeerRange: lo, len, local, rank, pad
 _IPC_LAZY_ENABLE_PEER_ACCESS = 1  # cudaIpcMemLazyEnablePeerAccess
-
-
 
 
 def arena_bytes() -> int:

@@ -59,6 +59,8 @@ from ..base import (
     SendQueue,
     host_view,
 )
+from . import gpi as gpi_queue
+from .gpi import GpiQueue, GpiWindow
 from .janitor import create_segment, janitor
 from .params import ENGINES, QUEUE_PLACEMENTS  # declared once, with the knobs
 
@@ -114,8 +116,11 @@ class EmuErrorRecord:
             "bad_dbrec": "send doorbell record outside the posted window: consumer index {e}, "
             "record {f}",
             "dead_owner": "CQ lock held by dead process {f}: taken over",
+            "gpi_error": "GPI descriptor {f} failed with syndrome {e:#04x} (destination {c})",
             "lost": "{e} error records lost (the ring of 256 wrapped)",
-        }[self.kind].format(e=self.expected, f=self.found)
+        }[self.kind].format(e=self.expected, f=self.found, c=self.cqn)
+        if self.kind.startswith("gpi_"):  # qpn holds the queue's number, cqn the destination
+            return f"rank {self.rank} GPI queue {self.qpn:#08x}: {what}"
         return f"rank {self.rank} QP {self.qpn:#08x} CQ {self.cqn:#08x}: {what}"
 
 
@@ -129,6 +134,7 @@ _KINDS = {
     7: "doorbell_qpn",
     8: "bad_dbrec",
     9: "dead_owner",
+    10: "gpi_error",
 }
 DOMAINS = ("host", "host-mapped", "device")
 
@@ -258,6 +264,7 @@ class EmuFabric(Fabric):
         self._cuda_ranges: list[int] = []  # host addresses registered with CUDA
         self._dev_objs: dict[int, tuple[int, int, int]] = {}  # QP slot -> GPU ring, dbrec, db
         self._devcq: dict[int, int] = {}  # CQN -> its DevCq (GPU memory)
+        self._gpis: dict[int, GpiQueue] = {}
         self._exported = 0  # GPU allocations peers knew of at the last exchange
         EmuFabric._install_exit_hooks()
         EmuFabric._open.add(self)
@@ -603,6 +610,53 @@ class EmuFabric(Fabric):
         self._own_qp(qp)
         return QpState(self._live().qp_state(qp.qpn))
 
+    # ---- GPI queues (docs/gpi.md) ---------------------------------------------------------------
+    def create_gpi(
+        self, depth: int, *, ncounters: int = 1, nwindows: int = 1, pd: int = 0,
+        domain: object = None,
+    ) -> GpiQueue:  # fmt: skip
+        """A GPI queue of `depth` descriptors (a power of two), `ncounters` completion counters
+        and a window table of `nwindows` handles per rank, in protection domain `pd`. It lives
+        in the queue arena: domain "host" or "host-mapped" (register_cuda() maps it). The CPU
+        engine serves it; the CUDA engine does not (refused)."""
+        if self._cuda is not None:
+            raise UnsupportedError(
+                "create_gpi: the CUDA engine does not serve GPI queues (docs/gpi.md, Engines); "
+                "use the CPU engine (engine='cpu', --engine cpu)"
+            )
+        gpi_queue.check_create(depth, ncounters, nwindows)
+        _check_pd(pd)
+        dom = _domain("domain", domain, self.engine)
+        with _checked("create_gpi", self.rank):
+            num, base, ring, n = self._live().create_gpi(depth, ncounters, nwindows, pd)
+        q = GpiQueue(num, n, base, ring, ncounters, nwindows, pd, dom)
+        self._gpis[num] = q
+        return q
+
+    def _own_gpi(self, q: GpiQueue) -> GpiQueue:
+        if not isinstance(q, GpiQueue) or self._gpis.get(q.num) != q:
+            raise ConfigError("gpi", q, f"a GpiQueue created by this emu rank {self.rank}")
+        return q
+
+    def set_gpi_window(self, q: GpiQueue, handle: int, rank: int, window: GpiWindow) -> None:
+        """Window `handle` of queue `q` at `rank`: the memory descriptors naming that handle
+        and rank reach (checked again through that rank's MR table at every access)."""
+        self._own_gpi(q)
+        gpi_queue.check_window(q, handle, rank, self.world_size, window)
+        with _checked(f"set window {handle} of GPI queue {q.num:#x}", self.rank):
+            self._live().set_gpi_window(q.num, handle, rank, window.addr, window.length,
+                                        window.key)  # fmt: skip
+
+    def gpi_ring(self, q: GpiQueue) -> gpi_queue.GpiRing:
+        """Queue `q`'s ring as numpy words (to post descriptors from the host)."""
+        self._live()
+        return gpi_queue.ring_of(self._own_gpi(q))
+
+    def gpi_status(self, q: GpiQueue) -> dict[str, Any]:
+        """pi, ci, errors, last_error and the counters of queue `q` (gpi.status)."""
+        self._live()
+        return gpi_queue.status(self._own_gpi(q))
+
     # ---- the queue arena and CUDA ---------------------------------------------------------------
     def queue_arena(self) -> tuple[int, int]:
         """(address, bytes) of the queue arena: doorbell registers, doorbell records and the rings
@@ -615,8 +669,9 @@ class EmuFabric(Fabric):
         kernels can write WQEs, records and doorbells, plus the pages of every "host-mapped"
         memory region; return the device addresses: {"queue_arena": (host, device, bytes),
         "qps": {qpn: {"buf", "dbrec", "doorbell"}}, "cqs": {cqn: {"buf", "dbrec"}},
-        "mrs": {addr: device_addr}}. Call after every queue is created (the arena is registered
-        as it is then). Raises UnsupportedError without CuPy or a GPU."""
+        "gpis": {num: {"base", "ring"}}, "mrs": {addr: device_addr}}. Call after every queue
+        is created (the arena is registered as it is then). Raises UnsupportedError without
+        CuPy or a GPU."""
         try:
             import cupy  # noqa: F401
             from cupy.cuda import runtime
@@ -648,6 +703,7 @@ class EmuFabric(Fabric):
             }  # fmt: skip
         for cq in self._cqs.values():
             out["cqs"][cq.cqn] = {"buf": d(cq.buf), "dbrec": d(cq.dbrec)}
+        out["gpis"] = {q.num: {"base": d(q.base), "ring": d(q.ring)} for q in self._gpis.values()}
         mapped = [
             (addr, self._mr_len[addr])
             for (kind, addr), dom in self._domains.items()
@@ -669,7 +725,7 @@ class EmuFabric(Fabric):
         eng = self._cuda
         host, n = self.queue_arena()
         out: dict[str, Any] = {"queue_arena": (host, eng.dev(host), n), "qps": {}, "cqs": {},
-                               "mrs": {}}  # fmt: skip
+                               "gpis": {}, "mrs": {}}  # fmt: skip
         for qp in self._qps.values():
             s = qp.sq
             out["qps"][qp.qpn] = {"buf": s.device_buf, "dbrec": s.device_dbrec,
@@ -683,9 +739,11 @@ class EmuFabric(Fabric):
 
     # ---- counters and errors --------------------------------------------------------------------
     def counters(self) -> dict[str, int]:
-        c = dict(self._live().counters())
+        nic = self._live()
+        c = dict(nic.counters())
         if self._cuda is not None:  # the CUDA engine keeps its own counts in GPU memory
             c = self._cuda.add_counters(c)
+        c.update(nic.gpi_counters())  # the GPI queues' (docs/gpi.md, Counters)
         return c
 
     def qp_counters(self, qp: QueuePair) -> dict[str, int]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ...errors import ConfigError
+from . import gpi as gpi_queue
 
 CQE_BYTES = 64
 WQEBB_BYTES = 64
@@ -42,13 +43,17 @@ def segment_bytes_for(
     rq_wqes: int | Sequence[int] = 0,
     dct_rq_wqes: int | Sequence[int] = 0,
     n_mrs: int | None = None,
+    gpis: Sequence[tuple[int, int, int]] = (),
+    world: int = 1,
 ) -> int:
     """Bytes of the segment of an EmuFabric created with max_qps=n_qps, max_cqs=n_cqs,
     max_dcts=n_dcts, max_mrs=n_mrs that then creates exactly those objects.
 
     sq_wqebbs, ncqe, rq_wqes (per QP) and dct_rq_wqes (per DCT): one value for all, or one per
     object. mr_bytes: the length of every memory region (a sequence), or one int = a single
-    region of that length. n_mrs defaults to the number of regions given.
+    region of that length. n_mrs defaults to the number of regions given. gpis: one (depth,
+    ncounters, nwindows) per GPI queue, of a fabric of `world` ranks (the window table has a row
+    per rank).
     """
     for field, v in (("n_qps", n_qps), ("n_cqs", n_cqs), ("n_dcts", n_dcts)):
         if not isinstance(v, int) or v < 0:
@@ -67,6 +72,13 @@ def segment_bytes_for(
     ring += sum(
         nat.ring_footprint(r * RQ_WQE_BYTES) for r in _each("dct_rq_wqes", dct_rq_wqes, n_dcts) if r
     )
+    if not isinstance(world, int) or not 1 <= world <= 256:
+        raise ConfigError("world", world, "an int in 1..256 (the fabric's world_size)")
+    for g in gpis:
+        if not (isinstance(g, tuple) and len(g) == 3 and all(isinstance(x, int) for x in g)):
+            raise ConfigError("gpis", g, "(depth, ncounters, nwindows) tuples of ints")
+        gpi_queue.check_create(*g)
+        ring += nat.gpi_footprint(*g, world)
     mem = sum(nat.mr_footprint(m) for m in mrs)
     # +1: slot 0 of every table is reserved, as EmuFabric does
     return int(nat.segment_bytes(n_mrs + 1, n_qps + 1, n_cqs + 1, n_dcts + 1, ring, mem))

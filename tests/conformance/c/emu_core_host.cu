@@ -1,6 +1,6 @@
 // Host driver of cuda/emu_core_selftest.cu: runs the core's scenario on the CPU (nvcc's host
 // compiler, the code a CUDA engine compiles) and prints the result words, then the bytes of the
-// destination, result and CQ regions, as hex lines.
+// destination, result, CQ and GPI control regions, as hex lines.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -19,9 +19,10 @@ int main() {
     for (uint32_t i = 0; i < n; ++i) std::printf("%02x", mem[off + i]);
     std::printf("\n");
   };
-  hex(t::kDstOff, 128);
-  hex(t::kResOff, 8);
+  hex(t::kDstOff, 1024);
+  hex(t::kResOff, 24);
   hex(t::kCqOff, t::kNcqe * 64);
+  hex(t::kGpiCtlOff, 512);
   std::free(mem);
   return 0;
 }
