@@ -392,20 +392,34 @@ def _end_by_launcher(
     tell the others this rank is here, mark the trace, and (rank 0, or the lowest rank left
     when rank 0 left no trace) name the ranks to blame; the NIC is closed last. Never returns."""
     guard.quiet()
+    # Who was dead before the launcher began: the rank whose death made it end the job. A rank
+    # that dies from here on was most likely killed by the launcher before it could speak.
+    known_gone = [collective.gone(comm, r) for r in range(topo.size)]
+    died_first = None if None in known_gone else {r for r, g in enumerate(known_gone) if g}
     collective.tell(comm, e)
     reason = f"rank {topo.rank} {e}"
-    writer.abort(reason)
     # A rank resumed after the others named it (it was stopped) leaves their run.json be.
     on_disk = _on_disk(run_dir, manifest)
-    if on_disk["status"] == "running" and (topo.rank == 0 or _orphaned(comm, topo, run_dir)):
+    leads = on_disk["status"] == "running" and (topo.rank == 0 or _orphaned(comm, topo, run_dir))
+    if not leads:
+        writer.abort(reason)
+    else:
         record = {
             **on_disk,
             "status": "incomplete",
             "reason": reason,
             "end_utc": dt.datetime.now(dt.timezone.utc).isoformat(),
         }
+        # run.json first, then this rank's trace: on a loaded machine the SIGKILL can come
+        # before both are written, and run.json is what a user reads first (a trace left
+        # .partial reads as incomplete anyway).
         _name_dead_ranks(
-            run_dir, record, lambda: collective.heard(comm), lambda r: collective.gone(comm, r)
+            run_dir,
+            record,
+            lambda: collective.heard(comm),
+            lambda r: collective.gone(comm, r),
+            died_first,
+            after_first_write=lambda: writer.abort(reason),
         )
         if printer.fmt == "json":
             printer.finish(
@@ -580,13 +594,18 @@ def _name_dead_ranks(
     record: dict[str, Any],
     heard: Callable[[], dict[int, Verdict]],
     gone: Callable[[int], bool | None],
+    died_first: set[int] | None = None,
+    after_first_write: Callable[[], object] = lambda: None,
 ) -> None:
     """The launcher ends the job: name the ranks to blame (collective.blame) from what the
     others said (`heard`: a signal meant for them, their failure, or that the launcher ends them
     too) and the ranks that say nothing and are dead: their process has exited (a rank on this
     host), or they leave no finished trace (elsewhere). The launcher's SIGKILL may follow within
     a fraction of a second, so run.json is written, and stderr told, as soon as what is known
-    changes; the ranks still silent are waited for until ABORT_GRACE_S."""
+    changes; the ranks still silent are waited for until ABORT_GRACE_S. `died_first`: the ranks
+    already dead when this rank heard the launcher (None: not known for every rank); a rank
+    that died later was ended by the launcher before it could speak, and is not blamed.
+    `after_first_write` runs once, right after run.json was first written."""
     world, reason = record["world_size"], record["reason"]
     deadline, written = time.monotonic() + ABORT_GRACE_S, None
     while True:
@@ -595,13 +614,20 @@ def _name_dead_ranks(
         finished = {r for r in silent if rank_file(run_dir, r).exists()}
         dead = [r for r in silent if gone(r) or (gone(r) is None and r not in finished)]
         others = [(r, v.reason) for r, v in sorted(said.items()) if v.kind not in QUIET_KINDS]
-        known = (collective.blame(list(said.values()), dead, world), dead, others)
+        died = dead if died_first is None else [r for r in dead if r in died_first]
+        ended = [r for r in dead if r not in died]
+        known = (collective.blame(list(said.values()), died, world), dead, others)
         if known != written:
             text = reason + "".join(f"; rank {r}: {why}" for r, why in others)
-            if dead:
+            if died:
                 text += (
-                    f"; rank(s) {', '.join(map(str, dead))} left no finished trace "
+                    f"; rank(s) {', '.join(map(str, died))} left no finished trace "
                     "(died, or killed before closing it)"
+                )
+            if ended:
+                text += (
+                    f"; rank(s) {', '.join(map(str, ended))} ended by the launcher before "
+                    "closing their trace"
                 )
             record["failed_ranks"], record["reason"] = known[0], text
             write_manifest(run_dir, record)
@@ -610,6 +636,8 @@ def _name_dead_ranks(
                 file=sys.stderr,
                 flush=True,
             )
+            if written is None:
+                after_first_write()
             written = known
         if set(silent) <= set(dead) | finished or time.monotonic() > deadline:
             return

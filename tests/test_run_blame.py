@@ -46,3 +46,36 @@ def test_the_message_names_the_ranks_that_do_not_answer() -> None:
         "within 6 s (busy in a long loop, stopped, hung or gone)"
     )
     assert e.blamed == [1, 2, 3] and not JobFailure("p", [(1, "a")]).missing
+
+
+def _named_after_launcher(tmp_path, died_first, gone_now) -> tuple[list[int], str, list[str]]:
+    """run.json as the leading rank writes it when the launcher ends the job: rank 0 spoke,
+    ranks 1 and 2 are silent and `gone_now`; `died_first` were dead before the launcher began."""
+    from gicbench.harness import _name_dead_ranks
+
+    record = {"world_size": 3, "status": "incomplete", "reason": "rank 0 terminated"}
+    order: list[str] = []
+    _name_dead_ranks(
+        tmp_path,
+        record,
+        lambda: {0: v(0, LAUNCHER)},
+        lambda r: r in gone_now,
+        died_first,
+        after_first_write=lambda: order.append("trace"),
+    )
+    return record["failed_ranks"], record["reason"], order
+
+
+def test_a_rank_the_launcher_killed_before_it_spoke_is_not_blamed(tmp_path) -> None:
+    """On a loaded machine the launcher's SIGKILL can take a rank before it says anything: only
+    the rank already dead when the launcher began is named (failed_ranks was [1, 2])."""
+    failed, reason, order = _named_after_launcher(tmp_path, {2}, {1, 2})
+    assert failed == [2], reason
+    assert "rank(s) 2 left no finished trace" in reason
+    assert "rank(s) 1 ended by the launcher" in reason
+    assert order == ["trace"]  # the leader's own trace is closed once run.json says incomplete
+
+
+def test_without_knowing_who_died_first_every_silent_dead_rank_is_named(tmp_path) -> None:
+    failed, reason, _ = _named_after_launcher(tmp_path, None, {1, 2})
+    assert failed == [1, 2], reason

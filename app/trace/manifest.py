@@ -45,7 +45,8 @@ def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> Path:
     data = dict(manifest)
     data.setdefault("schema", schema.SCHEMA_VERSION)
     data.setdefault("tool_version", tool_version())
-    data.setdefault("git_rev", git_revision())
+    if "git_rev" not in data:
+        data["git_rev"] = git_revision()
     status = data.get("status")
     if status not in schema.MANIFEST_STATUSES:
         raise TraceError(
