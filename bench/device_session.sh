@@ -238,6 +238,10 @@ step ipc_host_${IG}g 45 $IPC_ENV $G single-op msg-rate --modes issue,put_complet
 for d in "$O"/tr/ipc${IG}g_*; do [ -d "$d" ] && python3 -m gicbench analyze "$d" > "$d.analyze.txt" 2>&1; done
 step ipc_mps_diag 75 bash -c "$MPS_ON; CUDA_VISIBLE_DEVICES=0 timeout -k 3 65 mpiexec --bind-to none \
   -n 2 python3 bench/mps_bringup.py --out /tmp/mpsdiag --block-s 3 --dump-s 45"
+# gpu_tests: every gpu-marked test that runs in one process, with the time left (a whole-suite
+# check after a refactor: ONLY='build|compile|gpu_tests'); the per-test log is gpu_tests.json.
+cd "$ROOT" && step gpu_tests 420 python3 -m pytest -p no:cacheprovider -q -rs -m "gpu and not mpi" \
+  -o faulthandler_timeout=60 --ignore=tests/mpi tests
 echo "== done at $SECONDS s" >> "$O/summary.txt"; pack
 echo quit | nvidia-cuda-mps-control 2>/dev/null
 cat "$O/summary.txt"; cat "$O/doca_vs_gda.txt" 2>/dev/null | head -40
