@@ -113,7 +113,10 @@ class Call:
             raise ConfigError("transport (--transport)", "dc", "rc for loaded-rtt")
         self.k = kernels(sub.ordering)
         self.keep, self.srcs = sub._stage([lane.src for lane in work.lanes])
-        self.tab = sub._prepare(work.lanes, self.bbs, self.srcs, [0] * len(work.lanes))
+        # One QP owes at most a batch and the probe's WQE (check() keeps both in the SQ).
+        self.tab = sub._prepare(
+            work.lanes, self.bbs, self.srcs, [0] * len(work.lanes), work.batch + 1
+        )
         self.watch = sub.dm.local(work.reply.addr, "reply buffer")
         C = work.background
         self.lw = cp.zeros(LOAD_WORDS, dtype=cp.uint64)
