@@ -127,7 +127,7 @@ step engine_latency 70 python3 bench/cuda_engine.py --skip bare,rate --pings 200
 # tuned-handoff loaded-rtt run (a background CTA per non-probe ring) that did not finish before.
 # Just these and the GPU producer tests: ONLY='build|proxy_.*|pytest_test_proxy_gpu'.
 PX="$G --submitter proxy --producer gpu --progress thread --precondition-s 0 --rings 32 --workers 4"
-step proxy_gpu_suite 120 $PX single-op proxy-rate loaded-rtt payload -e 512 -f 8 \
+step proxy_gpu_suite 120 $PX single-op proxy-rate loaded-rtt payload -q 4 -e 512 -f 8 \
   --modes issue,put_completion -n 500 -w 50 --messages 5000 --sweep-workers 1,4 \
   --sweep-batch 1,16 --handoff baseline --background 64 -o "$O/tr/proxy_gpu_suite"
 step proxy_gpu_loaded_tuned 60 $PX loaded-rtt --handoff tuned --queue reserved --background 31 \
