@@ -93,7 +93,9 @@ class EmuRanks:
     def close(self) -> None:
         """The on_close callbacks, then every CUDA engine stopped before any rank closes (one
         process, several ranks: no engine kernel may spin while another unmaps), then every
-        rank closed in rank order, each even when another's stop or close raised."""
+        rank closed, the highest first (rank 0, whose memory the GPU tests register with CUDA,
+        last, as the worlds these classes replaced did), each even when another's stop or
+        close raised."""
         if self._closed:
             return
         self._closed = True
@@ -101,7 +103,7 @@ class EmuRanks:
             self._cleanup.close()
         finally:
             with ExitStack() as closing:
-                for f in reversed(self.fabrics):  # callbacks run last first: rank 0 first
+                for f in self.fabrics:  # callbacks run last first: the highest rank first
                     closing.callback(f.close)
                 for f in self.fabrics:
                     f.stop_engine()

@@ -69,7 +69,7 @@ def _ended(r: subprocess.CompletedProcess, out: Path, ranks: int, blamed: int) -
     assert r.returncode != 0, r.stderr
     assert "Traceback" not in r.stderr, r.stderr
     m = manifest(out)
-    assert m["status"] == "incomplete", m
+    assert m["status"] == "incomplete", (m["status"], r.stderr[-3000:])
     assert m["failed_ranks"] == [blamed], (m["failed_ranks"], m["reason"], r.stderr)
     return m
 
