@@ -309,12 +309,17 @@ class ActiveConnections(Experiment):
         res, layout, step = ctx.res, ctx.layout, ctx.layout.lane_bytes
         assert res.src is not None
         lanes = []
-        for peer, k, q in plan:
-            remote = res.peer_landing[peer]
+        # where this rank's region starts in each peer's landing buffer
+        at = {}
+        for peer in {e[0] for e in plan}:
             theirs = traffic(ctx.traffic.pattern, peer, ctx.topo.size)
-            base = layout.region_offset(theirs, ctx.topo.rank)
-            src = Buffer.local(res.src, k * step, step)
-            dst = Buffer(remote.addr + base + k * step, remote.rkey, step)
+            remote = res.peer_landing[peer]
+            at[peer] = (remote.addr + layout.region_offset(theirs, ctx.topo.rank), remote.rkey)
+        src_all = Buffer.local(res.src)
+        for peer, k, q in plan:
+            base, rkey = at[peer]
+            src = src_all.slice(k * step, step)
+            dst = Buffer(base + k * step, rkey, step)
             if self.params.transport == "dc":
                 dcts = res.peer_dcts[peer]
                 d = dcts[q % len(dcts)]
