@@ -76,7 +76,7 @@ def test_each_pass_runs_its_control_first() -> None:
         (n, size, c, x) for n in (1, 2) for size in (8, 16)
         for c, x in ((True, 2), (False, 4), (False, 16))
     ]
-    assert {p["role"] for p in pts} == {"send-only"}
+    assert {p["nic_role"] for p in pts} == {"send-only"}
 
 
 def test_the_role_follows_the_pattern_and_sizes_the_pool_per_peer() -> None:

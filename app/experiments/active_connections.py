@@ -239,7 +239,7 @@ class ActiveConnections(Experiment):
     def points(self) -> list[dict[str, Any]]:
         p = self.params
         base = {
-            "role": self.role,
+            "nic_role": self.role,  # "role" is the measuring role of an aggregated row
             "transport": p.transport,
             "payload": p.payload,
             "writes_per_visit": p.writes_per_visit,
