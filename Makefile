@@ -101,6 +101,7 @@ test-mpi: setup
 	$(MPIEXEC) -n 2 $(MPI_PYTEST) -m mpi tests
 	$(MPIEXEC) -n 3 $(MPI_PYTEST) -m mpi tests/mpi/test_run_mpi.py
 	$(MPIEXEC) -n 3 $(MPI_PYTEST) -m mpi tests/mpi/test_proxy_mpi.py
+	$(MPIEXEC) -n 3 $(MPI_PYTEST) -m mpi tests/mpi/test_active_connections_mpi.py
 	$(MPIEXEC) -n 4 $(MPI_PYTEST) -m mpi tests
 
 # Jobs through a real one-node Slurm (tests/slurm/cluster.sh): installs slurm-wlm, munge and

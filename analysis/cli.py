@@ -38,6 +38,7 @@ from .tables import (
     caption_candidates,
     compare_tables,
     experiment_table,
+    fit_input,
     fit_outcomes,
     fmt,
     header,
@@ -109,11 +110,25 @@ Fits = dict[str, list[tuple[str, fit_apply.FitOutcome]]]
 
 def _fits(exp: str, per_run: list[tuple[str, pd.DataFrame]], params: list[str]) -> list[
         tuple[str, fit_apply.FitOutcome]]:
-    """The fits the experiment declares, applied to each run's table: one per curve."""
-    return [(label, outcome)
-            for name in fit_apply.declared_fits(exp)
-            for label, table in per_run
-            for outcome in fit_outcomes(name, table, params)]
+    """The fits the experiment declares, applied to each run's full table (or what the
+    experiment's fits read: tables.fit_input): one per curve."""
+    out = []
+    for name in fit_apply.declared_fits(exp):
+        for label, table in per_run:
+            data, keys = fit_input(exp, table, params)
+            out += [(label, outcome) for outcome in fit_outcomes(name, data, keys)]
+    return out
+
+
+def _summaries(exp: str, per_run: list[tuple[str, pd.DataFrame]],
+               params: list[str]) -> list[tuple[str, pd.DataFrame]]:
+    """Per run, the experiment's table over its repeated passes, where it has one
+    (active-connections: the median and range over passes)."""
+    if exp != "active-connections":
+        return []
+    from .connections import pass_summary
+
+    return [(label, pass_summary(table, params)) for label, table in per_run]
 
 
 def _tables(args: argparse.Namespace) -> tuple[list[dict], dict[str, pd.DataFrame],
@@ -143,13 +158,17 @@ def _tables(args: argparse.Namespace) -> tuple[list[dict], dict[str, pd.DataFram
     tables: dict[str, pd.DataFrame] = {}
     fixed: dict[str, dict] = {}
     fits: Fits = {}
+    summaries: dict[str, list[tuple[str, pd.DataFrame]]] = {}
     for exp in experiments:
         compact = not (args.json or args.csv)
         per_run = [(label, experiment_table(a, exp, args.rank_stat, compact=compact))
                    for label, a in aggs
                    if not a.empty and exp in set(a["experiment"])]
         params = [p for p in dict.fromkeys(p for _, a in aggs for p in param_columns(a))]
-        fits[exp] = _fits(exp, per_run, params)
+        full = [(label, experiment_table(a, exp, args.rank_stat)) for label, a in aggs
+                if not a.empty and exp in set(a["experiment"])]
+        fits[exp] = _fits(exp, full, params)
+        summaries[exp] = _summaries(exp, full, params)
         if len(aggs) == 1:
             tables[exp] = per_run[0][1]
             _, fixed[exp] = split_constant(per_run[0][1], caption_candidates(aggs[0][1]))
@@ -161,7 +180,7 @@ def _tables(args: argparse.Namespace) -> tuple[list[dict], dict[str, pd.DataFram
                 keys = [c for c in per_run[0][1].columns if c in params or c == "metric"]
             tables[exp] = compare_tables(per_run, keys)
             _, fixed[exp] = split_constant(tables[exp], keys)
-    return runs_meta, tables, fixed, fits
+    return runs_meta, tables, fixed, fits, summaries
 
 
 def _check_unique(exp: str, per_run: list[tuple[str, pd.DataFrame]], keys: list[str]) -> None:
@@ -178,8 +197,28 @@ def _check_unique(exp: str, per_run: list[tuple[str, pd.DataFrame]], keys: list[
                               f"{len(dup)} rows sharing them (e.g. {first}): add a key")
 
 
+def _print_table(console: Console, t: Table) -> None:
+    if console.is_terminal:
+        console.print(t)
+    else:  # piped or redirected: print at the table's natural width instead of wrapping
+        wide = Console(width=1000)
+        width = wide.measure(t).maximum
+        Console(width=max(width, 40)).print(t)
+
+
+def _rich_table(title: str, table: pd.DataFrame, caption: str | None = None) -> Table:
+    t = Table(title=title, caption=caption or None)
+    for col in table.columns:
+        numeric = pd.api.types.is_numeric_dtype(table[col])
+        t.add_column(header(col), justify="right" if numeric else "left")
+    for row in table.itertuples(index=False):
+        t.add_row(*(fmt(v, c) for v, c in zip(row, table.columns, strict=True)))
+    return t
+
+
 def _print_rich(runs_meta: list[dict], tables: dict[str, pd.DataFrame],
-                fixed: dict[str, dict], rank_stat: str, fits: Fits) -> None:
+                fixed: dict[str, dict], rank_stat: str, fits: Fits,
+                summaries: dict[str, list[tuple[str, pd.DataFrame]]]) -> None:
     console = Console()
     if len(runs_meta) > 1:
         for meta in runs_meta:
@@ -194,18 +233,13 @@ def _print_rich(runs_meta: list[dict], tables: dict[str, pd.DataFrame],
     for exp, table in tables.items():
         shown = table.drop(columns=list(fixed.get(exp, {})))
         caption = ", ".join(f"{k}={fmt(v, k)}" for k, v in fixed.get(exp, {}).items())
-        t = Table(title=f"{exp} ({rank_stat} rank)", caption=caption or None)
-        for col in shown.columns:
-            numeric = pd.api.types.is_numeric_dtype(shown[col])
-            t.add_column(header(col), justify="right" if numeric else "left")
-        for row in shown.itertuples(index=False):
-            t.add_row(*(fmt(v, c) for v, c in zip(row, shown.columns, strict=True)))
-        if console.is_terminal:
-            console.print(t)
-        else:  # piped or redirected: print at the table's natural width instead of wrapping
-            wide = Console(width=1000)
-            width = wide.measure(t).maximum
-            Console(width=max(width, 40)).print(t)
+        _print_table(console, _rich_table(f"{exp} ({rank_stat} rank)", shown, caption))
+        for label, summary in summaries.get(exp, []):
+            run = f", run {label}" if len(runs_meta) > 1 else ""
+            _print_table(console, _rich_table(
+                f"{exp}: median over passes [min, max]{run}", summary,
+                "NIC rate: the median sender's (receive-only: the senders' aggregate over their "
+                "common duration); normalised to the control of each pass"))
         for label, outcome in fits.get(exp, []):
             if len(runs_meta) > 1:
                 console.print(f"run {label}:", markup=False)
@@ -242,12 +276,16 @@ def run_analyze(args: argparse.Namespace) -> int:
     ok, got = _guarded("analyze", lambda: _tables(args))
     if not ok:
         return EXIT_REFUSED
-    runs_meta, tables, fixed, fits = got  # type: ignore[misc]
+    runs_meta, tables, fixed, fits, summaries = got  # type: ignore[misc]
     if args.json:
         doc = {"runs": runs_meta, "rank_stat": args.rank_stat,
                "experiments": {e: records(t) for e, t in tables.items()},
                "fits": {e: [{"run": label, **o.to_json()} for label, o in fs]
                         for e, fs in fits.items() if fs}}
+        over = {e: [{"run": label, "rows": records(t)} for label, t in ss]
+                for e, ss in summaries.items() if ss}
+        if over:
+            doc["over_passes"] = over
         print(json.dumps(doc, indent=2, allow_nan=False))
     elif args.csv:
         for meta in runs_meta:
@@ -257,7 +295,7 @@ def run_analyze(args: argparse.Namespace) -> int:
         if frames:
             sys.stdout.write(pd.concat(frames, ignore_index=True).to_csv(index=False))
     else:
-        _print_rich(runs_meta, tables, fixed, args.rank_stat, fits)
+        _print_rich(runs_meta, tables, fixed, args.rank_stat, fits, summaries)
     return 0
 
 

@@ -58,7 +58,7 @@ AXES = {
     "background": "background producers per endpoint",
     "sm_clock_mhz": "SM clock (MHz)",
     "clock_mhz": "locked SM clock (MHz)",
-    "connections": "active connections",
+    "connections": "active connections per NIC per direction (QPs, or DCI-peer pairs)",
     "msg_rate_mps": "message rate (M msg/s)",
     "msg_rate_mps_per_rank": "message rate per rank (M msg/s)",
     "gbps": "goodput (GB/s)",
@@ -498,5 +498,86 @@ def clock_latency(table: pd.DataFrame, outcomes: Sequence[FitOutcome], title: st
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+# ---- active connections (Fig. 10) --------------------------------------------------------------
+
+CONNECTIONS_AXIS = AXES["connections"]
+_CONNECTION_LEGEND = {"nic_role": "{}", "writes_per_visit": "W={}", "transport": "{}",
+                      "dcts": "{} DCTs"}
+
+
+def _connections_label(keys: Sequence[str], key: Sequence[Any]) -> str:
+    parts = []
+    for k, v in zip(keys, key, strict=True):
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        parts.append(_CONNECTION_LEGEND[k].format(v) if k in _CONNECTION_LEGEND
+                     else value_text(k, v))
+    return ", ".join(parts)
+
+
+def connections_curves(summary: pd.DataFrame, keys: Sequence[str], y: str, ylabel: str,
+                       title: str, outcomes: Sequence[FitOutcome] = (),
+                       common: str = "") -> Figure:
+    """y (median over passes, bars from the smallest to the largest pass) against the active
+    connections on a log axis, one line per curve; hollow markers where only one pass ran; each
+    curve's control drawn apart (a square); with `outcomes`, each curve's plateau + power-law
+    fit dashed and its onset dotted (arXiv 2610.01380, Fig. 10). `common`: what every curve
+    shares (the role, transport, W), in each legend entry."""
+    fig, ax = plt.subplots(figsize=(7.0, 4.8))
+    fits = {_name(tuple(o.group.get(k) for k in keys)): o for o in outcomes
+            if o.fit == "plateau" and o.error is None and o.curve is not None}
+    xs_all = []
+    for i, (key, g) in enumerate(_groups(summary, keys)):
+        c = f"C{i % 10}"
+        name = ", ".join(t for t in (common, _connections_label(keys, key) if keys else "")
+                         if t) or "measured"
+        control = g[g["control"].astype(bool)]
+        grid = g[~g["control"].astype(bool)].sort_values("connections")
+        single = grid["passes"] <= 1
+        ax.plot(grid["connections"], grid[y], "-", color=c, lw=1.4, label=name)
+        several = grid[~single]
+        if len(several):
+            ax.plot(several["connections"], several[y], "o", color=c, ms=5,
+                    label=f"{name}: median over passes")
+            ax.vlines(several["connections"], several[f"{y}_min"], several[f"{y}_max"],
+                      color=c, lw=1.2, label=f"{name}: range over passes")
+        if single.any():
+            ax.plot(grid["connections"][single], grid[y][single], "o", mfc="none", color=c,
+                    ms=6, label=f"{name}: one pass only")
+        if len(control):
+            ax.plot(control["connections"], control[y], "s", color=c, mfc="none", ms=8,
+                    label=f"{name}: control ({int(control['connections'].iloc[0])} "
+                          "connections)")
+        xs_all += [*grid["connections"], *control["connections"]]
+        o = fits.get(_name(tuple(key)))
+        if o is not None:
+            onset, exp = o.params["onset"], o.params["exponent"]
+            text = "no decline found" if onset.value is None or not np.isfinite(
+                onset.value) else (f"onset {onset.value:,.0f}"
+                                   + (f" ± {onset.err:,.0f}" if onset.err is not None
+                                      and np.isfinite(onset.err) else "")
+                                   + f", exponent {exp.value:.2f}")
+            ax.plot(o.curve[0], o.curve[1], "--", color=c, alpha=0.8,  # type: ignore[index]
+                    label=f"{name}: plateau + power-law fit, {text}")
+            if onset.value is not None and np.isfinite(onset.value):
+                ax.axvline(onset.value, color=c, ls=":", lw=1, alpha=0.7,
+                           label=f"{name}: fitted onset")
+    ax.set_xscale("log", base=2)
+    if 0 < len(set(xs_all)) <= 12:  # every sampled count labelled, as the papers' axes
+        ax.set_xticks(sorted(set(xs_all)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:,.0f}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    if xs_all:
+        ax.set_xlim(min(xs_all) / 1.4, max(xs_all) * 1.4)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel(CONNECTIONS_AXIS)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     return fig

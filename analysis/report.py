@@ -19,12 +19,13 @@ from matplotlib.figure import Figure
 from gicbench import safe_files
 from gicbench.errors import ConfigError
 
-from . import plots
+from . import connections, plots
 from .fits import apply as fit_apply
 from .load import aggregate_ranks, load_run
 from .tables import (
     caption_candidates,
     experiment_table,
+    fit_input,
     fit_outcomes,
     fmt,
     header,
@@ -43,12 +44,14 @@ class Section:
     failures: list[str] = field(default_factory=list)
     fits: dict[str, list[fit_apply.FitOutcome]] = field(default_factory=dict)
     drawn_fits: set[str] = field(default_factory=set)  # fits a section's own figure shows
+    modelled: bool = False  # its figures come from a NIC model, and say so
 
     def plot(self, out: Path, draw: Callable[..., Figure], *args: Any, **kwargs: Any) -> None:
         """Draw one figure and save it as `out`; data matplotlib cannot draw becomes a note,
         not a traceback."""
         try:
-            self.images.append(plots.save_figure(draw(*args, **kwargs), out))
+            self.images.append(plots.save_figure(draw(*args, **kwargs), out,
+                                                 modelled=self.modelled))
         except (safe_files.WriteError, ConfigError):
             raise  # the output cannot be written: the whole report fails, naming why
         except Exception as exc:
@@ -221,6 +224,38 @@ def _payload(agg: pd.DataFrame, plot_dir: Path, section: Section) -> None:
     section.drawn_fits.add("crossover")
 
 
+def _active_connections(agg: pd.DataFrame, plot_dir: Path, section: Section) -> None:
+    """The rate through one NIC against its active connections, absolute and normalised to
+    each pass's control, median over passes with their range, and the plateau + power-law fit
+    of each curve (Fig. 10)."""
+    exp = "active-connections"
+    lines = _table_block(agg, exp)[1]
+    section.lines += lines
+    table = experiment_table(agg, exp)  # with the counts and times the NIC rate needs
+    params = _params(agg, table)
+    if "msg_rate_mps_per_rank" not in table.columns:
+        return
+    summary = connections.pass_summary(table, params)
+    keys = connections.curve_params(table, params)
+    common = connections.common_label(table, keys)
+    model = connections.modelled(agg.attrs)
+    section.modelled = bool(model)
+    section.lines += ["", "Median over passes, with the smallest and largest pass. NIC rate: the "
+                      "median sender's (receive-only: the senders' messages over the slowest "
+                      "sender's time, their common duration); normalised: each point over the "
+                      "control of its own pass."
+                      + (f" Modelled, not measured ({md(model)} NIC model)." if model else ""),
+                      "", *markdown_table(summary)]
+    section.plot(plot_dir / f"{exp}-rate.png", plots.connections_curves, summary, keys,
+                 connections.RATE, "message rate through one NIC (M msg/s)",
+                 "rate against active connections (median over passes)", common=common)
+    section.plot(plot_dir / f"{exp}-normalized.png", plots.connections_curves, summary, keys,
+                 connections.NORMALIZED, "normalised rate (× its pass's control)",
+                 "normalised rate against active connections",
+                 outcomes=section.fits.get("plateau", []), common=common)
+    section.drawn_fits.add("plateau")
+
+
 def _fit_lines(section: Section) -> None:
     """The fits the experiment declares: parameters, uncertainties, R² and flags."""
     for name, outcomes in section.fits.items():
@@ -260,6 +295,7 @@ SECTIONS: dict[str, Callable[[pd.DataFrame, Path, Section], None]] = {
     "proxy-rate": _proxy_rate,
     "loaded-rtt": _loaded_rtt,
     "payload": _payload,
+    "active-connections": _active_connections,
 }
 
 
@@ -270,7 +306,8 @@ def _fits(agg: pd.DataFrame, experiment: str) -> dict[str, list[fit_apply.FitOut
         return {}
     full = experiment_table(agg, experiment)
     params = [p for p in param_columns(agg) if p in full.columns]
-    return {name: fit_outcomes(name, full, params) for name in names}
+    data, keys = fit_input(experiment, full, params)
+    return {name: fit_outcomes(name, data, keys) for name in names}
 
 
 def _provenance(df: pd.DataFrame) -> list[str]:

@@ -27,7 +27,17 @@ RESULT_ORDER = ("msg_rate_mps", "msg_rate_mps_per_rank", "gbps", "gbps_per_rank"
 HIDDEN_RESULTS = frozenset({"wall_s", "elapsed_ns"})
 # Always a column, even when constant: users look for the size first.
 ALWAYS_SHOWN = frozenset({"size"})
-_HEADERS = {"interrupted": "interrupted"}
+_HEADERS = {
+    "interrupted": "interrupted",
+    # active-connections over passes (analysis/connections.py)
+    "nic_rate_mps": "NIC M msg/s",
+    "nic_rate_mps_min": "NIC M msg/s min",
+    "nic_rate_mps_max": "NIC M msg/s max",
+    "normalized_rate": "normalised rate",
+    "normalized_rate_min": "normalised min",
+    "normalized_rate_max": "normalised max",
+    "passes": "passes",
+}
 
 
 def _known(col: str) -> bool:
@@ -175,6 +185,18 @@ def curve_keys(table: pd.DataFrame, x: str, params: Sequence[str],
         if clashes(without) == clashes(kept):
             kept = without
     return kept
+
+
+def fit_input(experiment: str, table: pd.DataFrame,
+              params: Sequence[str]) -> tuple[pd.DataFrame, list[str]]:
+    """The table (and its parameters) an experiment's fits and figures read: its full display
+    table, or for active-connections the median over passes of each point normalised to its
+    pass's control (analysis/connections.py)."""
+    if experiment == "active-connections":
+        from .connections import fit_table
+
+        return fit_table(table, params)
+    return table, list(params)
 
 
 def fit_outcomes(name: str, table: pd.DataFrame,

@@ -44,7 +44,11 @@ class RunPlan:
     @property
     def lanes(self) -> int:
         """The most lanes any experiment drives towards one peer."""
-        return max(e.lanes_per_peer for e in self.experiments)
+        return self.lanes_at(2)
+
+    def lanes_at(self, world_size: int) -> int:
+        """The same in a world of `world_size` ranks."""
+        return max(e.lanes_per_peer_at(world_size) for e in self.experiments)
 
     @property
     def uses_dc(self) -> bool:
@@ -54,23 +58,23 @@ class RunPlan:
     def max_message(self) -> int:
         return max(e.max_message for e in self.experiments)
 
-    def rc_qps_per_peer(self) -> int:
-        rc = [e.lanes_per_peer for e in self.experiments if e.transport == "rc"]
+    def rc_qps_per_peer(self, world_size: int = 2) -> int:
+        rc = [e.lanes_per_peer_at(world_size) for e in self.experiments if e.transport == "rc"]
         return max([self.cfg.qps_per_peer or 0, *rc, 1])
 
     def layout(self, world_size: int) -> Layout:
         return plan_layout(
             self.max_message,
-            self.lanes,
+            self.lanes_at(world_size),
             max_neighbours(self.cfg.pattern, world_size),
             self.cfg.landing_bytes,
         )
 
-    def dci_count(self, neighbours: int) -> int:
+    def dci_count(self, neighbours: int, world_size: int = 2) -> int:
         if not self.uses_dc:
             return 0
-        dc = [e.lanes_per_peer for e in self.experiments if e.transport == "dc"]
-        return max(self.cfg.dcis or 0, max(dc) * max(1, neighbours))
+        dc = [e.dci_pool(neighbours, world_size) for e in self.experiments if e.transport == "dc"]
+        return max(self.cfg.dcis or 0, max(dc))
 
     def dct_count(self) -> int:
         return (self.cfg.dcts or DEFAULT_DCTS) if self.uses_dc else 0
@@ -83,8 +87,8 @@ class RunPlan:
             local_size=topo.local_size,
             nodes=topo.nodes,
             rc_peers=neighbours,
-            rc_qps_per_peer=self.rc_qps_per_peer(),
-            dcis=self.dci_count(neighbours),
+            rc_qps_per_peer=self.rc_qps_per_peer(topo.size),
+            dcis=self.dci_count(neighbours, topo.size),
             dcts=self.dct_count(),
             sq_depth=self.cfg.sq_depth,
             mr_sizes=(layout.region_bytes, layout.region_bytes * max(1, neighbours)),

@@ -110,6 +110,20 @@ def payload(rng: np.random.Generator, derived_messages: bool = True) -> list[Poi
     return out
 
 
+def active_connections(rng: np.random.Generator) -> list[Point]:
+    """Two passes, each its control then the grid: flat to 256 connections, then declining."""
+    out = []
+    for n in (1, 2):
+        for control, x in ((True, 2), *((False, g) for g in (16, 64, 256, 1024, 4096))):
+            rate = 20.0 * min(1.0, (x / 256) ** -0.5) * float(rng.normal(1, 0.01))
+            out.append(("active-connections",
+                        {"nic_role": "send-receive", "transport": "rc", "payload": "inline",
+                         "writes_per_visit": 32, "batch": 32, "threads": 1, "pool": 4096,
+                         "pass": n, "size": 8, "control": control, "connections": x},
+                        {"window_ns": _lat(rng, 1e5, 20)}, _rate(rate, 8)))
+    return out
+
+
 EXPERIMENT_RUNS: dict[str, Callable[[np.random.Generator], list[Point]]] = {
     "single-op": single_op,
     "completion-scope": completion_scope,
@@ -118,4 +132,5 @@ EXPERIMENT_RUNS: dict[str, Callable[[np.random.Generator], list[Point]]] = {
     "proxy-rate": proxy_rate,
     "loaded-rtt": loaded_rtt,
     "payload": payload,
+    "active-connections": active_connections,
 }

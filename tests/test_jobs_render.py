@@ -126,16 +126,38 @@ def test_template_experiment_fixed() -> None:
     )
 
 
-@pytest.mark.parametrize("name", ["active-connections"])
-def test_templates_of_missing_experiments_refused(name: str) -> None:
-    assert name in templates()
-    r = gicbench("jobs", "render", name)
-    assert r.returncode == 2 and r.stdout == ""
-    assert "not implemented yet" in r.stderr
+def test_templates_of_missing_experiments_refused(tmp_path: Path, monkeypatch) -> None:
+    """A template whose experiment this gicbench lacks renders nothing and says so."""
+    from gicbench.cli import jobs
+
+    tpl = tmp_path / "future.sbatch"
+    tpl.write_text("#!/bin/bash\n# A template for later.\n# gicbench: kind=run "
+                   "experiment=no-such-one requires=no-such-one\n")
+    monkeypatch.setattr(jobs, "templates", lambda: {"future": tpl})
+    with pytest.raises(ConfigError, match="no-such-one is not implemented yet"):
+        render("future", RenderOptions())
+
+
+def test_active_connections_template_renders_its_sweeps(tmp_path: Path) -> None:
+    """The template runs its default sweep (the dense all-to-all over 2-128 ranks) or the
+    cycling-peers one; a sweep needs as many tasks as its largest point."""
+    r = gicbench("jobs", "render", "active-connections", "--nodes", "16",
+                 "--ntasks-per-node", "8")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "gicbench jobs sweep" in r.stdout and "active-connections.toml" in r.stdout
+    calls = _run_script(r.stdout, tmp_path)
+    sweep = next(c for c in calls if c[:3] == ["gicbench", "jobs", "sweep"])
+    assert sweep[3].endswith("sweeps/active-connections.toml")
+    assert "-d" in sweep and "runs/sweep-active-connections" in sweep
+    with pytest.raises(ConfigError, match="ntasks"):  # 128-rank points need 128 tasks
+        render("active-connections", RenderOptions(nodes=1, ntasks_per_node=64))
+    cycling = templates()["active-connections"].parent / "sweeps/active-connections-cycling.toml"
+    t = render("active-connections", RenderOptions(nodes=16, ntasks_per_node=8,
+                                                   sweep=str(cycling)))  # fmt: skip
+    assert "active-connections-cycling.toml" in t
     listing = gicbench("jobs", "list").stdout
-    assert next(ln for ln in listing.splitlines() if ln.startswith(name + " ")).endswith(
-        "]"
-    )  # marked [not implemented yet: ...]
+    line = next(ln for ln in listing.splitlines() if ln.startswith("active-connections "))
+    assert "not implemented" not in line
 
 
 def test_clock_sweep_template_renders_now_that_the_experiment_exists() -> None:

@@ -25,9 +25,10 @@ EXPECTED = {
     "proxy-rate": {"proxy-rate-vs-workers.png"},
     "loaded-rtt": {"loaded-rtt-rtt.png"},
     "payload": {"payload-goodput.png"},
+    "active-connections": {"active-connections-rate.png", "active-connections-normalized.png"},
 }
 UNIT = re.compile(r"\((B|µs|MHz|M msg/s|GB/s)\)")
-Y_UNIT = re.compile(r"\((µs|M msg/s|GB/s)\)$")
+Y_UNIT = re.compile(r"\((µs|M msg/s|GB/s|× its pass's control)\)$")
 RAW = re.compile(r"\b\w+_(ns|us|mps|gbps)\b|size=")
 CATEGORIES = ("what was timed", "point (")  # x axes of bar charts: categories, not numbers
 

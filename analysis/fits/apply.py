@@ -38,7 +38,7 @@ X_CANDIDATES = {
 }
 Y_CANDIDATES = {
     "clock": ("p50_us",),
-    "plateau": ("msg_rate_mps",),
+    "plateau": ("normalized_rate", "msg_rate_mps"),
     "crossover": ("gbps",),
 }
 EXPOSED_COLUMNS = ("ready", "release", "in_flight", "cover")

@@ -88,15 +88,12 @@ def bring_up(
     with batch:
         with Phase(comm, "bring-up: create objects"):
             for p in neighbours:
-                qps = []
-                for _ in range(plan.rc_qps_per_peer):
-                    # as the submitter asked (QueueOptions: e.g. DOCA's overrun-ignoring CQs)
-                    cq = fabric.create_cq(plan.sq_depth, **plan.queue_options.cq)
-                    qps.append(fabric.create_qp(cq, plan.sq_depth, **plan.queue_options.qp))
-                res.rc[p] = qps
-            for _ in range(plan.dcis):
-                cq = fabric.create_cq(plan.sq_depth)
-                res.dcis.append(fabric.create_qp(cq, plan.sq_depth, dci=True))
+                # as the submitter asked (QueueOptions: e.g. DOCA's overrun-ignoring CQs), in
+                # one go where the provider can (emu: 32,766 QPs in a fraction of a second)
+                res.rc[p] = fabric.create_qps(plan.rc_qps_per_peer, plan.sq_depth,
+                                                 plan.queue_options.cq, plan.queue_options.qp)
+            if plan.dcis:
+                res.dcis = fabric.create_qps(plan.dcis, plan.sq_depth, {}, {"dci": True})
             for _ in range(plan.dcts):
                 cq = fabric.create_cq(plan.sq_depth)
                 res.dcts.append(fabric.create_dct(cq, DC_KEY_BASE + topo.rank))
@@ -116,8 +113,9 @@ def bring_up(
                 "dcts": [{"dctn": d.dctn, "dc_key": d.dc_key, "lid": d.lid} for d in res.dcts],
             }
             nodes = comm.allgather(node)
+            # (count, the provider's endpoints of them): one object per peer, not one per QP
             outgoing = [
-                [fabric.endpoint(qp) for qp in res.rc[p]] if p in res.rc else []
+                (len(res.rc[p]), fabric.endpoints(res.rc[p])) if p in res.rc else (0, [])
                 for p in range(topo.size)
             ]
             incoming = comm.alltoall(outgoing)
@@ -126,15 +124,15 @@ def bring_up(
 
         with Phase(comm, "bring-up: connect"):
             for p in neighbours:
-                remote = incoming[p]
-                if len(remote) != len(res.rc[p]):
+                count, remote = incoming[p]
+                if count != len(res.rc[p]):
                     raise ConfigError(
                         "qps_per_peer",
-                        len(remote),
-                        f"the same on every rank (rank {p} brought up {len(remote)})",
+                        count,
+                        f"the same on every rank (rank {p} brought up {count}, this rank "
+                        f"{len(res.rc[p])})",
                     )
-                for qp, ep in zip(res.rc[p], remote, strict=True):
-                    fabric.connect(qp, ep)
+                fabric.connect_rc(res.rc[p], remote)
             for dci in res.dcis:
                 fabric.connect(dci, {})
             for p in neighbours:

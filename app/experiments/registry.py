@@ -119,6 +119,17 @@ class Experiment(ABC):
     def lanes_per_peer(self) -> int:
         return int(getattr(self.params, "qps", 1))
 
+    def lanes_per_peer_at(self, world_size: int) -> int:
+        """Lanes towards one peer in a world of `world_size` ranks (bring-up and the landing
+        layout are sized from it): `lanes_per_peer`, unless the experiment spreads a count per
+        rank over its peers (active-connections)."""
+        return self.lanes_per_peer
+
+    def dci_pool(self, neighbours: int, world_size: int) -> int:
+        """DCIs a rank with `neighbours` peers needs with --transport dc: by default a slice of
+        the pool per peer, so that no two lanes share a DCI."""
+        return self.lanes_per_peer_at(world_size) * max(1, neighbours)
+
     @property
     def transport(self) -> str:
         return str(getattr(self.params, "transport", "rc"))

@@ -13,11 +13,13 @@ import contextlib
 import ctypes
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from ..errors import ConfigError
 
 
 class Access(enum.IntFlag):
@@ -229,6 +231,35 @@ class Fabric(ABC):
     def connect(self, qp: QueuePair, remote: dict[str, Any]) -> None:
         """RESET -> INIT -> RTR -> RTS towards `remote` (an endpoint() of the peer's QP).
         For a DCI, `remote` is ignored and the DCI goes to RTS."""
+
+    def create_qps(
+        self,
+        count: int,
+        sq_wqebbs: int,
+        cq_options: Mapping[str, Any],
+        qp_options: Mapping[str, Any],
+    ) -> list[QueuePair]:
+        """`count` QPs in RESET, each with its own send CQ of `sq_wqebbs` entries, made with the
+        provider's keyword options for create_cq and create_qp (bring-up's RC QPs towards one
+        peer, or its DCIs with dci=True). A provider may make them in one go; by default one
+        create_cq and create_qp each."""
+        return [
+            self.create_qp(self.create_cq(sq_wqebbs, **cq_options), sq_wqebbs, **qp_options)
+            for _ in range(count)
+        ]
+
+    def endpoints(self, qps: Sequence[QueuePair]) -> Any:
+        """Plain data a peer needs to connect to each of `qps`, in order (exchanged over MPI,
+        handed to the peer's connect_rc); by default endpoint() of each."""
+        return [self.endpoint(qp) for qp in qps]
+
+    def connect_rc(self, qps: Sequence[QueuePair], remote: Any) -> None:
+        """connect() qps[i] to the peer's i-th QP, `remote` being the peer's endpoints() of its
+        QPs (as many as `qps`, else ConfigError before any QP changes)."""
+        if len(remote) != len(qps):
+            raise ConfigError("remote", f"{len(remote)} endpoints", f"{len(qps)}, one per QP")
+        for qp, ep in zip(qps, remote, strict=True):
+            self.connect(qp, ep)
 
     @abstractmethod
     def qp_state(self, qp: QueuePair) -> QpState: ...

@@ -8,8 +8,8 @@ The plan refuses an experiment whose shapes the submitter lacks, and an unavaila
 mismatched choice, in pre-flight, before any MPI or NIC resource exists.
 
 An experiment asks for shapes, never for a submitter's name: it calls the method of each shape
-it declared (`latency`, `respond`, `rate`, `loaded`, `proxy_rate`, `locked_clock`) with typed
-work, and the shape's pre-flight questions (`check_loaded`, `loaded_lanes`, `loaded_queues`,
+it declared (`latency`, `respond`, `rate`, `loaded`, `proxy_rate`, `cycle`, `locked_clock`) with
+typed work, and the shape's pre-flight questions (`check_loaded`, `loaded_lanes`, `loaded_queues`,
 `check_rate_lanes`, `point_fields`, ...) with the submitter's typed Params, which the plan
 builds once. Nothing else of a submitter is the experiment's business.
 """
@@ -31,6 +31,7 @@ from ..fabric.registry import QueueOptions
 from ..platform import Probe
 from .work import (
     Buffer,
+    CycleWork,
     DcAddress,
     Lane,
     LatencyWork,
@@ -205,6 +206,11 @@ class Submitter(ABC):
         """Rings drained by workers in chains (Shape.PROXY_RATE)."""
         raise NotImplementedError(f"submitter {self.name} has no proxy-rate loop")
 
+    def cycle(self, work: CycleWork) -> RateResult:
+        """Units cycling an active subset of connections, W writes per visit (Shape.CYCLE):
+        the rate over the timed visits, the final drain included."""
+        raise NotImplementedError(f"submitter {self.name} has no connection-cycling loop")
+
     def proxy_rate_lane_messages(
         self, workers: int, rings: int, producers: int, per_producer: int
     ) -> list[int]:
@@ -269,6 +275,7 @@ def catalog(probes: Mapping[str, Probe]) -> list[ProviderCaps]:
 # The contract's work types, importable from here as from app/submit/work.py.
 __all__ = [
     "Buffer",
+    "CycleWork",
     "DcAddress",
     "Lane",
     "LatencyWork",

@@ -1,7 +1,8 @@
 """The typed work of every loop shape a submitter may offer, and what each loop returns.
 
 Experiments build these from their points and hand them to the submitter's method of the same
-shape (`latency`, `respond`, `rate`, `loaded`, `proxy_rate`; `locked_clock` for clock control);
+shape (`latency`, `respond`, `rate`, `loaded`, `proxy_rate`, `cycle`; `locked_clock` for clock
+control);
 they never call past them. Work is made of `Lane`s: a QP towards one peer with the lane's source
 and destination regions. How a submitter lays lanes out (a native table, a GPU array) is its own
 business.
@@ -10,6 +11,7 @@ business.
 from __future__ import annotations
 
 import enum
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +29,7 @@ class Shape(str, enum.Enum):
     LOADED = "loaded"  # a probe's round trip while background producers load the endpoint
     PROXY_RATE = "proxy-rate"  # R descriptor rings drained by T workers in chains of B
     CLOCK = "clock"  # lock the SM clock of the GPU that runs the loops, and measure it
+    CYCLE = "cycle"  # units cycle an active subset of connections, W writes per visit
 
 
 @dataclass(frozen=True)
@@ -184,3 +187,48 @@ class LoadedResult:
     def background_mps(self) -> float:
         """The rate the background carried during the probe (M msg/s)."""
         return self.background / self.probe_ns * 1e3 if self.probe_ns > 0 else 0.0
+
+
+# ---- CYCLE --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CycleWork:
+    """Active connections: `units` submitting units cycle the connections in `lanes`. Lanes
+    that share a QP are one DCI's destinations (DCI-peer pairs); every other lane is one
+    connection (an RC QP). QPs are numbered by their first lane; unit u owns QPs u, u+U, ... and
+    visits the lanes of its QPs in `lanes` order, one after another and round again: each visit
+    posts `writes_per_visit` writes on that connection (in chains of min(batch, W), one doorbell
+    each) before the unit moves on. Each unit makes `warmup_visits` untimed visits, then
+    `visits` timed ones; lane l's k-th write goes to slot k mod slots of its regions; the final
+    drain is inside the timed region. Returns a RateResult (windows of `window` messages)."""
+
+    lanes: tuple[Lane, ...]
+    units: int
+    writes_per_visit: int
+    batch: int
+    size: int
+    inline: bool
+    visits: int
+    warmup_visits: int
+    window: int
+
+
+def cycle_unit_lanes(qps: Sequence[Hashable], units: int) -> list[list[int]]:
+    """The lanes (indices) each unit of a cycle visits, in visit order, by CycleWork's rule;
+    `qps[i]` names lane i's QP (lanes naming the same one share it)."""
+    number: dict[Hashable, int] = {}
+    owned: list[list[int]] = [[] for _ in range(units)]
+    for i, q in enumerate(qps):
+        owned[number.setdefault(q, len(number)) % units].append(i)
+    return owned
+
+
+def cycle_lane_writes(qps: Sequence[Hashable], units: int, writes_per_visit: int,
+                      visits: int) -> list[int]:
+    """Writes each lane of a cycle carries when every unit makes `visits` visits (warm-up
+    included): unit u's j-th of n lanes takes visits j, j+n, ..."""
+    counts = [0] * len(qps)
+    for mine in cycle_unit_lanes(qps, units):
+        n = len(mine)
+        for j, lane in enumerate(mine):
+            counts[lane] = (visits // n + (j < visits % n)) * writes_per_visit
+    return counts

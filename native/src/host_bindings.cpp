@@ -163,6 +163,44 @@ void bind_host(nb::module_ m) {
       nb::arg("progress_fn") = 0, nb::arg("progress_ctx") = 0,
       "Message rate with many writes outstanding, each lane writing its own region (slots of "
       "`size` bytes, message m to slot m mod slots). Returns (ok, windows_ns, stats, error).");
+
+  m.def(
+      "cycle",
+      [](const LaneTable& table, uint32_t threads, uint32_t writes_per_visit, uint32_t batch,
+         uint32_t size, bool inline_payload, uint64_t visits_per_thread, uint64_t warmup_visits,
+         uint64_t window, int64_t timeout_ns, uint64_t progress_fn, uint64_t progress_ctx) {
+        auto lanes = lanes_from(table);
+        host::CycleArgs a;
+        a.threads = threads;
+        a.writes_per_visit = writes_per_visit;
+        a.batch = batch;
+        a.size = size;
+        a.inline_payload = inline_payload;
+        a.visits_per_thread = visits_per_thread;
+        a.warmup_visits = warmup_visits;
+        a.window = window == 0 ? visits_per_thread * writes_per_visit : window;
+        a.timeout_ns = timeout_ns;
+        host::MsgRateResult res;
+        LoopError err;
+        bool ok;
+        {
+          nb::gil_scoped_release nogil;
+          ok = host::cycle(lanes, a, progress_from(progress_fn, progress_ctx), res, err);
+        }
+        nb::dict r;
+        r["elapsed_ns"] = res.elapsed_ns;
+        r["messages"] = res.messages;
+        r["doorbells"] = res.doorbells;
+        r["cqes"] = res.cqes;
+        return std::make_tuple(ok, to_numpy(std::move(res.windows_ns)), r, error_dict(err));
+      },
+      nb::arg("lanes"), nb::arg("threads"), nb::arg("writes_per_visit"), nb::arg("batch"),
+      nb::arg("size"), nb::arg("inline_payload"), nb::arg("visits_per_thread"),
+      nb::arg("warmup_visits"), nb::arg("window"), nb::arg("timeout_ns"),
+      nb::arg("progress_fn") = 0, nb::arg("progress_ctx") = 0,
+      "Active connections: units cycle their lanes (lanes sharing an SQ are one DCI's "
+      "destinations), W writes per visit in chains of min(batch, W); lane l's k-th write to "
+      "slot k mod slots of its regions. Returns (ok, windows_ns, stats, error).");
 }
 
 }  // namespace gicbench

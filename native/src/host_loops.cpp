@@ -8,6 +8,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 
 #include "loop_shapes.hpp"
@@ -145,6 +146,19 @@ namespace {
 // A lane's reclamation in msg-rate (poster.hpp's signal_every), refused unless the SQ holds a
 // whole batch and the CQ every completion that can be outstanding.
 bool plan_reclaim(const Lane& l, size_t index, const MsgRateArgs& a, uint32_t& signal,
+                  LoopError& err);
+
+// The same for chains of `batch` writes of `size` bytes (the cycle's QPs).
+bool plan_chain_reclaim(const Lane& l, size_t index, bool inline_payload, uint32_t size,
+                        uint32_t batch, uint32_t& signal, LoopError& err) {
+  MsgRateArgs a;
+  a.inline_payload = inline_payload;
+  a.size = size;
+  a.batch = batch;
+  return plan_reclaim(l, index, a, signal, err);
+}
+
+bool plan_reclaim(const Lane& l, size_t index, const MsgRateArgs& a, uint32_t& signal,
                   LoopError& err) {
   const char* kind = a.inline_payload ? "inline" : "pointer";
   const char* tr = l.dc ? (l.compact_av ? "DC (compact AV)" : "DC") : "RC";
@@ -187,6 +201,51 @@ struct Shared {
   std::atomic<bool> failed{false};  // a thread gave up: the others stop too
   Shared(Progress p, uint32_t threads) : progress(p), ready(threads) {}
 };
+
+// Runs body(t, shared, out) for t = 1..threads-1 on threads of their own and t = 0 on the
+// caller's; each body meets the others at the start line (Shared::ready) itself. Gathers the
+// windows and totals into `res`; false with the failure that stopped the others (not their
+// "stopped") in `err`.
+template <class Body>
+bool run_threads(uint32_t threads, Progress progress, std::vector<ThreadOut>& outs, Body body,
+                 MsgRateResult& res, LoopError& err) {
+  Shared sh(progress, threads);
+  std::vector<std::thread> pool;
+  try {
+    for (uint32_t t = 1; t < threads; ++t)
+      pool.emplace_back([&body, &sh, &outs, t] { body(t, sh, outs[t]); });
+  } catch (const std::system_error& e) {
+    // Release the threads already waiting at the start line, then report.
+    sh.failed.store(true);
+    sh.ready.fetch_sub(threads - 1 - static_cast<uint32_t>(pool.size()));
+    sh.ready.fetch_sub(1);
+    for (auto& th : pool) th.join();
+    return err.refuse("threads", "as many threads as the system can start",
+                      std::string("could not start a submitting thread: ") + e.what());
+  }
+  body(0, sh, outs[0]);
+  for (auto& th : pool) th.join();
+  uint64_t posted = 0;
+  for (auto& o : outs) posted += o.out.posted;
+  const LoopError* first = nullptr;
+  for (auto& o : outs)
+    if (o.err.failed && (first == nullptr || first->kind == "stopped")) first = &o.err;
+  if (first != nullptr) {
+    const uint64_t total = err.total;
+    err = *first;
+    err.done = posted;
+    err.total = total;
+    return false;
+  }
+  for (auto& o : outs) {
+    res.windows_ns.insert(res.windows_ns.end(), o.out.windows.begin(), o.out.windows.end());
+    res.elapsed_ns = std::max(res.elapsed_ns, o.out.elapsed);
+    res.doorbells += o.out.doorbells;
+    res.cqes += o.out.cqes;
+  }
+  err.done = posted;
+  return true;
+}
 
 // Thread t owns lanes t, t + T, ...
 void msg_rate_thread(const std::vector<Lane>& lanes, const MsgRateArgs& a,
@@ -240,46 +299,143 @@ bool msg_rate(std::vector<Lane>& lanes, const MsgRateArgs& a, Progress progress,
   for (size_t i = 0; i < lanes.size(); ++i)
     if (!plan_reclaim(lanes[i], i, a, plan[i], err)) return false;
 
-  Shared sh(progress, a.threads);
   std::vector<ThreadOut> outs(a.threads);
-  std::vector<std::thread> pool;
-  try {
-    for (uint32_t t = 1; t < a.threads; ++t)
-      pool.emplace_back(msg_rate_thread, std::cref(lanes), std::cref(a), std::cref(plan), t,
-                        std::ref(sh), std::ref(outs[t]));
-  } catch (const std::system_error& e) {
-    // Release the threads already waiting at the start line, then report.
-    sh.failed.store(true);
-    sh.ready.fetch_sub(a.threads - 1 - static_cast<uint32_t>(pool.size()));
-    sh.ready.fetch_sub(1);
-    for (auto& th : pool) th.join();
-    return err.refuse("threads", "as many threads as the system can start",
-                      std::string("could not start a submitting thread: ") + e.what());
+  const bool ok = run_threads(
+      a.threads, progress, outs,
+      [&](uint32_t t, Shared& sh, ThreadOut& o) { msg_rate_thread(lanes, a, plan, t, sh, o); },
+      res, err);
+  if (ok) res.messages = a.messages_per_thread * a.threads;
+  return ok;
+}
+
+namespace {
+
+// The cycle's QPs: lanes sharing an SQ are one QP, numbered by its first lane in the table.
+struct CyclePlan {
+  std::vector<size_t> first_lane;         // per QP: the lane whose queues it drives
+  std::vector<uint32_t> qp_of;            // per lane: its QP
+  std::vector<uint32_t> signal;           // per QP: signal_every of a chain
+};
+
+bool plan_cycle(const std::vector<Lane>& lanes, const CycleArgs& a, CyclePlan& plan,
+                LoopError& err) {
+  std::unordered_map<const void*, uint32_t> by_sq;  // SQ buffer -> QP
+  by_sq.reserve(lanes.size());
+  plan.qp_of.resize(lanes.size());
+  std::vector<Lane> qps;
+  for (size_t i = 0; i < lanes.size(); ++i) {
+    const void* sq = lanes[i].sq.buf;
+    auto it = by_sq.find(sq);
+    if (it != by_sq.end()) {
+      const Lane& q = lanes[plan.first_lane[it->second]];
+      if (q.cq.buf != lanes[i].cq.buf || q.dc != lanes[i].dc)
+        return err.refuse("lanes", "lanes of one QP with the same CQ and transport",
+                          "lanes " + std::to_string(plan.first_lane[it->second]) + " and " +
+                              std::to_string(i) + " share QP " + qpn_hex(q.sq.qpn) +
+                              " but not its CQ or transport");
+      plan.qp_of[i] = it->second;
+      continue;
+    }
+    const uint32_t q = static_cast<uint32_t>(plan.first_lane.size());
+    by_sq.emplace(sq, q);
+    plan.first_lane.push_back(i);
+    plan.qp_of[i] = q;
+    qps.push_back(lanes[i]);
   }
-  msg_rate_thread(lanes, a, plan, 0, sh, outs[0]);
-  for (auto& th : pool) th.join();
-  uint64_t posted = 0;
-  for (auto& o : outs) posted += o.out.posted;
-  // Report the failure that stopped the others, not their "stopped".
-  const LoopError* first = nullptr;
-  for (auto& o : outs)
-    if (o.err.failed && (first == nullptr || first->kind == "stopped")) first = &o.err;
-  if (first != nullptr) {
-    const uint64_t total = err.total;
-    err = *first;
-    err.done = posted;
-    err.total = total;
-    return false;
-  }
-  for (auto& o : outs) {
-    res.windows_ns.insert(res.windows_ns.end(), o.out.windows.begin(), o.out.windows.end());
-    res.elapsed_ns = std::max(res.elapsed_ns, o.out.elapsed);
-    res.doorbells += o.out.doorbells;
-    res.cqes += o.out.cqes;
-  }
-  res.messages = a.messages_per_thread * a.threads;
-  err.done = posted;
+  // Two QPs must not share an SQ or a CQ: a completion must name the QP it retires.
+  if (!distinct_queues(qps, err)) return false;
+  plan.signal.resize(qps.size());
+  const uint32_t chain = std::min(a.batch, a.writes_per_visit);
+  for (size_t q = 0; q < qps.size(); ++q)
+    if (!plan_chain_reclaim(qps[q], plan.first_lane[q], a.inline_payload, a.size, chain,
+                            plan.signal[q], err))
+      return false;
   return true;
+}
+
+// Unit t: its QPs (t, t + T, ...) as posters and its lanes as connections, in table order.
+void cycle_thread(const std::vector<Lane>& lanes, const CycleArgs& a, const CyclePlan& plan,
+                  uint32_t t, Shared& sh, ThreadOut& o) {
+  std::vector<Lane> mine_qps;
+  std::vector<uint32_t> local(plan.first_lane.size(), UINT32_MAX), signal;
+  for (size_t q = t; q < plan.first_lane.size(); q += a.threads) {
+    local[q] = static_cast<uint32_t>(mine_qps.size());
+    mine_qps.push_back(lanes[plan.first_lane[q]]);
+    signal.push_back(plan.signal[q]);
+  }
+  std::vector<loops::Connection> conns;
+  for (size_t i = 0; i < lanes.size(); ++i) {
+    const uint32_t q = local[plan.qp_of[i]];
+    if (q == UINT32_MAX) continue;
+    const Lane& l = lanes[i];
+    const uint64_t region = std::min(l.src.length, l.dst.length);
+    conns.push_back(loops::Connection{q, static_cast<uint32_t>(i),
+                                      std::max<uint64_t>(1, region / a.size)});
+  }
+  std::vector<Mlx5Poster> posters;
+  const bool attached = attach(mine_qps, 0, 1, nullptr, nullptr, a.inline_payload, posters, o.err);
+  if (!attached) sh.failed.store(true);
+  sh.ready.fetch_sub(1, std::memory_order_acq_rel);
+  while (sh.ready.load(std::memory_order_acquire) != 0) cpu_relax();
+  if (!attached) return;
+  const uint64_t visits = a.warmup_visits + a.visits_per_thread;
+  const auto last = loops::last_visits(conns, posters.size(), visits);
+  const loops::CycleShape shape{a.writes_per_visit, std::min(a.batch, a.writes_per_visit),
+                                a.size, a.warmup_visits, a.visits_per_thread, a.window,
+                                a.timeout_ns};
+  // Each poster starts aimed at its own first lane; a DCI's other lanes re-aim it per visit.
+  std::vector<uint32_t> aimed(posters.size(), UINT32_MAX);
+  auto aim = [&](Mlx5Poster& p, uint32_t lane) {
+    const size_t k = static_cast<size_t>(&p - posters.data());
+    if (aimed[k] != lane) {
+      p.aim(lanes[lane]);
+      aimed[k] = lane;
+    }
+  };
+  Idle<SharedProgress> idle{sh.progress};
+  if (!loops::cycle(posters, conns, signal, last, aim, shape, idle, loops::Cancel{&sh.failed},
+                    o.out, o.err))
+    sh.failed.store(true, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+bool cycle(std::vector<Lane>& lanes, const CycleArgs& a, Progress progress, MsgRateResult& res,
+           LoopError& err) {
+  res = MsgRateResult{};
+  err.total = (a.warmup_visits + a.visits_per_thread) * a.writes_per_visit * a.threads;
+  if (lanes.empty()) return err.refuse("lanes", "at least one lane", "no lanes given");
+  if (a.writes_per_visit == 0)
+    return err.refuse("writes_per_visit", "at least 1 write per connection visit",
+                      "writes_per_visit=0");
+  if (a.batch == 0) return err.refuse("batch", "at least 1 WQE per doorbell", "batch=0");
+  if (a.visits_per_thread == 0 || a.window == 0)
+    return err.refuse("visits_per_thread", "at least 1 visit and 1 message per window",
+                      "visits_per_thread=" + std::to_string(a.visits_per_thread) +
+                          ", window=" + std::to_string(a.window));
+  for (size_t i = 0; i < lanes.size(); ++i) {
+    const Lane& l = lanes[i];
+    if (a.size == 0 || a.size > l.dst.length || a.size > l.src.length)
+      return err.refuse("size",
+                        "1.." + std::to_string(std::min(l.dst.length, l.src.length)) +
+                            " (the lane's regions)",
+                        "size=" + std::to_string(a.size) + " with lane " + std::to_string(i) +
+                            "'s regions of " + std::to_string(l.dst.length) + " (remote) and " +
+                            std::to_string(l.src.length) + " (source) bytes");
+  }
+  CyclePlan plan;
+  if (!plan_cycle(lanes, a, plan, err)) return false;
+  const std::string nq = std::to_string(plan.first_lane.size());
+  if (a.threads == 0 || a.threads > plan.first_lane.size())
+    return err.refuse("threads", "1.." + nq + " (one unit owns one or more QPs)",
+                      "threads=" + std::to_string(a.threads) + " with " + nq + " QPs");
+  std::vector<ThreadOut> outs(a.threads);
+  const bool ok = run_threads(
+      a.threads, progress, outs,
+      [&](uint32_t t, Shared& sh, ThreadOut& o) { cycle_thread(lanes, a, plan, t, sh, o); },
+      res, err);
+  if (ok) res.messages = a.visits_per_thread * a.writes_per_visit * a.threads;
+  return ok;
 }
 
 }  // namespace host

@@ -72,5 +72,27 @@ struct MsgRateResult {
 bool msg_rate(std::vector<Lane>& lanes, const MsgRateArgs& a, Progress progress,
               MsgRateResult& res, LoopError& err);
 
+struct CycleArgs {
+  uint32_t threads = 1;             // submitting units
+  uint32_t writes_per_visit = 32;   // W
+  uint32_t batch = 32;              // writes per doorbell within a visit (chains of min(batch, W))
+  uint32_t size = 8;
+  bool inline_payload = true;
+  uint64_t visits_per_thread = 0;   // timed visits of each unit
+  uint64_t warmup_visits = 0;       // each unit's, before the timed region
+  uint64_t window = 0;              // messages per recorded window
+  int64_t timeout_ns = 0;
+};
+
+// Active connections: lanes that share an SQ are one QP (a DCI) with several destinations, the
+// others one connection each. QPs are numbered by their first lane in the table; unit t owns
+// QPs t, t+T, ... and cycles the lanes of its QPs in table order, W writes per visit (in chains
+// of min(batch, W), one doorbell each), the k-th write of a lane to slot k mod slots of its
+// regions; signaled as msg-rate's lanes (signal_every of the chain) plus each QP's last write;
+// the final drain is timed. Refused (bad_arguments) unless every QP's SQ holds a chain and its
+// CQ the completions that can be outstanding.
+bool cycle(std::vector<Lane>& lanes, const CycleArgs& a, Progress progress, MsgRateResult& res,
+           LoopError& err);
+
 }  // namespace host
 }  // namespace gicbench

@@ -1,6 +1,6 @@
-// The host submitter's three loop shapes, written once over a poster (poster.hpp): single-op
-// (issue, put+completion, round trip), the round trip's responder, and msg-rate's per-thread
-// loop. host_loops.cpp runs them on mlx5 queues in memory (Mlx5Poster), verbs_loops.cpp through
+// The host submitter's loop shapes, written once over a poster (poster.hpp): single-op (issue,
+// put+completion, round trip), the round trip's responder, msg-rate's per-thread loop and the
+// active-connections cycle (a unit visiting its connections in turn, W writes per visit). host_loops.cpp runs them on mlx5 queues in memory (Mlx5Poster), verbs_loops.cpp through
 // libibverbs (VerbsPoster). Every timed region is here.
 //
 // The contract both share: the sequence number rides in the payload's last 8 bytes (the round
@@ -285,6 +285,113 @@ bool rate(std::vector<P>& lanes, const std::vector<uint32_t>& signal, const Rate
   o.elapsed = t_end - t_start;
   for (auto& s : lanes) o.cqes += s.completions();
   return true;
+}
+
+// ---- the connection-cycling loop (active connections) -------------------------------------------
+
+struct CycleShape {
+  uint32_t writes_per_visit = 32;  // W: writes posted on a connection before the next one
+  uint32_t batch = 32;             // writes per doorbell within a visit (<= W)
+  uint32_t size = 8;
+  uint64_t warmup_visits = 0, visits = 0;  // this unit's
+  uint64_t window = 1;                     // messages per recorded window
+  int64_t timeout_ns = 0;
+};
+
+// One connection a unit visits: the poster (QP) its writes go through and the lane whose regions
+// (and, for a DCI, address vector) they use; `slots` = whole messages in its regions.
+struct Connection {
+  uint32_t poster = 0;
+  uint32_t lane = 0;
+  uint64_t slots = 1;
+};
+
+// One submitting unit cycling its connections: visit v goes to conns[v mod n] and posts W writes
+// there, in chains of up to `batch` (one doorbell each) once the QP has room for the chain, then
+// moves on; `aim(poster, lane)` points the poster at the connection first (a DCI changing
+// destination; nothing on RC). Connection c's k-th write goes to slot k mod slots of its regions.
+// Poster p signals every signal[p] writes and on its last write (`last_visit[p]`: the visit that
+// posts it); after the warm-up visits each `window` messages close a window; the drain of every
+// poster ends the timed region.
+template <class P, class Aim, class Idle>
+bool cycle(std::vector<P>& posters, const std::vector<Connection>& conns,
+           const std::vector<uint32_t>& signal, const std::vector<uint64_t>& last_visit, Aim aim,
+           const CycleShape& a, Idle& idle, Cancel cancel, RateOut& o, LoopError& err) {
+  const size_t n = conns.size();
+  const uint64_t total_visits = a.warmup_visits + a.visits;
+  const uint64_t warmup = a.warmup_visits * a.writes_per_visit;
+  const uint64_t total = total_visits * a.writes_per_visit;
+  std::vector<uint32_t> cost(posters.size()), since_signal(posters.size(), 0);
+  for (size_t p = 0; p < posters.size(); ++p) cost[p] = posters[p].cost(a.size);
+  std::vector<uint64_t> sent(n, 0);
+  std::vector<Write> chain(a.batch);
+  auto fail = [&] {
+    err.done = o.posted;
+    return false;
+  };
+  uint64_t next_window = warmup + a.window;
+  int64_t t_start = warmup == 0 ? now_ns() : 0, t_window = t_start;
+  for (uint64_t v = 0; v < total_visits; ++v) {
+    const Connection& c = conns[v % n];
+    P& s = posters[c.poster];
+    if (cancel()) {
+      s.fail(err, cancel.kind());
+      return fail();
+    }
+    aim(s, c.lane);
+    const bool final_visit = v == last_visit[c.poster];
+    for (uint32_t left = a.writes_per_visit; left > 0;) {
+      const uint32_t count = std::min(a.batch, left);
+      left -= count;
+      const uint64_t need = uint64_t{count} * cost[c.poster];
+      if (!wait_until(s, [&] { return s.room(need); }, idle, a.timeout_ns, err, cancel))
+        return fail();
+      for (uint32_t j = 0; j < count; ++j) {
+        uint32_t& since = since_signal[c.poster];
+        const bool sig = ++since >= signal[c.poster] || (final_visit && left == 0 && j + 1 == count);
+        if (sig) since = 0;
+        chain[j] = Write{(sent[v % n]++ % c.slots) * a.size, a.size, sig};
+      }
+      if (!s.post(chain.data(), count, err)) return fail();
+      ++o.doorbells;
+      const uint64_t before = o.posted;
+      o.posted += count;
+      if (before < warmup && o.posted >= warmup) t_start = t_window = now_ns();
+      while (o.posted >= next_window && next_window < total) {
+        const int64_t t = now_ns();
+        o.windows.push_back(t - t_window);
+        t_window = t;
+        next_window += a.window;
+      }
+      if (P::kReapEveryBatch) {
+        typename P::Completion comp;
+        const int r = s.poll(comp, err);
+        if (r < 0) return fail();
+        if (r > 0) s.retire(comp);
+      }
+    }
+  }
+  for (auto& s : posters)
+    if (!quiet(s, idle, a.timeout_ns, err, cancel)) return fail();
+  const int64_t t_end = now_ns();
+  o.windows.push_back(t_end - t_window);
+  o.elapsed = t_end - t_start;
+  for (auto& s : posters) o.cqes += s.completions();
+  return true;
+}
+
+// The visit of `conns` (one unit's, n of them, `visits` in all) after which poster p posts no
+// more: the last write it posts is signaled, so the drain ends with a completion.
+inline std::vector<uint64_t> last_visits(const std::vector<Connection>& conns, size_t posters,
+                                         uint64_t visits) {
+  std::vector<uint64_t> last(posters, UINT64_MAX);
+  const uint64_t n = conns.size();
+  for (uint64_t i = 0; i < n && i < visits; ++i) {
+    const uint64_t v = i + (visits - 1 - i) / n * n;  // the last visit of connection i
+    uint64_t& l = last[conns[i].poster];
+    if (l == UINT64_MAX || v > l) l = v;
+  }
+  return last;
 }
 
 }  // namespace loops

@@ -75,6 +75,13 @@ class Mlx5Poster {
   }
   uint64_t completions() const { return taken_; }
   void observe_posted() { sq_.observe_posted(); }
+  // Point the next writes at another lane of the same QP (a DCI changing destination): its
+  // address vector and regions; the queues and what is outstanding on them stay.
+  void aim(const host::Lane& lane) {
+    lane_ = &lane;
+    src_ = lane.src;
+    dst_ = lane.dst;
+  }
 
  private:
   WriteOp op(const Write& w) const {

@@ -239,6 +239,45 @@ void bind_verbs(nb::module_ m) {
       nb::arg("timeout_ns"),
       "Writes with many outstanding over (qpn, cq, src, dst) lanes: (ok, windows ns, stats, "
       "error dict).");
+
+  m.def(
+      "cycle",
+      [](Nic& n, const std::vector<std::tuple<uint32_t, uint32_t, SideT, SideT>>& lanes,
+         uint32_t writes_per_visit, uint32_t batch, uint32_t size, bool inline_payload,
+         uint64_t visits, uint64_t warmup_visits, uint64_t window, uint64_t timeout_ns) {
+        std::vector<verbs::RateLane> ls(lanes.size());
+        for (size_t i = 0; i < lanes.size(); ++i)
+          ls[i] = verbs::RateLane{queue(n, std::get<0>(lanes[i]), std::get<1>(lanes[i])),
+                                  side(std::get<2>(lanes[i])), side(std::get<3>(lanes[i]))};
+        verbs::CycleArgs a;
+        a.writes_per_visit = writes_per_visit;
+        a.batch = batch;
+        a.size = size;
+        a.inline_payload = inline_payload;
+        a.visits = visits;
+        a.warmup_visits = warmup_visits;
+        a.window = window == 0 ? 1 : window;
+        a.timeout_ns = timeout_ns;
+        std::vector<int64_t> windows;
+        verbs::RateStats st;
+        LoopError err;
+        bool ok;
+        {
+          nb::gil_scoped_release unlocked;
+          ok = verbs::cycle(ls, a, windows, st, err);
+        }
+        nb::dict stats;
+        stats["elapsed_ns"] = st.elapsed_ns;
+        stats["messages"] = st.messages;
+        stats["doorbells"] = st.doorbells;
+        stats["cqes"] = st.cqes;
+        return std::make_tuple(ok, to_numpy(std::move(windows)), stats, error_dict(err));
+      },
+      nb::arg("nic"), nb::arg("lanes"), nb::arg("writes_per_visit"), nb::arg("batch"),
+      nb::arg("size"), nb::arg("inline_payload"), nb::arg("visits"), nb::arg("warmup_visits"),
+      nb::arg("window"), nb::arg("timeout_ns"),
+      "Active connections over (qpn, cq, src, dst) lanes, one thread: lane v mod n takes visit "
+      "v, W writes in chains of min(batch, W): (ok, windows ns, stats, error dict).");
 }
 
 }  // namespace gicbench

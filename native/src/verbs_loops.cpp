@@ -79,6 +79,62 @@ bool msg_rate(const std::vector<RateLane>& lanes, const RateArgs& a,
   return true;
 }
 
+bool cycle(const std::vector<RateLane>& lanes, const CycleArgs& a,
+           std::vector<int64_t>& windows, RateStats& stats, LoopError& err) {
+  const uint64_t total = (a.warmup_visits + a.visits) * a.writes_per_visit;
+  err.total = total;
+  uint32_t depth = UINT32_MAX;
+  for (const auto& l : lanes) {
+    ibv_qp_attr attr{};
+    ibv_qp_init_attr init{};
+    if (ibv_query_qp(l.q.qp, &attr, IBV_QP_CAP, &init) == 0)
+      depth = std::min<uint32_t>(depth, init.cap.max_send_wr);
+  }
+  if (depth == UINT32_MAX) depth = 0;
+  if (a.size == 0) return err.refuse("size", "at least 1 byte", "size=0");
+  if (a.writes_per_visit == 0)
+    return err.refuse("writes_per_visit", "at least 1 write per connection visit",
+                      "writes_per_visit=0");
+  if (a.visits == 0 || a.window == 0)
+    return err.refuse("visits", "at least 1 visit and 1 message per window",
+                      "visits=" + std::to_string(a.visits) + ", window=" +
+                          std::to_string(a.window));
+  const uint32_t chain = std::min(a.batch, a.writes_per_visit);
+  if (lanes.empty() || depth == 0 || chain == 0 || chain > depth)
+    return err.refuse("batch", "1.." + std::to_string(depth) + " (the SQ depth here)",
+                      "a chain of " + std::to_string(chain) + " over " +
+                          std::to_string(lanes.size()) + " lane(s) of SQ depth " +
+                          std::to_string(depth));
+  std::vector<VerbsPoster> posters;
+  posters.reserve(lanes.size());
+  std::vector<loops::Connection> conns;
+  conns.reserve(lanes.size());
+  for (size_t i = 0; i < lanes.size(); ++i) {
+    const auto& l = lanes[i];
+    posters.emplace_back(l.q.qp, l.q.cq, l.q.qpn, depth, chain, l.src, l.dst, a.inline_payload);
+    const uint64_t region = std::min(l.src.length, l.dst.length);
+    conns.push_back(loops::Connection{static_cast<uint32_t>(i), static_cast<uint32_t>(i),
+                                      std::max<uint64_t>(1, region / a.size)});
+  }
+  const std::vector<uint32_t> signal(lanes.size(), signal_every(depth, 1, chain));
+  const auto last = loops::last_visits(conns, posters.size(), a.warmup_visits + a.visits);
+  const loops::CycleShape shape{a.writes_per_visit, chain, a.size, a.warmup_visits, a.visits,
+                                a.window, static_cast<int64_t>(a.timeout_ns)};
+  Idle idle;
+  loops::RateOut out;
+  auto aim = [](VerbsPoster&, uint32_t) {};  // RC: every lane is its own QP
+  const bool ok = loops::cycle(posters, conns, signal, last, aim, shape, idle, loops::Cancel{},
+                               out, err);
+  windows = std::move(out.windows);
+  if (!ok) return false;
+  stats.elapsed_ns = static_cast<uint64_t>(out.elapsed);
+  stats.messages = a.visits * a.writes_per_visit;
+  stats.doorbells = out.doorbells;
+  stats.cqes = out.cqes;
+  err.done = total;
+  return true;
+}
+
 }  // namespace verbs
 }  // namespace gicbench
 #endif  // GICBENCH_HAVE_VERBS

@@ -1,5 +1,5 @@
-// The host submitter's loops on the verbs provider: loop_shapes.hpp's single-op, responder and
-// msg-rate over VerbsPoster (ibv_post_send chains of pre-linked work requests, ibv_poll_cq), one
+// The host submitter's loops on the verbs provider: loop_shapes.hpp's single-op, responder,
+// msg-rate and active-connections cycle over VerbsPoster (ibv_post_send chains of pre-linked work requests, ibv_poll_cq), one
 // submitting thread. Failures come back as a LoopError whose queue state counts work requests
 // (pi: posted, retired: known complete) and whose error completion is the ibv_wc's.
 #pragma once
@@ -66,6 +66,20 @@ bool respond(const RespondArgs& a, LoopError& err);
 // Every lane's depth is the smallest max_send_wr of their QPs; batch must be 1..depth.
 bool msg_rate(const std::vector<RateLane>& lanes, const RateArgs& a,
               std::vector<int64_t>& windows, RateStats& stats, LoopError& err);
+
+struct CycleArgs {
+  uint32_t writes_per_visit = 32;  // W
+  uint32_t batch = 32;             // writes per post_send chain within a visit
+  uint32_t size = 8;
+  bool inline_payload = true;
+  uint64_t visits = 0, warmup_visits = 0, window = 1;
+  uint64_t timeout_ns = 0;
+};
+
+// Active connections on one submitting thread: lane v mod n takes visit v, W writes in chains
+// of min(batch, W) (one ibv_post_send each); chains must fit the smallest SQ depth.
+bool cycle(const std::vector<RateLane>& lanes, const CycleArgs& a,
+           std::vector<int64_t>& windows, RateStats& stats, LoopError& err);
 
 }  // namespace verbs
 }  // namespace gicbench

@@ -191,3 +191,39 @@ def test_sweep_cut_by_time_limit_then_resumed(slurm: dict[str, str], cut_sweep: 
     assert len(runs) == POINTS
     for r in runs:
         assert len(list(r.glob("rank-*.h5"))) == 2
+
+
+ACTIVE_SWEEP = """
+experiment = "active-connections"
+[run]
+pattern = "all-to-all"
+active = "4,16"
+messages = 2000
+passes = 2
+quiet = true
+[axes]
+ranks = [2, 3]
+"""
+
+
+@pytest.mark.timeout(JOB_WAIT_S + MARGIN_S, func_only=True)
+def test_active_connections_template_runs_its_sweep(
+    slurm: dict[str, str], cut_sweep: dict, tmp_path: Path
+) -> None:
+    """The active-connections template's sweep through sbatch: both points (2 and 3 ranks of
+    all-to-all) complete, each one MPI job of its world size."""
+    (tmp_path / "s.toml").write_text(ACTIVE_SWEEP)
+    script = tmp_path / "ac.sbatch"
+    script.write_text(render("active-connections", RenderOptions(
+        ntasks_per_node=3, launcher="mpiexec", time="10", sweep=str(tmp_path / "s.toml"),
+        sweep_dir=str(tmp_path / "sw"), stop_before=0)))  # fmt: skip
+    job = sbatch(script, slurm)
+    state = wait([job], slurm, timeout=JOB_WAIT_S, logs={job: tmp_path})[job]
+    log = output(tmp_path, job)
+    assert state["JobState"] == "COMPLETED", f"{state}\n{log}"
+    doc = load_manifest(tmp_path / "sw")
+    assert [p["status"] for p in doc["points"]] == ["complete", "complete"], log
+    for run, world in zip(point_runs(tmp_path / "sw"), (2, 3), strict=True):
+        manifest = json.loads((run / "run.json").read_text())
+        assert manifest["status"] == "complete" and manifest["world_size"] == world, log
+        assert manifest["experiments"] == ["active-connections"]

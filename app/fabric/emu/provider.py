@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ...errors import UnsupportedError
+from ...errors import ConfigError, UnsupportedError
 from ...platform import MPS_RULE, Probe
 from ..base import Fabric, MemoryDomain, Posting, ProviderCaps
 from ..registry import FabricPlan, Provider, register
@@ -78,6 +78,23 @@ def check_cuda_engine(plan: FabricPlan, probes: Mapping[str, Probe]) -> None:
         )
 
 
+def check_tables(plan: FabricPlan) -> None:
+    """The segment's tables: QP numbers carry a 15-bit index (bit 15 marks a DCT, slot 0 is
+    reserved) and CQ numbers 16 bits; a plan beyond them is refused before anything exists."""
+    from ... import _native
+
+    most_qps = int(_native.emu.MAX_QPS) - 1
+    if plan.qps > most_qps:
+        raise ConfigError(
+            "QPs per rank", plan.qps,
+            f"<= {most_qps:,} with --provider emu (its QP table): {plan.rc_peers} peer(s) x "
+            f"{plan.rc_qps_per_peer} RC QPs + {plan.dcis} DCIs; ask for fewer (--pool, "
+            "--active, --qps-per-peer, --dcis)",
+        )
+    if plan.cqs > 0xFFFE:
+        raise ConfigError("CQs per rank", plan.cqs, f"<= {0xFFFE:,} with --provider emu")
+
+
 @register
 class EmuProvider(Provider):
     name = "emu"
@@ -113,6 +130,7 @@ class EmuProvider(Provider):
                 f"({', '.join(sorted(set(topo.hosts)))}): use a real NIC provider"
             )
         check_cuda_engine(plan, probes)
+        check_tables(plan)
         p = emu_params(plan)
         if p.engine == "cuda":
             # No CPU thread: the engine kernel is the NIC's progress (autonomous).

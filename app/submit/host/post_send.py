@@ -25,7 +25,15 @@ from ...fabric.base import QueuePair
 from ...fabric.verbs.fabric import native
 from ...fabric.verbs.posting import completion_error
 from ..failures import LoopFailure, raise_failure
-from ..work import MODE_CODES, Buffer, LatencyWork, RateResult, RateWork, RespondWork
+from ..work import (
+    MODE_CODES,
+    Buffer,
+    CycleWork,
+    LatencyWork,
+    RateResult,
+    RateWork,
+    RespondWork,
+)
 
 
 def post_send_path(fabric: Any, rank: int, timeout_ns: int) -> PostSendPath | None:
@@ -155,6 +163,43 @@ class PostSendPath:
         if not ok:
             self._raise("msg-rate", err)
         total = work.messages_per_thread + work.warmup_per_thread
+        self._count(total, int(stats["doorbells"]), int(stats["cqes"]), total * size)
+        return RateResult(
+            windows_ns=np.asarray(windows, dtype=np.int64),
+            elapsed_ns=int(stats["elapsed_ns"]),
+            messages=int(stats["messages"]),
+            doorbells=int(stats["doorbells"]),
+            cqes=int(stats["cqes"]),
+        )
+
+    # ---- active connections ---------------------------------------------------------------------
+    def cycle(self, work: CycleWork) -> RateResult:
+        """One thread cycles the lanes, W writes per visit in post_send chains of min(batch,
+        W), the drain timed (the WQE loop's contract)."""
+        if work.units != 1:
+            raise ConfigError(
+                "threads (-t)", work.units, "1 on the post-send path (one submitting thread)"
+            )
+        if any(lane.dc is not None for lane in work.lanes):
+            raise ConfigError("transport (--transport)", "dc", "rc on the post-send path")
+        size = work.size
+        depth = min(lane.qp.sq.wqebb_cnt for lane in work.lanes)
+        chain = min(work.batch, work.writes_per_visit)
+        if not 1 <= chain <= depth:
+            raise ConfigError("batch (--batch)", work.batch, f"1..{depth} (the SQ depth here)")
+        for lane in work.lanes:
+            self._check(lane.qp, size, work.inline, {"source": lane.src, "destination": lane.dst})
+        lanes = [
+            (self.f.qpn_of(ln.qp), self.f.cqn_of(ln.qp.sq.cq), _side(ln.src), _side(ln.dst))
+            for ln in work.lanes
+        ]
+        ok, windows, stats, err = self._loops.cycle(
+            self.f.nic, lanes, work.writes_per_visit, work.batch, size, work.inline,
+            work.visits, work.warmup_visits, work.window, self.timeout_ns,
+        )  # fmt: skip
+        if not ok:
+            self._raise("active-connections cycle", err)
+        total = (work.visits + work.warmup_visits) * work.writes_per_visit
         self._count(total, int(stats["doorbells"]), int(stats["cqes"]), total * size)
         return RateResult(
             windows_ns=np.asarray(windows, dtype=np.int64),

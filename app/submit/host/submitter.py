@@ -9,17 +9,26 @@ through the post-send path (post_send.py).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from ...fabric.base import Posting
+from ...errors import ConfigError
+from ...fabric.base import Posting, ProviderCaps
 from ...platform import Probe
 from ..base import Shape, Submitter, register
 from ..failures import LoopFailure, raise_failure
 from ..native_lanes import lane_table
-from ..work import MODE_CODES, Buffer, LatencyWork, RateResult, RateWork, RespondWork
+from ..work import (
+    MODE_CODES,
+    Buffer,
+    CycleWork,
+    LatencyWork,
+    RateResult,
+    RateWork,
+    RespondWork,
+)
 from .post_send import post_send_path
 
 
@@ -47,7 +56,7 @@ def _buf(b: Buffer) -> tuple[int, int, int]:
 class HostSubmitter(Submitter):
     name = "host"
     summary = "CPU threads post WQEs and poll CQEs directly (native C++ loops; post_send on verbs)"
-    shapes = frozenset({Shape.LATENCY, Shape.RESPOND, Shape.RATE})
+    shapes = frozenset({Shape.LATENCY, Shape.RESPOND, Shape.RATE, Shape.CYCLE})
     posting = (Posting.MLX5_QUEUES.value, Posting.POST_SEND.value)
 
     def __init__(self, **kwargs: Any) -> None:
@@ -62,6 +71,28 @@ class HostSubmitter(Submitter):
         except ImportError as e:
             return f"native module missing ({e}); run `make setup`"
         return None
+
+    @classmethod
+    def check_provider(
+        cls,
+        params: Any,
+        points: Sequence[tuple[str, Mapping[str, Any]]],
+        provider: str,
+        caps: ProviderCaps,
+        provider_params: Any,
+    ) -> None:
+        """The post-send path (a provider without mlx5 queues in memory) cycles connections
+        from one submitting thread: more units are refused before anything exists."""
+        if Posting.MLX5_QUEUES.value in caps.posting:
+            return
+        for exp, pt in points:
+            if "writes_per_visit" in pt and int(pt.get("threads", 1)) != 1:
+                raise ConfigError(
+                    "threads (-t)",
+                    pt["threads"],
+                    f"1 for {exp} on provider {provider} (the post-send path has one "
+                    "submitting thread)",
+                )
 
     @property
     def _hook(self) -> tuple[int, int]:
@@ -143,6 +174,44 @@ class HostSubmitter(Submitter):
                     "size": work.size,
                     "messages_per_thread": work.messages_per_thread,
                     "warmup_per_thread": work.warmup_per_thread,
+                    "window": work.window,
+                },
+            )
+        return RateResult(
+            windows_ns=windows,
+            elapsed_ns=int(stats["elapsed_ns"]),
+            messages=int(stats["messages"]),
+            doorbells=int(stats["doorbells"]),
+            cqes=int(stats["cqes"]),
+        )
+
+    def cycle(self, work: CycleWork) -> RateResult:
+        if self._post_send is not None:
+            return self._post_send.cycle(work)
+        ok, windows, stats, err = _native_host().cycle(
+            lane_table(work.lanes),
+            work.units,
+            work.writes_per_visit,
+            work.batch,
+            work.size,
+            work.inline,
+            work.visits,
+            work.warmup_visits,
+            work.window,
+            self.timeout_ns,
+            *self._hook,
+        )
+        if not ok:
+            self._raise(
+                "active-connections cycle",
+                err,
+                {
+                    "threads": work.units,
+                    "writes_per_visit": work.writes_per_visit,
+                    "batch": work.batch,
+                    "size": work.size,
+                    "visits": work.visits,
+                    "warmup_visits": work.warmup_visits,
                     "window": work.window,
                 },
             )
