@@ -1,0 +1,96 @@
+// The CPU engine's side of the NIC model (cuda/nic_model.cuh): per-QP plans of modelled times,
+// CQEs held back until their modelled time, the log tests and benchmarks read.
+//
+// How time is charged. When the engine first sees a WQE announced and readable, it plans it (the
+// send side on this NIC, the receive side on the responder's shared region) and keeps its
+// modelled times. The WQE is executed -- its payload copied into place, its atomic applied, its
+// responder CQE written -- only once the clock has reached its modelled landing time: the copy
+// is deferred, not the visibility of bytes already copied, so a poller never sees a byte before
+// its modelled time and validation sees every byte, as without a model. Its requester CQE (and a
+// flush or error CQE after it) is queued and written at its modelled CQE time. The engine never
+// makes anything visible earlier than the model says; when it can only do so later (it is slower
+// than the modelled NIC), the event is counted late (kCntLate) and the run flags the point.
+#pragma once
+
+#include <time.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "emu_segment.hpp"
+#include "nic_model.cuh"
+
+namespace gicbench {
+namespace emu {
+
+// Header::reserved slot that holds the offset of the rank's nic_model::Shared region (0: none).
+constexpr uint32_t kHdrNicModel = 7;
+
+inline uint64_t model_now_ps() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec)) * 1000ull;
+}
+
+// One entry of the model's log: a planned WQE, what the model said and what the engine did.
+struct ModelLogEntry {
+  uint32_t qpn;
+  uint16_t idx;
+  uint8_t kind;
+  uint8_t flags;  // 1 pointer payload, 2 send-side miss, 4 receive-side miss, 8 DCI connected
+  uint32_t bytes;
+  uint64_t t_seen, t_exec, t_cqe;  // modelled (ps)
+  uint64_t exec_at, cqe_at;        // when the engine executed it and wrote its CQE (0: not yet)
+};
+constexpr uint32_t kModelLog = 8192;
+
+struct PendingCqe {
+  uint64_t t;        // modelled time (ps)
+  uint32_t log;      // log entry + 1 (0: none)
+  uint16_t idx;
+  uint8_t opcode;
+  uint8_t synd;      // 0: a requester CQE, else an error CQE with this syndrome
+  uint8_t vendor;
+  uint8_t flush;
+  uint32_t bytes;
+};
+
+struct ModelQp {
+  nic_model::Qp m;
+  uint32_t plan_end = 0;         // running WQEBB index up to which WQEs are planned
+  std::vector<uint64_t> exec;    // modelled landing time, by the WQE's first WQEBB
+  std::vector<uint64_t> cqe;     // modelled CQE time
+  std::vector<uint32_t> log;     // log entry + 1
+  uint64_t cur_cqe = 0;          // the admitted WQE's
+  uint32_t cur_log = 0;
+  std::deque<PendingCqe> cqes;
+  bool listed = false;           // in ModelState::with_cqes
+};
+
+struct ModelState {
+  nic_model::Params p{};
+  nic_model::Shared* own = nullptr;
+  nic_model::Tx tx;
+  uint64_t spare_rx_free = 0;
+  std::vector<ModelQp> qps;           // by QP slot
+  std::vector<uint32_t> with_cqes;    // QP slots with queued CQEs
+  std::atomic<uint64_t> queued{0};    // CQEs queued
+  std::atomic<uint32_t> held{0};      // the last complete pass held a WQE back
+  uint32_t held_pass = 0;             // this pass has (engine only)
+  std::vector<ModelLogEntry> log = std::vector<ModelLogEntry>(kModelLog);
+  uint64_t log_n = 0;                 // entries written (the ring keeps the last kModelLog)
+};
+
+// The region of a (mapped) segment, or null when its rank runs no model.
+inline nic_model::Shared* model_shared(const Segment& s) {
+  const uint64_t off = ld_acq(&s.hdr()->reserved[kHdrNicModel]);
+  if (!off || off + sizeof(nic_model::Shared) > s.bytes()) return nullptr;
+  auto* r = reinterpret_cast<nic_model::Shared*>(s.base() + off);
+  return ld_acq(&r->magic) == nic_model::kSharedMagic ? r : nullptr;
+}
+
+}  // namespace emu
+}  // namespace gicbench
