@@ -364,6 +364,7 @@ size_t Nic::progress() {
   size_t work = 0;
   if (model_) {  // the NIC model's CQEs whose time has come
     model_->held_pass = 0;
+    model_->now = 0;
     work += model_flush(false);
   }
   // The hot set: registers rung recently, and QPs whose announced work is not all executed.
@@ -417,7 +418,7 @@ size_t Nic::progress() {
       }
     }
   }
-  if (model_) model_->held.store(model_->held_pass, std::memory_order_relaxed);
+  if (model_) model_end_pass();
   if (wrapped_) sweeps_.fetch_add(1, std::memory_order_release);
   passes_.fetch_add(1, std::memory_order_release);
   unlock_engine();

@@ -75,8 +75,9 @@ bool Nic::model_admit(uint32_t slot, const emu_core::SqParams& q, uint32_t ci, u
     mq.plan_end = ci;
     ahead = 0;
   }
-  const uint64_t now = model_now_ps();
   HostSync sync{pid_};
+  uint64_t now = ms.now;
+  if (ahead < avail) now = ms.now = model_now_ps(), ms.since_read = 0;  // planning: fresh
   while (ahead < avail) {
     const uint32_t at = ci + ahead;
     const m5::CtrlView c = m5::get_ctrl_seg(q.ring.wqe(at));
@@ -98,16 +99,21 @@ bool Nic::model_admit(uint32_t slot, const emu_core::SqParams& q, uint32_t ci, u
                                                     (pl.tx.connected ? 8 : 0)),
                                w.bytes, now, pl.t.t_exec, pl.t.t_cqe, 0, 0};
     mq.log[k] = li + 1;
+    ++ms.local[nm::kCntWqes];
     ahead += nbb;
     mq.plan_end = at + nbb;
   }
   if (ahead == 0) return true;  // not plannable (the core checked it ready): nothing to hold
   const uint32_t k = ci & (n - 1);
+  if (now == 0 || ++ms.since_read >= kClockReuse) {  // once a pass, then every kClockReuse
+    now = ms.now = model_now_ps();
+    ms.since_read = 0;
+  }
   if (now < mq.exec[k]) {
     ms.held_pass = 1;
     return false;
   }
-  if (now > mq.exec[k] + ms.p.slack_ps) add_rlx(&ms.own->counters[nm::kCntLate], uint64_t{1});
+  if (now > mq.exec[k] + ms.p.slack_ps) ++ms.local[nm::kCntLate];
   mq.cur_cqe = mq.cqe[k];
   mq.cur_log = mq.log[k];
   if (mq.cur_log) {
@@ -132,7 +138,19 @@ void Nic::model_defer(uint32_t slot, PendingCqe c) {
     ms.with_cqes.push_back(slot);
   }
   ms.queued.fetch_add(1, std::memory_order_relaxed);
-  add_rlx(&ms.own->counters[nm::kCntCqes], uint64_t{1});
+  ++ms.local[nm::kCntCqes];
+}
+
+// The pass's counts into the shared counters (what Python and peers read).
+void Nic::model_end_pass() {
+  ModelState& ms = *model_;
+  for (uint32_t i = 0; i < nm::kNumCounters; ++i) {
+    if (ms.local[i]) {
+      add_rlx(&ms.own->counters[i], ms.local[i]);
+      ms.local[i] = 0;
+    }
+  }
+  ms.held.store(ms.held_pass, std::memory_order_relaxed);
 }
 
 // Write the queued CQEs whose time has come (all of them with `all`): the work done.
@@ -148,7 +166,7 @@ size_t Nic::model_flush(bool all) {
       const PendingCqe c = mq.cqes.front();
       mq.cqes.pop_front();
       write_deferred_cqe(slot, c);
-      if (!all && now > c.t + ms.p.slack_ps) add_rlx(&ms.own->counters[nm::kCntLate], uint64_t{1});
+      if (!all && now > c.t + ms.p.slack_ps) ++ms.local[nm::kCntLate];
       note_cqe(ms, c, self_.qps()[slot].qpn, now);
       ms.queued.fetch_sub(1, std::memory_order_relaxed);
       ++done;

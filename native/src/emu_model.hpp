@@ -82,7 +82,17 @@ struct ModelState {
   uint32_t held_pass = 0;             // this pass has (engine only)
   std::vector<ModelLogEntry> log = std::vector<ModelLogEntry>(kModelLog);
   uint64_t log_n = 0;                 // entries written (the ring keeps the last kModelLog)
+  // The clock as last read this pass (0: not yet) and admissions since: a clock read costs
+  // about as much as the rest of an admission, so admissions use the pass's reading, read
+  // again every kClockReuse admissions. A stale reading is earlier than the truth: a WQE is
+  // never admitted early, at worst a pass late, and lateness is underestimated by no more than
+  // kClockReuse executions, far below the slack.
+  uint64_t now = 0;
+  uint32_t since_read = 0;
+  // This NIC's counts of kCntWqes, kCntCqes and kCntLate, added to the shared ones each pass.
+  uint64_t local[nic_model::kNumCounters] = {};
 };
+constexpr uint32_t kClockReuse = 16;
 
 // The region of a (mapped) segment, or null when its rank runs no model.
 inline nic_model::Shared* model_shared(const Segment& s) {

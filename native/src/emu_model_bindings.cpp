@@ -97,6 +97,7 @@ class NicModelSim {
     NoSync sync;
     const nm::Planned o = nm::plan_wqe(p_, n.tx, qps_[{src, qpn}], shared(n), resp,
                                        n.spare_rx_free, w, qpn, t_seen, sync);
+    ++shared(n)->counters[nm::kCntWqes];
     nb::dict d;
     d["t_nic"] = o.tx.t_nic;
     d["t_fetched"] = o.tx.t_fetched;

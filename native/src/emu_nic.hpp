@@ -125,6 +125,7 @@ class Nic {
   void model_defer(uint32_t slot, PendingCqe c);
   size_t model_flush(bool all);
   void model_reset_qp(uint32_t slot);
+  void model_end_pass();
   bool model_pending() const;
   void write_deferred_cqe(uint32_t slot, const PendingCqe& c);
   void lock_engine();
