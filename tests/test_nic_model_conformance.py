@@ -10,12 +10,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "conformance"))
 
-import conformance_runner  # noqa: E402
-from conformance_cases import CASE_IDS, CASES  # noqa: E402
-from conformance_engines import CpuWorld  # noqa: E402
-from conformance_model import Case  # noqa: E402
+import conformance_runner
+from conformance_cases import CASE_IDS, CASES
+from conformance_engines import CpuWorld
+from conformance_model import Case
 
-from gicbench.fabric.emu import nic_model  # noqa: E402
+from gicbench.fabric.emu import nic_model
 
 PRESETS = nic_model.preset_names()
 
