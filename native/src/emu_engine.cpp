@@ -365,7 +365,7 @@ size_t Nic::progress() {
   if (model_) {  // the NIC model's CQEs whose time has come
     model_->held_pass = 0;
     model_->now = 0;
-    work += model_flush(false);
+    work += model_flush();
   }
   // The hot set: registers rung recently, and QPs whose announced work is not all executed.
   for (size_t k = 0; k < hot_.size();) {

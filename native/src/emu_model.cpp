@@ -103,7 +103,11 @@ bool Nic::model_admit(uint32_t slot, const emu_core::SqParams& q, uint32_t ci, u
     ahead += nbb;
     mq.plan_end = at + nbb;
   }
-  if (ahead == 0) return true;  // not plannable (the core checked it ready): nothing to hold
+  if (ahead == 0) {  // not plannable (the core checked it ready): execute, complete now
+    mq.cur_cqe = model_now_ps();
+    mq.cur_log = 0;
+    return true;
+  }
   const uint32_t k = ci & (n - 1);
   if (now == 0 || ++ms.since_read >= kClockReuse) {  // once a pass, then every kClockReuse
     now = ms.now = model_now_ps();
@@ -153,8 +157,8 @@ void Nic::model_end_pass() {
   ms.held.store(ms.held_pass, std::memory_order_relaxed);
 }
 
-// Write the queued CQEs whose time has come (all of them with `all`): the work done.
-size_t Nic::model_flush(bool all) {
+// Write the queued CQEs whose time has come: the work done.
+size_t Nic::model_flush() {
   ModelState& ms = *model_;
   if (ms.with_cqes.empty()) return 0;
   const uint64_t now = model_now_ps();
@@ -162,11 +166,11 @@ size_t Nic::model_flush(bool all) {
   for (size_t k = 0; k < ms.with_cqes.size();) {
     const uint32_t slot = ms.with_cqes[k];
     ModelQp& mq = ms.qps[slot];
-    while (!mq.cqes.empty() && (all || mq.cqes.front().t <= now)) {
+    while (!mq.cqes.empty() && mq.cqes.front().t <= now) {
       const PendingCqe c = mq.cqes.front();
       mq.cqes.pop_front();
       write_deferred_cqe(slot, c);
-      if (!all && now > c.t + ms.p.slack_ps) ++ms.local[nm::kCntLate];
+      if (now > c.t + ms.p.slack_ps) ++ms.local[nm::kCntLate];
       note_cqe(ms, c, self_.qps()[slot].qpn, now);
       ms.queued.fetch_sub(1, std::memory_order_relaxed);
       ++done;

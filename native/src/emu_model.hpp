@@ -16,7 +16,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <vector>
 
@@ -58,6 +57,23 @@ struct PendingCqe {
   uint32_t bytes;
 };
 
+// A QP's queued CQEs in order: no memory until used (a deque allocates on construction, and
+// a rank may have 32,768 QPs).
+struct CqeFifo {
+  std::vector<PendingCqe> v;
+  size_t head = 0;
+  bool empty() const { return head == v.size(); }
+  const PendingCqe& front() const { return v[head]; }
+  const PendingCqe& back() const { return v.back(); }
+  void push_back(const PendingCqe& c) { v.push_back(c); }
+  void pop_front() {
+    if (++head == v.size()) {
+      v.clear();
+      head = 0;
+    }
+  }
+};
+
 struct ModelQp {
   nic_model::Qp m;
   uint32_t plan_end = 0;         // running WQEBB index up to which WQEs are planned
@@ -66,7 +82,7 @@ struct ModelQp {
   std::vector<uint32_t> log;     // log entry + 1
   uint64_t cur_cqe = 0;          // the admitted WQE's
   uint32_t cur_log = 0;
-  std::deque<PendingCqe> cqes;
+  CqeFifo cqes;
   bool listed = false;           // in ModelState::with_cqes
 };
 

@@ -123,7 +123,7 @@ class Nic {
   // NIC model hooks: admission of the WQE at ci (false: hold it), CQEs queued for their time.
   bool model_admit(uint32_t slot, const emu_core::SqParams& q, uint32_t ci, uint32_t avail);
   void model_defer(uint32_t slot, PendingCqe c);
-  size_t model_flush(bool all);
+  size_t model_flush();
   void model_reset_qp(uint32_t slot);
   void model_end_pass();
   bool model_pending() const;
