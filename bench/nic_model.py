@@ -84,9 +84,53 @@ class Row:
     saturated: bool
     paper: float | None = None
     paper_what: str = ""
+    alone: float | None = None  # the model's arithmetic alone: the NIC's part, no software
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+class Alone:
+    """What the model predicts for the NIC's part of a point, from its arithmetic alone
+    (NicModelSim: no engine, no submitter software), with the contexts cached."""
+
+    def __init__(self, model: str) -> None:
+        from gicbench._native import emu as native
+        from gicbench.fabric.emu import nic_model as nm
+
+        m = nm.load(model)
+        assert m is not None
+        self.params, self.native = m.native_params(), native
+
+    def _sim(self):
+        return self.native.NicModelSim(self.params, 2)
+
+    @staticmethod
+    def _nbb(size: int, inline: bool) -> int:
+        ds = 2 + ((size + 4 + 15) // 16 if inline else 1)  # ctrl + raddr + data
+        return (ds * 16 + 63) // 64
+
+    def single_op(self, mode: str, inline: bool, size: int) -> float:
+        """µs: doorbell to CQE (put+completion) or two doorbell-to-landing legs (round trip)."""
+        s, t0 = self._sim(), 10**9
+        nbb = self._nbb(size, inline)
+        s.plan(0, 1, 1, 0x10001, 1, size, not inline, nbb, 0)  # warm the contexts
+        w = s.plan(0, 1, 1, 0x10001, 1, size, not inline, nbb, t0)
+        return ((w["t_cqe"] - t0) if mode == "put_completion" else 2 * (w["t_exec"] - t0)) / 1e6
+
+    def rate(self, qps: int, size: int = 8, n: int = 20000, pointer: bool = False) -> float:
+        """M msg/s the modelled NIC sustains with n writes announced at once over `qps` QPs."""
+        s = self._sim()
+        nbb = self._nbb(size, not pointer)
+        t = [s.plan(0, 1 + k % qps, 1, 0x10001 + k % qps, 1, size, pointer, nbb, 0)["t_exec"]
+             for k in range(n)]  # fmt: skip
+        gap_ps = (t[-1] - t[n // 10]) / (n - 1 - n // 10)  # steady state, past the ramp
+        return 1e6 / gap_ps
+
+    def goodput(self, size: int) -> float:
+        """GB/s of a stream of pointer writes of `size` (payload's one QP)."""
+        n = max(200, min(20000, (64 << 20) // size))
+        return self.rate(1, size, n, pointer=True) * size / 1e3
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -105,9 +149,10 @@ def single_op(model: str, progress: str, quick: bool) -> list[Row]:
         for a, b in zip(got["none"], got[model], strict=True):
             key = ("single-op", a["mode"], payload, a["size"])
             paper = PAPER.get(key, (None, ""))
+            alone = Alone(model).single_op(a["mode"], payload == "inline", a["size"])
             rows.append(Row("single-op", f"{a['mode']} {payload} {a['size']} B", "µs p50",
                             a["p50_us"], b["p50_us"], bool(b.get("nic_model_saturated")),
-                            *paper))  # fmt: skip
+                            *paper, alone=alone))  # fmt: skip
     return rows
 
 
@@ -121,7 +166,7 @@ def msg_rate(model: str, progress: str, quick: bool) -> list[Row]:
         paper = PAPER.get(("msg-rate", threads, qps, batch), (None, ""))
         rows.append(Row("msg-rate", f"{threads} thr, {qps} QP, batch {batch}", "M msg/s",
                         a["msg_rate_mps"], b["msg_rate_mps"], bool(b.get("nic_model_saturated")),
-                        *paper))  # fmt: skip
+                        *paper, alone=Alone(model).rate(qps)))  # fmt: skip
     return rows
 
 
@@ -129,16 +174,22 @@ def payload(model: str, progress: str, quick: bool) -> list[Row]:
     args = ["payload", "-b", "8", "-e", "1M", "-f", "4", "--messages",
             "4000" if quick else "20000", "--point-bytes", "64M" if quick else "256M"]
     got = {m: run(args, m, progress, 900) for m in ("none", model)}
-    rows = []
+    alone = Alone(model)
+    rows, predicted = [], {}
     for a, b in zip(got["none"], got[model], strict=True):
+        predicted[a["size"]] = alone.goodput(a["size"])
         rows.append(Row("payload", f"{a['size']} B", "GB/s", a["gbps"], b["gbps"],
-                        bool(b.get("nic_model_saturated"))))  # fmt: skip
+                        bool(b.get("nic_model_saturated")), alone=predicted[a["size"]]))
     cross = {m: next((r["size"] for r in got[m] if r["gbps"] >= 0.9 * REFERENCE_GBPS), 0)
              for m in got}  # fmt: skip
     sat = any(r.get("nic_model_saturated") for r in got[model] if r["size"] <= (cross[model]
                                                                                  or 1 << 30))
+    # the model's own crossover on the paper's sizes (powers of two from 8 B)
+    sizes = [8 << k for k in range(18)]
+    first = next((z for z in sizes if alone.goodput(z) >= 0.9 * REFERENCE_GBPS), None)
     rows.append(Row("payload", f"first size at 90% of {REFERENCE_GBPS} GB/s", "B",
-                    cross["none"], cross[model], sat, *PAPER[("payload", "crossover")]))
+                    cross["none"], cross[model], sat, *PAPER[("payload", "crossover")],
+                    alone=first))  # fmt: skip
     return rows
 
 
@@ -229,14 +280,23 @@ def report(rows: list[Row], cost: list[dict[str, Any]], model: str, progress: st
              f"The model is calibrated to the paper's {CQE_AFTER_DOORBELL_US} µs from doorbell "
              "to valid CQE; the rest of a put+completion is the submitter's polling and queue "
              "work.", "",
-             "| experiment | point | unit | none | model (modelled) | model/none | engine below "
-             "model | paper | model/paper | paper's figure |",
-             "|:---|:---|:---|---:|---:|---:|:---|---:|---:|:---|"]  # fmt: skip
+             "Columns: *none* is emu without a model; *with model* is emu charging the model "
+             "(modelled; where the engine fell behind, the number is the engine's and shown "
+             "as such, without ratios); *model alone* is the model's arithmetic for the NIC's "
+             "part of the point (no engine, no submitter software: doorbell to CQE, two "
+             "doorbell-to-landing legs for a round trip, the NIC's sustained rate and "
+             "goodput), modelled too.", "",
+             "| experiment | point | unit | none | with model | with model / none | engine "
+             "below model | model alone | paper | model alone / paper | paper's figure |",
+             "|:---|:---|:---|---:|---:|---:|:---|---:|---:|---:|:---|"]  # fmt: skip
     for r in rows:
-        lines.append(f"| {r.experiment} | {r.point} | {r.unit} | {r.none:.3g} | {r.model:.3g} "
-                     f"| {_ratio(r.model, r.none)} | {'yes' if r.saturated else 'no'} | "
+        with_model = f"{r.model:.3g}" + (" (engine)" if r.saturated else "")
+        ratio = "-" if r.saturated else _ratio(r.model, r.none)
+        alone = "-" if r.alone is None else f"{r.alone:.3g}"
+        lines.append(f"| {r.experiment} | {r.point} | {r.unit} | {r.none:.3g} | {with_model} "
+                     f"| {ratio} | {'yes' if r.saturated else 'no'} | {alone} | "
                      f"{'-' if r.paper is None else f'{r.paper:g}'} | "
-                     f"{_ratio(r.model, r.paper)} | {r.paper_what} |")  # fmt: skip
+                     f"{_ratio(r.alone, r.paper)} | {r.paper_what} |")  # fmt: skip
     if cost:
         lines += ["", "The engine's own rate (engine thread, native poster, 8 B inline writes, "
                   "best of several): `zero-cost` charges nothing, so its difference from `none` "
