@@ -209,3 +209,45 @@ def test_the_model_compiles_for_the_gpu(tmp_path: Path) -> None:
                         "-o", str(tmp_path / "m.o")], capture_output=True, text=True,
                        timeout=300, check=False)  # fmt: skip
     assert r.returncode == 0, r.stderr
+
+
+def _rates(preset: nm.NicModel, n: int, a_sends: bool, b_sends: bool, laps: int = 3,
+           targets: int = 1) -> tuple:
+    """M msg/s out of NIC 0 in the last lap, and the receive-side misses at NIC 1, for n QPs
+    on NIC 0 visited in a cycle, one 8 B write per visit, all announced at once; QP q writes to
+    NIC 1 + q % targets (and with b_sends NIC 1's QPs write back to NIC 0's)."""
+    s = emu.NicModelSim(preset.native_params(), 1 + targets)
+    out = []
+    for lap in range(laps):
+        for q in range(n):
+            dst = 1 + q % targets
+            if a_sends:
+                t = s.plan(0, 1 + q, dst, (dst << 16) + 1 + q // targets, 1, 8, False, 1,
+                           0)["t_exec"]
+                if lap == laps - 1:
+                    out.append(t)
+            if b_sends:
+                s.plan(1, 0x10001 + q, 0, 1 + q, 1, 8, False, 1, 0)
+    misses = s.counters(1)["nic_model_recv_misses"]
+    gaps = sorted(out)
+    rate = (len(gaps) - 1) / ((gaps[-1] - gaps[0]) / 1e12) / 1e6 if gaps else 0.0
+    return rate, misses
+
+
+def test_the_presets_connection_scaling_comes_from_its_cache(preset: nm.NicModel) -> None:
+    """All-to-all declines past 1,350 connections per NIC, by the paper's 74/152; receive-only
+    only past ten times that; a send-only NIC holds the port's ceiling to 32,768 QPs (spread
+    over seven targets, as the paper's eight-PE runs do)."""
+    onset = ALL_TO_ALL_ONSET
+    plateau, hits = _rates(preset, onset - 50, True, True)
+    declined, misses = _rates(preset, onset + 50, True, True)
+    assert hits == onset - 50  # the first lap only
+    assert misses == 3 * (onset + 50)  # every visit, every lap
+    assert declined / plateau == pytest.approx(SEND_RECEIVE_TO / SEND_RECEIVE_FROM, rel=0.01)
+    later = onset * RECEIVE_ONLY_LATER
+    _, hits = _rates(preset, later - 500, True, False, laps=2)
+    assert hits == later - 500
+    _, misses = _rates(preset, later + 500, True, False, laps=2)
+    assert misses == 2 * (later + 500)
+    send_only, _ = _rates(preset, 32768, True, False, laps=2, targets=7)
+    assert send_only == pytest.approx(PORT_CEILING_MPS, rel=0.01)  # misses fetched beside WQEs
