@@ -44,14 +44,14 @@ class Section:
     failures: list[str] = field(default_factory=list)
     fits: dict[str, list[fit_apply.FitOutcome]] = field(default_factory=dict)
     drawn_fits: set[str] = field(default_factory=set)  # fits a section's own figure shows
-    modelled: bool = False  # its figures come from a NIC model, and say so
+    modelled: str = ""  # the NIC model(s) that produced the section's rows ("": measured)
 
     def plot(self, out: Path, draw: Callable[..., Figure], *args: Any, **kwargs: Any) -> None:
         """Draw one figure and save it as `out`; data matplotlib cannot draw becomes a note,
-        not a traceback."""
+        not a traceback. A figure of modelled rows says so on its face."""
         try:
             self.images.append(plots.save_figure(draw(*args, **kwargs), out,
-                                                 modelled=self.modelled))
+                                                 modelled=self.modelled or False))
         except (safe_files.WriteError, ConfigError):
             raise  # the output cannot be written: the whole report fails, naming why
         except Exception as exc:
@@ -239,7 +239,7 @@ def _active_connections(agg: pd.DataFrame, plot_dir: Path, section: Section) -> 
     keys = connections.curve_params(table, params)
     common = connections.common_label(table, keys)
     model = connections.modelled(agg.attrs)
-    section.modelled = bool(model)
+    section.modelled = section.modelled or model
     section.lines += ["", "Median over passes, with the smallest and largest pass. NIC rate: the "
                       "median sender's (receive-only: the senders' messages over the slowest "
                       "sender's time, their common duration); normalised: each point over the "
@@ -310,7 +310,7 @@ def _fits(agg: pd.DataFrame, experiment: str) -> dict[str, list[fit_apply.FitOut
     return {name: fit_outcomes(name, data, keys) for name in names}
 
 
-def _provenance(df: pd.DataFrame) -> list[str]:
+def _provenance(df: pd.DataFrame, models: list[str]) -> list[str]:
     m: dict[str, Any] = df.attrs.get("manifest", {})
     keys = ("experiments", "provider", "submitter", "world_size", "hosts", "tool_version",
             "git_rev", "start_utc", "end_utc", "status", "argv")
@@ -320,7 +320,32 @@ def _provenance(df: pd.DataFrame) -> list[str]:
         if isinstance(v, list):
             v = " ".join(str(x) for x in v)
         lines.append(f"| {k} | {'-' if v is None else md(v)} |")
+    nic = m.get("nic") if isinstance(m.get("nic"), dict) else {}
+    spec = nic.get("nic_model_spec") if isinstance(nic.get("nic_model_spec"), dict) else {}
+    model = ", ".join(models) or nic.get("nic_model") or "-"
+    where = f" ({spec.get('origin')}, sha256 {str(spec.get('sha256', ''))[:12]})" if spec else ""
+    lines.append(f"| nic model | {md(str(model) + where)} |")
     return lines
+
+
+def nic_models(rows: pd.DataFrame) -> list[str]:
+    """The NIC models (emu's --nic-model) that produced these rows; empty when measured."""
+    if "nic_model" not in rows.columns:
+        return []
+    return sorted({str(v) for v in rows["nic_model"].dropna() if str(v) not in ("", "none")})
+
+
+def model_lines(models: list[str], rows: pd.DataFrame) -> list[str]:
+    """What a reader of modelled rows must know: a prediction, and where the engine lagged."""
+    if not models:
+        return []
+    lines = [f"> **Modelled.** NIC model: {md(', '.join(models))}. These rows and figures are "
+             "predictions from the model's stated constants (app/fabric/emu/nic_models.toml), "
+             "not a measurement of hardware."]
+    if "nic_model_saturated" in rows.columns and rows["nic_model_saturated"].fillna(False).any():
+        lines.append("> Rows with *engine below model* = yes: the CPU engine was slower than "
+                     "the modelled NIC, so their numbers are the engine's, not the model's.")
+    return [*lines, ""]
 
 
 def write_report(run_dir: Path, out: Path | None = None, allow_incomplete: bool = False,
@@ -347,12 +372,15 @@ def write_report(run_dir: Path, out: Path | None = None, allow_incomplete: bool 
                   "missing ranks or points.", ">"]
         lines += [f"> - {md(p)}" for p in df.attrs["problems"]]
         lines.append("")
-    lines += [*_provenance(df), ""]
+    lines += [*_provenance(df, nic_models(agg)), ""]
     experiments = list(dict.fromkeys(agg["experiment"])) if not agg.empty else []
     if not experiments:
         lines.append("The run has no points.")
     for experiment in experiments:
-        section = Section(experiment, fits=_fits(agg, experiment))
+        rows = agg[agg["experiment"] == experiment]
+        models = nic_models(rows)
+        section = Section(experiment, fits=_fits(agg, experiment), modelled=", ".join(models))
+        section.lines += model_lines(models, rows)
         SECTIONS.get(experiment, _generic(experiment))(agg, plot_dir, section)
         _fit_plots(agg, experiment, plot_dir, section)
         _fit_lines(section)

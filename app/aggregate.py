@@ -94,7 +94,7 @@ def summarize_samples(ns: np.ndarray) -> dict[str, Any]:
 # ---- results ----------------------------------------------------------------------------------
 
 # How a result combines over ranks.
-SUM, MEDIAN, MAX, ALL = "sum", "median", "max", "all"
+SUM, MEDIAN, MAX, ALL, ANY = "sum", "median", "max", "all", "any"
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ class Result:
     name: str
     unit: str
     header: str
-    combine: str  # SUM, MEDIAN, MAX or ALL
+    combine: str  # SUM, MEDIAN, MAX, ALL or ANY
     measured: bool = True  # False: bookkeeping, combined over every rank, not only measuring
     per_rank: bool = False  # also <name>_per_rank = median over the measuring ranks
     integer: bool = False  # a count: combined values are ints
@@ -124,6 +124,12 @@ RESULTS: dict[str, Result] = {
         Result("validated", "", "validated", ALL, measured=False),
         Result("validated_bytes", "B", "validated bytes", SUM, measured=False, integer=True),
         Result("wall_s", "s", "wall (s, slowest rank)", MAX, measured=False),
+        # emu's NIC model (app/fabric/emu/nic_model.py): which model produced the row, and
+        # whether any rank's engine was slower than the model (then the engine, not the model,
+        # set the row's numbers).
+        Result("nic_model", "", "NIC model (modelled)", MEDIAN, measured=False),
+        Result("nic_model_saturated", "", "engine below model", ANY, measured=False),
+        Result("nic_model_late_fraction", "", "late events (share)", MAX, measured=False),
     )
 }
 # Results that are not numbers to aggregate at all.
@@ -184,6 +190,8 @@ def combine(values: Sequence[Any], how: str) -> Any:
     present = [v for v in values if v is not None and not (_is_number(v) and math.isnan(v))]
     if not present:
         return math.nan
+    if how == ANY:
+        return bool(any(bool(v) for v in present))
     if how == ALL or all(isinstance(v, (bool, np.bool_)) for v in present):
         return bool(all(bool(v) for v in present))
     nums = _finite(present)

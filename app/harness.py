@@ -199,6 +199,7 @@ def _run(cfg: RunConfig, guard: SignalGuard) -> int:
         "argv": sys.argv,
         "start_utc": dt.datetime.now(dt.timezone.utc).isoformat(),
         "hosts": sorted(set(topo.hosts)),
+        "nic": {"provider": cfg.provider, **pre.settings},
         "status": "running",
     }
     writer: TraceWriter | None = None
@@ -470,7 +471,7 @@ def _leave(comm, guard: SignalGuard, code: int) -> None:
 def _preamble(
     cfg: RunConfig, topo: Topology, b: BringupStats, open_s: float, pre: Prepared, run_dir: Path
 ) -> list[str]:
-    nic = " ".join(f"{k}={v}" for k, v in pre.settings.items())
+    nic = " ".join(f"{k}={v}" for k, v in pre.settings.items() if not isinstance(v, dict))
     dc = f" + {b.dcis} DCIs + {b.dcts} DCTs" if b.dcis or b.dcts else ""
     return [
         f"gicbench {__version__}  {' '.join(cfg.experiments)}  provider={cfg.provider} "
@@ -512,6 +513,7 @@ def _sweep(
                     if result.samples:  # what the submitter measured besides the samples
                         result.results.update(ctx.submitter.point_details())
                     after = ctx.fabric.counters()
+                    result.results.update(ctx.fabric.point_results(before, after))
                     ctx.fabric.check()
                 # Every rank has finished sending (the phase check synchronises): validate.
                 with Phase(comm, f"{where} payload validation") as check:

@@ -50,7 +50,8 @@ class Printer:
         self.rows.append({"experiment": experiment, **row})
         if self.fmt == "table":
             cols = self._cols[experiment]
-            print("  ".join(_cell(c, row) for c in cols), file=self.out, flush=True)
+            print("  ".join(_cell(c, row) for c in cols) + model_mark(row), file=self.out,
+                  flush=True)
 
     def finish(self, footer: dict[str, Any]) -> None:
         if self.fmt in ("json", "csv"):
@@ -105,6 +106,17 @@ def _cell(c: Column, row: dict[str, Any]) -> str:
     missing = v is None or (isinstance(v, float) and math.isnan(v))
     text = "-" if missing else c.fmt.format(v)
     return f"{text:>{_width(c)}}"
+
+
+def model_mark(row: dict[str, Any]) -> str:
+    """A row that emu's NIC model produced says so, and says when the engine was slower than
+    the model (its numbers are then the engine's, not the model's)."""
+    name = row.get("nic_model")
+    if not name or name == "none":
+        return ""
+    if row.get("nic_model_saturated"):
+        return f"  [modelled: {name}; saturated: the engine fell behind the model]"
+    return f"  [modelled: {name}]"
 
 
 def _clean(o: Any) -> Any:

@@ -347,6 +347,19 @@ GB_HD Exec execute(Env& env, const SqParams& q, uint32_t ci, const m5::CtrlView&
 
 // ---- doorbell processing -------------------------------------------------------------------------
 
+// Admission of the WQE at `ci` (`avail` WQEBBs announced from it): an Env with
+// `bool admit(const SqParams&, uint32_t ci, uint32_t avail)` may hold it back (the NIC model's
+// timeline: native/src/emu_model.cpp); every other Env executes at once.
+template <class Env>
+GB_HD auto admit_wqe(Env& env, const SqParams& q, uint32_t ci, uint32_t avail, int)
+    -> decltype(env.admit(q, ci, avail)) {
+  return env.admit(q, ci, avail);
+}
+template <class Env>
+GB_HD bool admit_wqe(Env&, const SqParams&, uint32_t, uint32_t, long) {
+  return true;
+}
+
 // Serve a QP: execute the WQEs published (by the send doorbell record, or for a DBR-less QP by
 // the doorbells), stopping at a slot that does not hold its WQE yet, or after `budget` WQEs (the
 // rest stays pending: served next pass). Returns the WQEs handled.
@@ -407,6 +420,10 @@ GB_HD uint32_t serve(Env& env, SqState& e, const SqParams& q, uint32_t budget = 
       env.err_cqe(m5::kSyndWrFlush, 0, c.opcode, idx, true);
       env.event(kEvFlushed, 0, idx);
     } else {
+      if (!admit_wqe(env, q, ci, avail, 0)) {  // not yet: served again next pass
+        blocked = true;
+        break;
+      }
       const Exec r = execute(env, q, ci, c);
       if (r.synd) {
         env.err_cqe(r.synd, vendor_syndrome(r.synd), c.opcode, idx, false);

@@ -6,6 +6,8 @@ import argparse
 import json
 from dataclasses import asdict
 
+from ..errors import ConfigError
+from ..fabric.emu import nic_model
 from ..fabric.registry import catalog as provider_caps
 from ..platform import as_dict, gpu_nic_affinity, probe_all
 from ..submit.base import catalog as submitter_caps
@@ -42,6 +44,23 @@ def _print_rdma(con, nics: list[dict]) -> None:
     con.print(t)
 
 
+def nic_models() -> list[dict[str, str]]:
+    """emu's NIC models (--nic-model): none and each preset, with what it models and where its
+    constants come from; a figure made with one is modelled, not measured."""
+    out = [{"name": nic_model.NONE, "what": nic_model.describe(None), "source": "",
+            "sha256": ""}]  # fmt: skip
+    try:
+        for name in nic_model.preset_names():
+            m = nic_model.load(name)
+            assert m is not None
+            out.append({"name": name, "what": m.summary, "source": m.origin,
+                        "sha256": m.digest})  # fmt: skip
+    except ConfigError as e:  # a damaged preset file is reported, not a traceback
+        out.append({"name": "?", "what": f"presets unreadable: {e}", "source": "",
+                    "sha256": ""})  # fmt: skip
+    return out
+
+
 def main(args: argparse.Namespace) -> int:
     probes = probe_all()
     providers = provider_caps(probes)
@@ -57,6 +76,7 @@ def main(args: argparse.Namespace) -> int:
                     "providers": [asdict(p) for p in providers],
                     "submitters": [asdict(s) for s in submitters],
                     "gpu_nic_affinity": affinity,
+                    "nic_models": nic_models(),
                 },
                 indent=2,
                 default=str,
@@ -98,5 +118,12 @@ def main(args: argparse.Namespace) -> int:
                 "[green]yes[/green]" if c.available else "[red]no[/red]",
                 c.reason or c.details.get("what", ""),
             )
+    con.print(t)
+    t = Table(title="emu NIC models (--nic-model): figures made with one are modelled, "
+              "not measured")
+    for col in ("name", "models", "constants from"):
+        t.add_column(col)
+    for m in nic_models():
+        t.add_row(m["name"], m["what"], m["source"])
     con.print(t)
     return 0

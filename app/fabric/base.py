@@ -268,6 +268,11 @@ class Fabric(ABC):
     def counters(self) -> dict[str, int]:
         """NIC counters of this rank: wqes, doorbells, bytes, messages, errors, stale_wqes, ..."""
 
+    def point_results(self, before: dict[str, int], after: dict[str, int]) -> dict[str, Any]:
+        """Results the NIC adds to a point, from its counters before and after it (emu: which
+        NIC model produced the point and whether its engine kept up). Others: none."""
+        return {}
+
     @abstractmethod
     def progress_policy(self) -> ProgressPolicy:
         """Who progresses this NIC (see ProgressPolicy); the harness matches it to the

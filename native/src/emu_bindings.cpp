@@ -15,6 +15,7 @@
 
 #include "bindings.hpp"
 #include "emu_bench.hpp"
+#include "emu_model_bindings.hpp"
 #include "emu_nic.hpp"
 #include "gpi.cuh"
 
@@ -309,6 +310,7 @@ void bind_emu(nb::module_ m) {
       .def_prop_ro("progress_ctx", [](Nic& n) { return reinterpret_cast<uint64_t>(&n); });
 
   bind_emu_bench(m);
+  bind_emu_model(m);
 }
 
 }  // namespace gicbench

@@ -283,6 +283,7 @@ void Nic::modify_qp(uint32_t qpn, uint32_t state, int remote_rank, uint32_t remo
   if (state == kReset) {
     // Indices restart at 0, as after the driver's modify to RESET.
     eng_[i] = QpEng{};
+    if (model_) model_reset_qp(i);
     last_db_[i] = 0;
     std::memset(self_.doorbell(i), 0, kDbStride);
     st_rlx(&q.sq_ci, 0u);

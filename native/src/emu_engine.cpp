@@ -230,12 +230,25 @@ struct Nic::Env {
     spin_unlock(&rcq.lock);
     if (!synd) r.ts->count(kCntRecvConsumed);
   }
+  // The NIC model holds a WQE back until its modelled landing time (emu_model.cpp).
+  bool admit(const emu_core::SqParams& q, uint32_t ci, uint32_t avail) const {
+    return !nic.model_ || nic.model_admit(num_index(qp.qpn), q, ci, avail);
+  }
   void req_cqe(uint8_t wqe_opcode, uint16_t idx, uint32_t bytes) const {
+    if (nic.model_) {  // written at its modelled time
+      nic.model_defer(num_index(qp.qpn), PendingCqe{0, 0, idx, wqe_opcode, 0, 0, 0, bytes});
+      return;
+    }
     nic.post_cqe(nic.self_, qp.send_cqn, qp.qpn, [&](uint8_t* b, uint8_t owner) {
       return m5::fill_req_cqe(b, qp.qpn, wqe_opcode, idx, bytes, 0, owner);
     });
   }
   void err_cqe(uint8_t synd, uint8_t vendor, uint8_t wqe_opcode, uint16_t idx, bool flush) const {
+    if (nic.model_) {  // after the QP's earlier CQEs
+      nic.model_defer(num_index(qp.qpn), PendingCqe{0, 0, idx, wqe_opcode, synd, vendor,
+                                                    static_cast<uint8_t>(flush), 0});
+      return;
+    }
     nic.post_cqe(nic.self_, qp.send_cqn, qp.qpn, [&](uint8_t* b, uint8_t owner) {
       return m5::fill_err_cqe(b, m5::kCqeReqErr, synd, vendor, qp.qpn, wqe_opcode, idx, owner);
     });
@@ -302,6 +315,21 @@ emu_core::SqParams Nic::sq_params(uint32_t i) const {
       reinterpret_cast<const uint32_t*>(self_.at(qp.dbrec_off)) + m5::kSndDbr};
 }
 
+// A CQE the NIC model held back, written now (the Env's req_cqe/err_cqe, later).
+void Nic::write_deferred_cqe(uint32_t slot, const PendingCqe& c) {
+  const QpEntry& qp = self_.qps()[slot];
+  if (!c.synd) {
+    post_cqe(self_, qp.send_cqn, qp.qpn, [&](uint8_t* b, uint8_t owner) {
+      return m5::fill_req_cqe(b, qp.qpn, c.opcode, c.idx, c.bytes, 0, owner);
+    });
+    return;
+  }
+  post_cqe(self_, qp.send_cqn, qp.qpn, [&](uint8_t* b, uint8_t owner) {
+    return m5::fill_err_cqe(b, m5::kCqeReqErr, c.synd, c.vendor, qp.qpn, c.opcode, c.idx, owner);
+  });
+  if (!c.flush) self_.push_error(kErrCompletion, qp.qpn, c.synd, c.idx, qp.send_cqn, rank_);
+}
+
 // A changed register (`rung`, value `db`) or a pending QP: hand it to the core.
 size_t Nic::serve_qp(uint32_t i, uint64_t db, bool rung) {
   QpEntry& qp = self_.qps()[i];
@@ -325,6 +353,11 @@ size_t Nic::progress() {
   const uint32_t n = ld_acq(&h->n_qps);
   ++pass_;
   size_t work = 0;
+  if (model_) {  // the NIC model's CQEs whose time has come
+    model_->held_pass = 0;
+    model_->now = 0;
+    work += model_flush();
+  }
   // The hot set: registers rung recently, and QPs whose announced work is not all executed.
   for (size_t k = 0; k < hot_.size();) {
     const uint32_t i = hot_[k];
@@ -377,6 +410,7 @@ size_t Nic::progress() {
       }
     }
   }
+  if (model_) model_end_pass();
   if (wrapped_) sweeps_.fetch_add(1, std::memory_order_release);
   passes_.fetch_add(1, std::memory_order_release);
   unlock_engine();
@@ -397,8 +431,8 @@ void Nic::engine_loop() {
       continue;
     }
     // Back off only after a whole sweep found nothing: a quiet QP's doorbell is found by the
-    // sweep, which must not stall in a sleep halfway.
-    if (!wrapped_) {
+    // sweep, which must not stall in a sleep halfway; nor while the NIC model holds work back.
+    if (!wrapped_ || model_pending()) {
       cpu_pause();
       continue;
     }
@@ -440,7 +474,8 @@ void Nic::quiesce() {
   for (;;) {
     size_t w = 0;
     if (!thread_running()) w = progress();
-    if (w == 0 && sweeps_.load(std::memory_order_acquire) >= start + 2) return;
+    if (w == 0 && !model_pending() && sweeps_.load(std::memory_order_acquire) >= start + 2)
+      return;
     if (thread_running()) sched_yield();
   }
 }

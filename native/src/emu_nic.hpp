@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "emu_core.cuh"
+#include "emu_model.hpp"
 #include "emu_segment.hpp"
 #include "mlx5.cuh"
 
@@ -86,6 +87,16 @@ class Nic {
   bool seal();  // unlink our name: every peer has mapped us
   void close();
 
+  // ---- NIC model (emu_model.cpp; cuda/nic_model.cuh) --------------------------------------------
+  // Charge every WQE of this rank's engine the model's times (before the engine serves work):
+  // its shared region (receive pipeline, context cache, counters) is carved from the memory
+  // arena, model_bytes(p) bytes the segment must have room for.
+  void set_model(const nic_model::Params& p);
+  static uint64_t model_bytes(const nic_model::Params& p);
+  bool model_on() const { return model_ != nullptr; }
+  std::vector<ModelLogEntry> model_log();
+  std::vector<uint64_t> model_counters() const;  // nic_model::Counter order; empty: no model
+
   // ---- engine ----------------------------------------------------------------------------------
   // One pass: the recently rung QPs, then the next window of the rotating sweep over every
   // doorbell register; returns the work done (0 = idle).
@@ -124,6 +135,14 @@ class Nic {
   void cq_fatal(const Segment& s, CqEntry& cq);
   size_t serve_gpis();  // one pass over this rank's GPI queues (emu_gpi.cpp)
   void engine_loop();
+  // NIC model hooks: admission of the WQE at ci (false: hold it), CQEs queued for their time.
+  bool model_admit(uint32_t slot, const emu_core::SqParams& q, uint32_t ci, uint32_t avail);
+  void model_defer(uint32_t slot, PendingCqe c);
+  size_t model_flush();
+  void model_reset_qp(uint32_t slot);
+  void model_end_pass();
+  bool model_pending() const;
+  void write_deferred_cqe(uint32_t slot, const PendingCqe& c);
   void lock_engine();
   void unlock_engine() { st_rel(&busy_, 0u); }
 
@@ -153,6 +172,7 @@ class Nic {
   std::thread thread_;
   uint64_t err_cursor_ = 0;
   bool closed_ = false;
+  std::unique_ptr<ModelState> model_;  // null: no NIC model (nothing is charged)
 };
 
 }  // namespace emu

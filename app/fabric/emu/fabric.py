@@ -62,6 +62,7 @@ from ..base import (
 from . import gpi as gpi_queue
 from .gpi import GpiQueue, GpiWindow
 from .janitor import create_segment, janitor
+from .nic_model import SATURATED_FRACTION, NicModel
 from .params import ENGINES, QUEUE_PLACEMENTS  # declared once, with the knobs
 
 # The CUDA engine is a persistent kernel: with CUDA's lazy module loading (the default since
@@ -216,6 +217,7 @@ class EmuFabric(Fabric):
         engine: str = "cpu",
         engine_ctas: int | None = None,
         queues: str = "host",
+        nic_model: NicModel | None = None,
     ) -> None:
         if not isinstance(world_size, int) or not 1 <= world_size <= MAX_RANKS:
             raise ConfigError("world_size", world_size, f"an int in 1..{MAX_RANKS} (one node)")
@@ -240,6 +242,16 @@ class EmuFabric(Fabric):
             raise ConfigError(
                 "segment_bytes", segment_bytes, "a multiple of 4096 (see segment_bytes_for)"
             )
+        if nic_model is not None and not isinstance(nic_model, NicModel):
+            raise ConfigError("nic_model", nic_model, "a NicModel (nic_model.load) or None")
+        if nic_model is not None and engine != "cpu":
+            raise UnsupportedError(
+                f"nic_model (--nic-model) {nic_model.name}: the NIC model is charged by the CPU "
+                "engine only (--engine cpu); the CUDA engine does not charge it yet"
+            )
+        model_params = nic_model.native_params() if nic_model is not None else None
+        if model_params is not None:  # the model's shared region, on top of what was sized
+            segment_bytes += -(-int(_native().model_bytes(model_params)) // 4096) * 4096
         for field, v, hi in (
             ("max_qps", max_qps, _native().MAX_QPS),
             ("max_dcts", max_dcts, _native().MAX_QPS),
@@ -250,7 +262,7 @@ class EmuFabric(Fabric):
             if not isinstance(v, int) or not lo <= v < hi:
                 raise ConfigError(field, v, f"an int in {lo}..{hi - 1}")
         self.rank, self.world_size, self.job, self.mode = rank, world_size, job, progress
-        self.engine, self.queues = engine, queues
+        self.engine, self.queues, self.nic_model = engine, queues, nic_model
         self._cuda: Any = None  # the CudaEngine with engine="cuda"
         if clean_stale:
             janitor()
@@ -289,8 +301,16 @@ class EmuFabric(Fabric):
                 EmuFabric._open.discard(self)
                 self._nic.close()
                 raise
-        elif progress == "thread":
-            self._nic.start_thread()
+        else:
+            if model_params is not None:
+                try:
+                    with _checked("set NIC model", rank):
+                        _native().nic_set_model(self._nic, model_params)
+                except BaseException:
+                    self.close()
+                    raise
+            if progress == "thread":
+                self._nic.start_thread()
 
     # ---- exit hygiene ---------------------------------------------------------------------------
     @classmethod
@@ -835,7 +855,36 @@ class EmuFabric(Fabric):
         if self._cuda is not None:  # the CUDA engine keeps its own counts in GPU memory
             c = self._cuda.add_counters(c)
         c.update(nic.gpi_counters())  # the GPI queues' (docs/gpi.md, Counters)
+        c.update(self.model_counters())
         return c
+
+    def model_counters(self) -> dict[str, int]:
+        """The NIC model's counters (nic_model_wqes, _cqes, _late, _send_misses, _recv_misses,
+        _dci_connects); empty without a model."""
+        return dict(_native().nic_model_counters(self._live())) if self.nic_model else {}
+
+    def model_log(self) -> dict[str, np.ndarray]:
+        """The last WQEs the model planned (oldest first, up to 8,192): qpn, idx, kind, flags,
+        bytes, and in picoseconds of the model's clock t_seen (the engine saw it), t_exec and
+        t_cqe (modelled landing and CQE), exec_at and cqe_at (when the engine did them; 0: not
+        yet or unsignaled)."""
+        if not self.nic_model:
+            return {}
+        cols = _native().nic_model_log(self._live())
+        return {k: np.asarray(v, dtype=np.uint64) for k, v in cols.items()}
+
+    def point_results(self, before: dict[str, int], after: dict[str, int]) -> dict[str, Any]:
+        """Per point with a NIC model: which model produced it and whether the engine kept up
+        with it (the share of events made visible later than modelled; saturated above 1%).
+        Nothing without a model."""
+        if self.nic_model is None:
+            return {}
+        events = sum(after.get(k, 0) - before.get(k, 0) for k in ("nic_model_wqes",
+                                                                    "nic_model_cqes"))  # fmt: skip
+        late = after.get("nic_model_late", 0) - before.get("nic_model_late", 0)
+        frac = late / events if events else 0.0
+        return {"nic_model": self.nic_model.name, "nic_model_late_fraction": frac,
+                "nic_model_saturated": frac > SATURATED_FRACTION}  # fmt: skip
 
     def qp_counters(self, qp: QueuePair) -> dict[str, int]:
         """Per-QP engine state: state, sq_ci, wqes, doorbells, errors, stale_wqes, rq_ci."""

@@ -1,5 +1,6 @@
-"""emu's own knobs: which engine serves the queues and where the queues live. The provider
-declares them (`EmuProvider.Params`), so they are refused with any other provider."""
+"""emu's own knobs: which engine serves the queues, where the queues live, and the NIC model
+charged for each WQE. The provider declares them (`EmuProvider.Params`), so they are refused
+with any other provider."""
 
 from __future__ import annotations
 
@@ -36,4 +37,12 @@ class EmuParams:
         choices=QUEUE_PLACEMENTS,
         help="emu queue placement: host (the rank's shared memory, mapped into the GPU) or "
         "device (GPU memory; needs --engine cuda and a GPU submitter)",
+    )
+    nic_model: str = knob(
+        "none",
+        flag="--nic-model",
+        kind=KIND_STR,
+        help="NIC model charged for each WQE (CPU engine): none (the engine's own speed), a "
+        "preset of app/fabric/emu/nic_models.toml (cx7-200g-ib-hopper), or a .toml file of one "
+        "model; figures with a model are predictions from its stated constants",
     )

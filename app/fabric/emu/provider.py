@@ -11,6 +11,7 @@ from ...errors import ConfigError, UnsupportedError
 from ...platform import MPS_RULE, Probe
 from ..base import Fabric, MemoryDomain, Posting, ProviderCaps
 from ..registry import FabricPlan, Provider, register
+from . import nic_model
 from .fabric import PROGRESS_MODES
 from .params import ENGINES, EmuParams
 
@@ -132,6 +133,12 @@ class EmuProvider(Provider):
         check_cuda_engine(plan, probes)
         check_tables(plan)
         p = emu_params(plan)
+        model = nic_model.load(p.nic_model)  # a bad name or file: ConfigError naming the field
+        if model is not None and p.engine == "cuda":
+            raise UnsupportedError(
+                f"--nic-model {p.nic_model}: the NIC model is charged by the CPU engine only; "
+                "use --engine cpu (the CUDA engine does not charge it yet)"
+            )
         if p.engine == "cuda":
             # No CPU thread: the engine kernel is the NIC's progress (autonomous).
             from .cuda_engine import DEFAULT_CTAS
@@ -140,7 +147,11 @@ class EmuProvider(Provider):
             return {"progress": "cuda-engine", "engine": "cuda", "engine_ctas": ctas,
                     "queues": p.queues}  # fmt: skip
         mode = resolve_progress(plan.progress, plan.local_size, topo.rank, plan.autonomous_progress)
-        return {"progress": mode, "engine": "cpu", "queues": p.queues}
+        out = {"progress": mode, "engine": "cpu", "queues": p.queues,
+               "nic_model": p.nic_model if model is None else model.name}  # fmt: skip
+        if model is not None:  # which constants produced every figure of the run
+            out["nic_model_spec"] = model.record()
+        return out
 
     @classmethod
     def open(cls, plan: FabricPlan, topo: Any, job: str, settings: dict[str, Any]) -> Fabric:
@@ -170,4 +181,15 @@ class EmuProvider(Provider):
             engine=settings.get("engine", "cpu"),
             engine_ctas=settings.get("engine_ctas") if cuda else None,
             queues=settings.get("queues", "host"),
+            nic_model=_same_model(emu_params(plan).nic_model, settings),
         )
+
+
+def _same_model(spec: str, settings: dict[str, Any]) -> nic_model.NicModel | None:
+    """The model pre-flight recorded: a file changed since is refused, not charged unrecorded."""
+    model = nic_model.load(spec)
+    recorded = settings.get("nic_model_spec", {}).get("sha256")
+    if model is not None and recorded is not None and model.digest != recorded:
+        raise ConfigError(nic_model.FLAG, spec, f"a file that stays as pre-flight read it "
+                          f"({model.origin} changed during bring-up)")  # fmt: skip
+    return model
