@@ -401,7 +401,9 @@ def _end_by_launcher(
     reason = f"rank {topo.rank} {e}"
     # A rank resumed after the others named it (it was stopped) leaves their run.json be.
     on_disk = _on_disk(run_dir, manifest)
-    leads = on_disk["status"] == "running" and (topo.rank == 0 or _orphaned(comm, topo, run_dir))
+    leads = on_disk["status"] == "running" and (
+        topo.rank == 0 or _orphaned(comm, topo, run_dir, died_first)
+    )
     if not leads:
         writer.abort(reason)
     else:
@@ -436,15 +438,18 @@ def _end_by_launcher(
     _leave(comm, guard, 1)
 
 
-def _orphaned(comm, topo: Topology, run_dir: Path) -> bool:
-    """True when every lower rank left no trace and says nothing (dead): this rank leads."""
+def _orphaned(comm, topo: Topology, run_dir: Path, died_first: set[int] | None) -> bool:
+    """True when every lower rank left no trace and says nothing (dead): this rank leads. A
+    lower rank known dead (`died_first`) is not waited for: the launcher's SIGKILL may be a few
+    milliseconds away, the rest of its 0.25 s spent while this rank's loop noticed the signal."""
+    lower = [r for r in range(topo.rank) if died_first is None or r not in died_first]
     deadline = time.monotonic() + LEADER_WAIT_S
     while True:
         heard = collective.heard(comm)
         for r in range(topo.rank):
             if r in heard or rank_file(run_dir, r).exists():
                 return False
-        if time.monotonic() > deadline:
+        if not lower or time.monotonic() > deadline:
             return True
         time.sleep(0.005)
 
