@@ -979,14 +979,11 @@ class EmuFabric(Fabric):
         self._live().quiesce()
 
     def stop_engine(self) -> None:
-        """Stop the engine: the CUDA engine's kernel, or the CPU engine's thread (close() does
-        it too; nothing is executed afterwards). Several ranks of one process: stop every
-        engine before closing any, so no CUDA call that waits for the device runs while
-        another engine kernel spins, and no engine thread touches memory being unregistered."""
+        """Stop the CUDA engine's kernel (close() does it too). Several ranks of one process:
+        stop every engine before closing any, so no CUDA call that waits for the device runs
+        while another engine kernel spins."""
         if self._cuda is not None:
             self._cuda.stop()
-        elif not self._closed:
-            self._nic.stop_thread()
 
     def close(self) -> None:
         if self._closed:
@@ -999,10 +996,6 @@ class EmuFabric(Fabric):
             self._cuda.close()
         if self._cuda_ranges:  # unregister before the segment is unmapped
             from cupy.cuda import runtime
-
-            # The engine thread first: cudaHostUnregister of pages it keeps reading hung (the
-            # second world of a process on the H200, not every time).
-            self._nic.stop_thread()
 
             for a in self._cuda_ranges:
                 with contextlib.suppress(Exception):
