@@ -1,4 +1,4 @@
-"""A job failure names each distinct reason once with its ranks (issue 9 row 7: the same
+"""A job failure names each distinct reason once with its ranks (the same
 sentence was repeated 32 times on one line)."""
 
 from __future__ import annotations

@@ -102,7 +102,7 @@ def test_each_field_is_checked(kwargs, field) -> None:
     ],
 )
 def test_batch_is_counted_in_slots_not_wqes(kwargs, wqebbs) -> None:
-    """Issue 9 row 6: these were accepted, then deadlocked."""
+    """These were accepted, then deadlocked."""
     with pytest.raises(ConfigError, match=f"x {wqebbs} WQEBBs each") as e:
         plan(experiments=["msg-rate"], **kwargs)
     assert e.value.field == "batch (--batch)"

@@ -1,4 +1,4 @@
-"""single-op --scope all is a quiet over every configured QP read from queue memory (issue 8.8).
+"""single-op --scope all is a quiet over every configured QP read from queue memory.
 
 NVSHMEM's quiet waits on each QP until the work its posted counter announces is retired by CQEs
 polled from that QP's CQ. Work posted on another lane outside the loop (another producer, an

@@ -1,4 +1,4 @@
-"""What a careful or hostile user does to `gicbench run` before it starts (issue 9): bad and
+"""What a careful or hostile user does to `gicbench run` before it starts: bad and
 reused run directories, one rank, unavailable providers and submitters, malformed fault specs,
 repeated bad configurations. Each is refused collectively, once, with exit status 2, before
 anything is created, and an earlier run is never touched."""
@@ -32,7 +32,7 @@ def refused_once(r, text: str) -> None:
 
 @pytest.mark.parametrize("where", ["file", "under-file", "proc"])
 def test_bad_run_directory_is_refused_by_every_rank(tmp_path: Path, where: str) -> None:
-    """Row 1: a traceback on rank 0, then a hang of up to 300 s."""
+    """Before: a traceback on rank 0, then a hang of up to 300 s."""
     f = tmp_path / "afile"
     f.write_text("not a directory")
     out = {"file": f, "under-file": f / "sub", "proc": Path("/proc/gicbench-x")}[where]
@@ -42,7 +42,7 @@ def test_bad_run_directory_is_refused_by_every_rank(tmp_path: Path, where: str) 
 
 
 def test_earlier_complete_run_is_never_modified(tmp_path: Path) -> None:
-    """Row 2: run.json was replaced (status running, new config) before the refusal."""
+    """Before: run.json was replaced (status running, new config) before the refusal."""
     out = tmp_path / "done"
     r = launch(2, "run", *QUICK, "-o", str(out))
     assert r.returncode == 0, r.stderr
@@ -53,7 +53,7 @@ def test_earlier_complete_run_is_never_modified(tmp_path: Path) -> None:
 
 
 def test_mixed_final_and_partial_files_refused_on_all_ranks(tmp_path: Path) -> None:
-    """Row 3: some ranks refused, the others went on into bring-up: hang, leaked segments,
+    """Before: some ranks refused, the others went on into bring-up: hang, leaked segments,
     the old .partial overwritten."""
     out = tmp_path / "mixed"
     out.mkdir()
@@ -69,7 +69,7 @@ def test_mixed_final_and_partial_files_refused_on_all_ranks(tmp_path: Path) -> N
 
 @pytest.mark.parametrize("action", ["raise", "term"])
 def test_job_ending_during_bring_up_leaks_no_shared_memory(tmp_path: Path, action: str) -> None:
-    """Row 4: the NIC was opened inside a phase whose check could raise before the cleanup
+    """Before: the NIC was opened inside a phase whose check could raise before the cleanup
     started; segments of the other ranks leaked."""
     segments = shm_segments()
     out = tmp_path / action
@@ -86,7 +86,7 @@ def test_job_ending_during_bring_up_leaks_no_shared_memory(tmp_path: Path, actio
 
 
 def test_bad_configuration_message_is_never_lost() -> None:
-    """Row 12: in 2 runs of 12 the error line was missing (another rank's exit killed rank 0
+    """Before: in 2 runs of 12 the error line was missing (another rank's exit killed rank 0
     before it printed)."""
     for _ in range(6):
         r = launch(2, "run", "single-op", "-q", "0", timeout=60)

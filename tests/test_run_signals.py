@@ -1,4 +1,4 @@
-"""Signals mid-run (issue 9 row 5): SIGTERM to the launcher or to one sending rank ends a
+"""Signals mid-run: SIGTERM to the launcher or to one sending rank ends a
 long msg-rate within seconds (it used to run until its messages ran out, ~2 minutes), and every
 trace and run.json say the run is incomplete."""
 

@@ -1,4 +1,4 @@
-"""Damaged and mismatched traces (issue 9 rows 9, 10, 13 and the small items): the reader counts
+"""Damaged and mismatched traces: the reader counts
 what it expects, analyze/report refuse without --allow-incomplete and never show a traceback."""
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def _problems(run_dir: Path) -> list[str]:
         return run.problems
 
 
-# ---- row 13 and the run.json mode --------------------------------------------------------------
+# ---- run.json's bytes and mode -------------------------------------------------------------------
 
 
 def test_run_json_of_random_bytes_is_a_trace_error(tmp_path: Path, capsys) -> None:
@@ -87,7 +87,7 @@ def test_run_json_has_the_mode_of_the_rank_files(tmp_path: Path) -> None:
     assert mode == (tmp_path / "rank-00000.h5").stat().st_mode & 0o777 == 0o644
 
 
-# ---- row 9: damaged rank files -----------------------------------------------------------------
+# ---- damaged rank files --------------------------------------------------------------------------
 
 
 def test_random_bytes_anywhere_in_a_rank_file_never_pass_silently(tmp_path: Path,
@@ -158,7 +158,7 @@ def test_sample_counts_are_checked_against_iters_and_across_ranks(tmp_path: Path
         load_run(tmp_path)
 
 
-# ---- row 10: a rank file from another run -----------------------------------------------------
+# ---- a rank file from another run -------------------------------------------------------------
 
 
 def test_a_rank_file_from_another_run_is_flagged_without_run_ids(tmp_path: Path) -> None:

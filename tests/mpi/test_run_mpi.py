@@ -200,7 +200,7 @@ class _NothingLands(Experiment):
 
 
 def test_validated_is_false_when_nothing_was_compared(shared_dir) -> None:
-    """Issue 8 item 9: `validated` was set true even where no expected landing existed."""
+    """`validated` was set true even where no expected landing existed."""
     if _NothingLands.name not in registry.names():
         registry.register(_NothingLands)
     run = run_and_open(experiments=[_NothingLands.name], out=shared_dir / "nothing")
