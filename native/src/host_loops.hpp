@@ -1,7 +1,7 @@
 // The host submitter's loops on mlx5 queues in memory: CPU threads post mlx5 WQEs and poll CQEs
 // directly (the host-verbs control the first paper compares against), the loop shapes of
-// loop_shapes.hpp over Mlx5Poster. Python only configures and collects. Failures come back as a LoopError with the
-// queue state (pi, retired, cq_ci in WQEBBs; syndromes of an error CQE).
+// loop_shapes.hpp over Mlx5Poster. Python only configures and collects. Failures come back as a
+// LoopError with the queue state (pi, retired, cq_ci in WQEBBs; syndromes of an error CQE).
 #pragma once
 
 #include <cstdint>
