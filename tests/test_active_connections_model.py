@@ -18,6 +18,7 @@ import tomllib
 from launching import gicbench, launch
 
 from gicbench.fabric.emu.params import EmuParams
+from gicbench.trace import open_run
 
 HAS_MODEL = "nic_model" in {f.name for f in dataclasses.fields(EmuParams)}
 pytestmark = pytest.mark.skipif(
@@ -32,14 +33,16 @@ def _toml_value(v: object) -> str:
     return json.dumps(v) if isinstance(v, str) else repr(v)
 
 
-def small_cache_model(path: Path) -> Path:
-    """The preset with C = ONSET x (s + r) lines and a miss that costs 2 µs of the receive
-    pipeline (well above what emu's own engine takes per message, so the model shows)."""
+def small_cache_model(path: Path, receive_only: bool = False) -> Path:
+    """The preset with C = ONSET x (s + r) lines (receive-only: ONSET x r) and a miss that
+    costs 2 µs of the receive pipeline (well above what emu's own engine takes per message, so
+    the model shows)."""
     text = (resources.files("gicbench") / "fabric" / "emu" / "nic_models.toml").read_text()
     model = tomllib.loads(text)["models"][PRESET]
     params = model["params"]
     s, r = params["send_context_lines"]["value"], params["recv_context_lines"]["value"]
-    params["cache_lines"] = {"value": ONSET * (s + r), "source": "this test: a small cache"}
+    lines = ONSET * (r if receive_only else s + r)
+    params["cache_lines"] = {"value": lines, "source": "this test: a small cache"}
     params["recv_miss_busy_ns"] = {"value": 2000.0, "source": "this test: a dear miss"}
     lines = [f"{k} = {_toml_value(v)}" for k, v in model.items() if k != "params"]
     for name, p in params.items():
@@ -48,11 +51,40 @@ def small_cache_model(path: Path) -> Path:
     return path
 
 
+MISS_RATE_MPS = 1e3 / (2000.0 + 1e3 / 260.0)  # M msg/s: the receive pipeline, a miss a message
+
+
+def test_receive_only_past_the_small_cache_runs_at_the_modelled_miss_rate(tmp_path: Path) -> None:
+    """Receive-only (rank 1 writes into rank 0, which sends nothing): only rank 1's engine
+    touches rank 0's context cache, in the order rank 1 posted, so the model's cost shows
+    through the run. With C = ONSET x r lines, 128 and 256 receive-side contexts cycled one
+    write a visit miss on every message, and the modelled receive pipeline (2 µs a miss) caps
+    the NIC rate at 0.5 M msg/s, a tenth of what the engine reaches alone; nothing is visible
+    before its modelled time, so the cap holds however fast the engine runs. (Twice the cap
+    allows the first turns, while the engine is still finding the QPs newly rung and cycles
+    fewer contexts, which fit.)"""
+    model = small_cache_model(tmp_path / "small-cache.toml", receive_only=True)
+    out = tmp_path / "run"
+    r = launch(2, "run", "active-connections", "--pattern", "fan-in", "--nic-model",
+               str(model), "--active", "32,128,256", "--writes-per-visit", "1",
+               "--messages", "20000", "--passes", "1", "--progress", "inline", "--quiet",
+               "-o", str(out), timeout=600)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    with open_run(out) as run:
+        sender = {p.params["connections"]: p.results for p in run.ranks[1].points()}
+    rates = {n: sender[n]["msg_rate_mps"] for n in (128, 256)}
+    assert all(sender[n]["nic_model"] == model.stem for n in rates)
+    assert all(v <= 2 * MISS_RATE_MPS for v in rates.values()), (rates, sender)
+
+
 @pytest.mark.xfail(
-    strict=True,
-    reason="known defect: through a 2-rank emu run the small cache's misses do not lower the NIC "
-    "rate (every point is marked saturated: the engine is slower than the model, and the fit "
-    "finds no decline); the model's own arithmetic shows the onset (test_nic_model_mechanisms)",
+    strict=False,
+    reason="known limitation: the two ranks' engines meet each NIC's cache in the order they "
+    "run, and on 2 loaded cores they run in alternation: while one plans alone, its receive-side "
+    "contexts hit in a peer cache the peer's own sends (stopped) no longer thrash, so past the "
+    "onset a pass may run at the engine's rate instead of the modelled miss rate; and below the "
+    "onset the rate is the engine's own, which falls with the connections, so the fit's onset "
+    "moves (it passes on some runs)",
 )
 def test_analyze_recovers_the_modelled_onset(tmp_path: Path) -> None:
     model = small_cache_model(tmp_path / "small-cache.toml")

@@ -229,3 +229,31 @@ def test_a_receiver_on_another_rank_is_charged_on_its_own_nic() -> None:
         assert f0.counters()["nic_model_send_misses"] == 1
         assert f1.counters()["nic_model_recv_misses"] == 1
         assert f0.counters()["nic_model_recv_misses"] == 0
+
+
+@pytest.mark.parametrize("qps", [8, 40])
+def test_a_cycle_over_more_contexts_than_the_cache_misses_on_every_visit(qps: int) -> None:
+    """QPs writing into their own NIC's memory (a send-side and a receive-side context each,
+    2 x qps contexts in qps lines), visited in a cycle, one write per visit, all posted before
+    the engine runs: the modelled NIC meets them in the order they were posted, so LRU evicts
+    every context before its next visit and each write misses on both sides, however the engine
+    walks its queues (QP by QP). 40 QPs: the engine finds 16 new ones a pass, and the QPs it has
+    found cycle among themselves meanwhile (hits while they fit), as do the last ones left at the
+    end; the third and fourth of six laps miss on every visit."""
+    small = model(cache_lines=qps, send_context_lines=1, recv_context_lines=1)
+    with EmuRanks(1, progress="inline", segment_bytes=16 << 20, nic_model=small) as w:
+        f = w.fabrics[0]
+        loops = [Loop(f, depth=16) for _ in range(qps)]
+        before = f.counters()
+        for _ in range(6):
+            for lp in loops:
+                lp.post(1)
+        f.quiesce()
+        got = {k: v - before[k] for k, v in f.counters().items() if k.startswith("nic_model")}
+        assert got["nic_model_wqes"] == 6 * qps
+        middle = [e for e in _log(f) if 2 <= e["idx"] <= 3]
+        assert len(middle) == 2 * qps
+        assert all(e["flags"] & 6 == 6 for e in middle), got  # both sides missed
+        if qps <= 16:  # found in one pass: every visit misses
+            assert got["nic_model_send_misses"] == got["nic_model_recv_misses"] == 6 * qps, got
+        assert all(len(lp.cqes()) == 6 for lp in loops)

@@ -395,6 +395,7 @@ size_t Nic::progress() {
     if (db == last_db_[i]) continue;
     last_db_[i] = db;
     ++local_[kCntColdWakeups];
+    last_cold_pass_ = pass_;
     is_hot_[i] = 1;
     hot_.push_back(i);
     eng_[i].active = pass_;
@@ -410,7 +411,13 @@ size_t Nic::progress() {
       }
     }
   }
-  if (model_) model_end_pass();
+  if (model_) {
+    // Until a whole sweep has found no rung QP outside the hot set, QPs whose doorbells rang
+    // with the others' may still be unread: the NIC model plans one turn a pass meanwhile.
+    const uint64_t sweep_passes = n > 1 ? (n - 2) / kSweepWindow + 2 : 1;
+    model_plan(pass_ - last_cold_pass_ <= sweep_passes);
+    model_end_pass();
+  }
   if (wrapped_) sweeps_.fetch_add(1, std::memory_order_release);
   passes_.fetch_add(1, std::memory_order_release);
   unlock_engine();

@@ -50,6 +50,11 @@ void Nic::set_model(const nm::Params& p) {
   m->p = p;
   m->own = s;
   m->qps.resize(eng_.size());
+  // An unqueued one-block WQE's latency from its doorbell to its landing (nic_model.cuh's
+  // order): what every plan takes at least, beyond which the NIC plans kPlanAheadPs.
+  m->plan_ahead_ps = p.doorbell_ps + nm::xfer_ps(m5::kWqebbBytes, p.dma_fs_per_byte) +
+                     p.dma_read_ps + p.tx_msg_ps + p.wire_ps + p.rx_msg_ps + p.dma_write_ps +
+                     kPlanAheadPs;
   lock_engine();
   model_ = std::move(m);
   st_rel(&self_.hdr()->reserved[kHdrNicModel], off);
@@ -58,8 +63,9 @@ void Nic::set_model(const nm::Params& p) {
 
 uint64_t Nic::model_bytes(const nm::Params& p) { return mr_footprint(nm::shared_bytes(p)); }
 
-// Plan every WQE announced and readable beyond what is planned, then admit the one at `ci`
-// once the clock has reached its modelled landing time.
+// Admit the WQE at `ci` once the clock has reached its modelled landing time. WQEs announced
+// beyond the plan (`avail` WQEBBs from ci) are noted for model_plan at the end of the pass; an
+// unplanned WQE at ci waits for it.
 bool Nic::model_admit(uint32_t slot, const emu_core::SqParams& q, uint32_t ci, uint32_t avail) {
   ModelState& ms = *model_;
   ModelQp& mq = ms.qps[slot];
@@ -75,39 +81,23 @@ bool Nic::model_admit(uint32_t slot, const emu_core::SqParams& q, uint32_t ci, u
     mq.plan_end = ci;
     ahead = 0;
   }
-  HostSync sync{pid_};
-  uint64_t now = ms.now;
-  if (ahead < avail) now = ms.now = model_now_ps(), ms.since_read = 0;  // planning: fresh
-  while (ahead < avail) {
-    const uint32_t at = ci + ahead;
-    const m5::CtrlView c = m5::get_ctrl_seg(q.ring.wqe(at));
-    const uint32_t nbb = m5::ds_to_wqebbs(c.ds ? c.ds : 1);
-    if (!emu_core::wqe_ready(q, at, c) || nbb > avail - ahead) break;
-    const nm::WqeDesc w = nm::describe(q.ring, at, q.dci, qp.remote_rank, qp.remote_qpn);
-    nm::Shared* resp = nullptr;
-    if (w.dest_rank >= 0 && w.dest_rank < world_ && seg_[w.dest_rank])
-      resp = model_shared(*seg_[w.dest_rank]);
-    const nm::Planned pl =
-        nm::plan_wqe(ms.p, ms.tx, mq.m, ms.own, resp, ms.spare_rx_free, w, qp.qpn, now, sync);
-    const uint32_t k = at & (n - 1);
-    mq.exec[k] = pl.t.t_exec;
-    mq.cqe[k] = pl.t.t_cqe;
-    const uint32_t li = static_cast<uint32_t>(ms.log_n++ % kModelLog);
-    ms.log[li] = ModelLogEntry{qp.qpn, static_cast<uint16_t>(at), w.kind,
-                               static_cast<uint8_t>((w.pointer ? 1 : 0) | (pl.send_hit ? 0 : 2) |
-                                                    (pl.recv_hit ? 0 : 4) |
-                                                    (pl.tx.connected ? 8 : 0)),
-                               w.bytes, now, pl.t.t_exec, pl.t.t_cqe, 0, 0};
-    mq.log[k] = li + 1;
-    ++ms.local[nm::kCntWqes];
-    ahead += nbb;
-    mq.plan_end = at + nbb;
+  if (ahead < avail) {
+    mq.plan_to = ci + avail;
+    if (mq.plan_state == 0) ms.to_plan.push_back(slot);
+    mq.plan_state = 1;
   }
-  if (ahead == 0) {  // not plannable (the core checked it ready): execute, complete now
+  if (ahead == 0) {
+    const m5::CtrlView c = m5::get_ctrl_seg(q.ring.wqe(ci));
+    if (emu_core::wqe_ready(q, ci, c) && m5::ds_to_wqebbs(c.ds ? c.ds : 1) <= avail) {
+      ms.held_pass = 1;  // planned at the end of a pass, admitted after it
+      return false;
+    }
+    // not plannable (the core checked it ready): execute, complete now
     mq.cur_cqe = model_now_ps();
     mq.cur_log = 0;
     return true;
   }
+  uint64_t now = ms.now;
   const uint32_t k = ci & (n - 1);
   if (now == 0 || ++ms.since_read >= kClockReuse) {  // once a pass, then every kClockReuse
     now = ms.now = model_now_ps();
@@ -124,6 +114,77 @@ bool Nic::model_admit(uint32_t slot, const emu_core::SqParams& q, uint32_t ci, u
     ModelLogEntry& e = ms.log[mq.cur_log - 1];
     if (e.qpn == qp.qpn && e.idx == static_cast<uint16_t>(ci)) e.exec_at = now;
   }
+  return true;
+}
+
+// Plan announced WQEs, one of each QP in turn from where the last pass left off, until the NIC
+// has work up to plan_ahead_ps past the clock (all seen at this pass's clock reading), or after
+// one turn (`one_turn`: the engine may not have read every rung doorbell yet).
+void Nic::model_plan(bool one_turn) {
+  ModelState& ms = *model_;
+  if (ms.to_plan.empty()) return;
+  const uint64_t now = model_now_ps();
+  ms.now = now;
+  ms.since_read = 0;
+  const uint64_t limit = now + ms.plan_ahead_ps;
+  for (;;) {
+    if (ms.plan_cursor >= ms.to_plan.size()) {  // a turn done: drop the drained QPs, in order
+      size_t kept = 0;
+      for (const uint32_t slot : ms.to_plan) {
+        ModelQp& mq = ms.qps[slot];
+        if (mq.plan_state == 1)
+          ms.to_plan[kept++] = slot;
+        else
+          mq.plan_state = 0;
+      }
+      ms.to_plan.resize(kept);
+      ms.plan_cursor = 0;
+      if (kept == 0 || one_turn) return;
+    }
+    const uint32_t slot = ms.to_plan[ms.plan_cursor++];
+    ModelQp& mq = ms.qps[slot];
+    if (mq.plan_state != 1) continue;
+    uint64_t t_exec = 0;
+    if (!model_plan_next(slot, now, t_exec)) {
+      mq.plan_state = 2;
+      continue;
+    }
+    if (t_exec > limit) return;
+  }
+}
+
+// Plan the next WQE of QP `slot` seen at `now`: false when none is announced and readable.
+bool Nic::model_plan_next(uint32_t slot, uint64_t now, uint64_t& t_exec) {
+  ModelState& ms = *model_;
+  ModelQp& mq = ms.qps[slot];
+  const QpEntry& qp = self_.qps()[slot];
+  const emu_core::SqParams q = sq_params(slot);
+  const uint32_t n = q.ring.wqebb_cnt;
+  const uint32_t at = mq.plan_end;
+  const uint32_t left = mq.plan_to - at;
+  if (left == 0 || left > n || mq.exec.size() != n) return false;
+  const m5::CtrlView c = m5::get_ctrl_seg(q.ring.wqe(at));
+  const uint32_t nbb = m5::ds_to_wqebbs(c.ds ? c.ds : 1);
+  if (!emu_core::wqe_ready(q, at, c) || nbb > left) return false;
+  const nm::WqeDesc w = nm::describe(q.ring, at, q.dci, qp.remote_rank, qp.remote_qpn);
+  nm::Shared* resp = nullptr;
+  if (w.dest_rank >= 0 && w.dest_rank < world_ && seg_[w.dest_rank])
+    resp = model_shared(*seg_[w.dest_rank]);
+  HostSync sync{pid_};
+  const nm::Planned pl =
+      nm::plan_wqe(ms.p, ms.tx, mq.m, ms.own, resp, ms.spare_rx_free, w, qp.qpn, now, sync);
+  const uint32_t k = at & (n - 1);
+  mq.exec[k] = t_exec = pl.t.t_exec;
+  mq.cqe[k] = pl.t.t_cqe;
+  const uint32_t li = static_cast<uint32_t>(ms.log_n++ % kModelLog);
+  ms.log[li] = ModelLogEntry{qp.qpn, static_cast<uint16_t>(at), w.kind,
+                             static_cast<uint8_t>((w.pointer ? 1 : 0) | (pl.send_hit ? 0 : 2) |
+                                                  (pl.recv_hit ? 0 : 4) |
+                                                  (pl.tx.connected ? 8 : 0)),
+                             w.bytes, now, pl.t.t_exec, pl.t.t_cqe, 0, 0};
+  mq.log[k] = li + 1;
+  ++ms.local[nm::kCntWqes];
+  mq.plan_end = at + nbb;
   return true;
 }
 
@@ -201,6 +262,7 @@ void Nic::model_reset_qp(uint32_t slot) {
   }
   mq.m = nm::Qp{};
   mq.plan_end = 0;
+  mq.plan_to = 0;
   mq.cur_cqe = 0;
   mq.cur_log = 0;
 }

@@ -1,10 +1,15 @@
 // The CPU engine's side of the NIC model (cuda/nic_model.cuh): per-QP plans of modelled times,
 // CQEs held back until their modelled time, the log tests and benchmarks read.
 //
-// How time is charged. When the engine first sees a WQE announced and readable, it plans it (the
-// send side on this NIC, the receive side on the responder's shared region) and keeps its
-// modelled times. The WQE is executed -- its payload copied into place, its atomic applied, its
-// responder CQE written -- only once the clock has reached its modelled landing time: the copy
+// How time is charged. A WQE the engine finds announced and readable is planned at the end of a
+// pass (the send side on this NIC, the receive side on the responder's shared region) and its
+// modelled times are kept; the pass's clock reading is its doorbell time. A NIC with work on
+// several QPs arbitrates between them round-robin, one WQE of each in turn, so a cycle over many
+// QPs meets the context cache in the order it was posted, not QP by QP as the engine walks its
+// queues; and it takes up work only up to kPlanAheadPs ahead of its clock, so a requester whose
+// deliveries miss at a responder meets that responder's cache at about the modelled pace.
+// The WQE is executed -- its payload copied into place, its atomic applied, its responder CQE
+// written -- only once the clock has reached its modelled landing time: the copy
 // is deferred, not the visibility of bytes already copied, so a poller never sees a byte before
 // its modelled time and validation sees every byte, as without a model. Its requester CQE (and a
 // flush or error CQE after it) is queued and written at its modelled CQE time. The engine never
@@ -84,6 +89,8 @@ struct ModelQp {
   uint32_t cur_log = 0;
   CqeFifo cqes;
   bool listed = false;           // in ModelState::with_cqes
+  uint32_t plan_to = 0;          // announced up to (running WQEBB index)
+  uint8_t plan_state = 0;        // ModelState::to_plan: 0 not in it, 1 in it, 2 in it, drained
 };
 
 struct ModelState {
@@ -93,6 +100,12 @@ struct ModelState {
   uint64_t spare_rx_free = 0;
   std::vector<ModelQp> qps;           // by QP slot
   std::vector<uint32_t> with_cqes;    // QP slots with queued CQEs
+  // QP slots with WQEs announced beyond their plan, in the order the engine found them, and the
+  // next one's turn: planned one WQE of each in turn (Nic::model_plan), across passes.
+  std::vector<uint32_t> to_plan;
+  size_t plan_cursor = 0;
+  // How far past the clock the NIC plans: an unqueued WQE's own latency plus kPlanAheadPs.
+  uint64_t plan_ahead_ps = 0;
   std::atomic<uint64_t> queued{0};    // CQEs queued
   std::atomic<uint32_t> held{0};      // the last complete pass held a WQE back
   uint32_t held_pass = 0;             // this pass has (engine only)
@@ -109,6 +122,11 @@ struct ModelState {
   uint64_t local[nic_model::kNumCounters] = {};
 };
 constexpr uint32_t kClockReuse = 16;
+// The NIC takes up work no further than this ahead of its clock (beyond an unqueued WQE's own
+// latency): what it has taken up it has met in the context caches, so a requester that pays
+// receive-side misses reaches its responder's cache at about the modelled pace, not in one burst
+// of the engine. A few tens of messages at a miss of microseconds; thousands within the cache.
+constexpr uint64_t kPlanAheadPs = 50'000'000;
 
 // The region of a (mapped) segment, or null when its rank runs no model.
 inline nic_model::Shared* model_shared(const Segment& s) {

@@ -140,6 +140,8 @@ class Nic {
   void model_defer(uint32_t slot, PendingCqe c);
   size_t model_flush();
   void model_reset_qp(uint32_t slot);
+  void model_plan(bool one_turn);
+  bool model_plan_next(uint32_t slot, uint64_t now, uint64_t& t_exec);
   void model_end_pass();
   bool model_pending() const;
   void write_deferred_cqe(uint32_t slot, const PendingCqe& c);
@@ -162,6 +164,7 @@ class Nic {
   emu_core::GpiState gpi_eng_[kMaxGpis] = {};  // the core's state of each GPI queue
   uint64_t gpi_local_[kNumGpiCounters] = {};
   uint64_t pass_ = 0;
+  uint64_t last_cold_pass_ = 0;  // the last pass whose sweep found a rung QP outside the hot set
   bool wrapped_ = false;  // the last pass completed a sweep
   uint32_t pid_;
   uint64_t local_[kNumCounters] = {};
