@@ -11,7 +11,7 @@ business.
 from __future__ import annotations
 
 import enum
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,6 +131,18 @@ class RateResult:
     messages: int
     doorbells: int
     cqes: int
+
+    @classmethod
+    def from_stats(cls, windows: Any, stats: Mapping[str, Any]) -> RateResult:
+        """From a native rate loop's windows and totals (elapsed_ns, messages, doorbells,
+        cqes)."""
+        return cls(
+            windows_ns=np.asarray(windows, dtype=np.int64),
+            elapsed_ns=int(stats["elapsed_ns"]),
+            messages=int(stats["messages"]),
+            doorbells=int(stats["doorbells"]),
+            cqes=int(stats["cqes"]),
+        )
 
 
 @dataclass(frozen=True)

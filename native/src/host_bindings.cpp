@@ -31,6 +31,16 @@ nb::dict error_dict(const LoopError& e) {
   return d;
 }
 
+// What msg_rate and cycle return: (ok, windows_ns, totals, error).
+auto rate_reply(bool ok, host::MsgRateResult& res, const LoopError& err) {
+  nb::dict r;
+  r["elapsed_ns"] = res.elapsed_ns;
+  r["messages"] = res.messages;
+  r["doorbells"] = res.doorbells;
+  r["cqes"] = res.cqes;
+  return std::make_tuple(ok, to_numpy(std::move(res.windows_ns)), r, error_dict(err));
+}
+
 Progress progress_from(uint64_t fn, uint64_t ctx) {
   return Progress{reinterpret_cast<void (*)(void*)>(static_cast<uintptr_t>(fn)), lane_ptr<void>(ctx)};
 }
@@ -150,12 +160,7 @@ void bind_host(nb::module_ m) {
           nb::gil_scoped_release nogil;
           ok = host::msg_rate(lanes, a, progress_from(progress_fn, progress_ctx), res, err);
         }
-        nb::dict r;
-        r["elapsed_ns"] = res.elapsed_ns;
-        r["messages"] = res.messages;
-        r["doorbells"] = res.doorbells;
-        r["cqes"] = res.cqes;
-        return std::make_tuple(ok, to_numpy(std::move(res.windows_ns)), r, error_dict(err));
+        return rate_reply(ok, res, err);
       },
       nb::arg("lanes"), nb::arg("threads"), nb::arg("batch"), nb::arg("size"),
       nb::arg("inline_payload"), nb::arg("messages_per_thread"),
@@ -187,12 +192,7 @@ void bind_host(nb::module_ m) {
           nb::gil_scoped_release nogil;
           ok = host::cycle(lanes, a, progress_from(progress_fn, progress_ctx), res, err);
         }
-        nb::dict r;
-        r["elapsed_ns"] = res.elapsed_ns;
-        r["messages"] = res.messages;
-        r["doorbells"] = res.doorbells;
-        r["cqes"] = res.cqes;
-        return std::make_tuple(ok, to_numpy(std::move(res.windows_ns)), r, error_dict(err));
+        return rate_reply(ok, res, err);
       },
       nb::arg("lanes"), nb::arg("threads"), nb::arg("writes_per_visit"), nb::arg("batch"),
       nb::arg("size"), nb::arg("inline_payload"), nb::arg("visits_per_thread"),

@@ -177,13 +177,7 @@ class HostSubmitter(Submitter):
                     "window": work.window,
                 },
             )
-        return RateResult(
-            windows_ns=windows,
-            elapsed_ns=int(stats["elapsed_ns"]),
-            messages=int(stats["messages"]),
-            doorbells=int(stats["doorbells"]),
-            cqes=int(stats["cqes"]),
-        )
+        return RateResult.from_stats(windows, stats)
 
     def cycle(self, work: CycleWork) -> RateResult:
         if self._post_send is not None:
@@ -215,10 +209,4 @@ class HostSubmitter(Submitter):
                     "window": work.window,
                 },
             )
-        return RateResult(
-            windows_ns=windows,
-            elapsed_ns=int(stats["elapsed_ns"]),
-            messages=int(stats["messages"]),
-            doorbells=int(stats["doorbells"]),
-            cqes=int(stats["cqes"]),
-        )
+        return RateResult.from_stats(windows, stats)
