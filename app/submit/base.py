@@ -8,10 +8,11 @@ The plan refuses an experiment whose shapes the submitter lacks, and an unavaila
 mismatched choice, in pre-flight, before any MPI or NIC resource exists.
 
 An experiment asks for shapes, never for a submitter's name: it calls the method of each shape
-it declared (`latency`, `respond`, `rate`, `loaded`, `proxy_rate`, `cycle`, `locked_clock`) with
-typed work, and the shape's pre-flight questions (`check_loaded`, `loaded_lanes`, `loaded_queues`,
-`check_rate_lanes`, `point_fields`, ...) with the submitter's typed Params, which the plan
-builds once. Nothing else of a submitter is the experiment's business.
+it declared (`latency`, `respond`, `rate`, `loaded`, `proxy_rate`, `cycle`, `dispatch`,
+`locked_clock`) with typed work, and the shape's pre-flight questions (`check_loaded`,
+`loaded_lanes`, `loaded_queues`, `check_rate_lanes`, `dispatch_backends`, `point_fields`, ...)
+with the submitter's typed Params, which the plan builds once. Nothing else of a submitter is
+the experiment's business.
 """
 
 from __future__ import annotations
@@ -30,9 +31,13 @@ from ..fabric.base import Fabric, ProgressPolicy, ProviderCaps, QueuePair
 from ..fabric.registry import QueueOptions
 from ..platform import Probe
 from .work import (
+    DISPATCH_BACKENDS,
     Buffer,
     CycleWork,
     DcAddress,
+    DispatchPlan,
+    DispatchResult,
+    DispatchWork,
     Lane,
     LatencyWork,
     LoadedResult,
@@ -169,6 +174,16 @@ class Submitter(ABC):
         """Producers that fill `rings` rings in a proxy-rate point with these knobs."""
         raise NotImplementedError(f"submitter {cls.name} has no proxy-rate loop")
 
+    # ---- DISPATCH: pre-flight -------------------------------------------------------------
+    @classmethod
+    def dispatch_backends(
+        cls, params: Any, provider: str, provider_params: Any
+    ) -> dict[str, str | None]:
+        """For each dispatch backend (work.DISPATCH_BACKENDS): None when these knobs can run it
+        on `provider` (with its own knobs `provider_params`), else the reason it cannot. The
+        experiment refuses a chosen backend with its reason in pre-flight. Default: none."""
+        return {b: f"submitter {cls.name} has no dispatch loop" for b in DISPATCH_BACKENDS}
+
     def __init__(
         self,
         *,
@@ -210,6 +225,11 @@ class Submitter(ABC):
         """Units cycling an active subset of connections, W writes per visit (Shape.CYCLE):
         the rate over the timed visits, the final drain included."""
         raise NotImplementedError(f"submitter {self.name} has no connection-cycling loop")
+
+    def dispatch(self, work: DispatchWork) -> DispatchResult:
+        """MoE token dispatch (Shape.DISPATCH): per iteration the send kernel, the delay kernel
+        when the plan has a wait, then the receive kernel, a host barrier between iterations."""
+        raise NotImplementedError(f"submitter {self.name} has no dispatch loop")
 
     def proxy_rate_lane_messages(
         self, workers: int, rings: int, producers: int, per_producer: int
@@ -274,9 +294,13 @@ def catalog(probes: Mapping[str, Probe]) -> list[ProviderCaps]:
 
 # The contract's work types, importable from here as from app/submit/work.py.
 __all__ = [
+    "DISPATCH_BACKENDS",
     "Buffer",
     "CycleWork",
     "DcAddress",
+    "DispatchPlan",
+    "DispatchResult",
+    "DispatchWork",
     "Lane",
     "LatencyWork",
     "LoadedResult",

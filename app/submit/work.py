@@ -1,11 +1,10 @@
 """The typed work of every loop shape a submitter may offer, and what each loop returns.
 
 Experiments build these from their points and hand them to the submitter's method of the same
-shape (`latency`, `respond`, `rate`, `loaded`, `proxy_rate`, `cycle`; `locked_clock` for clock
-control);
-they never call past them. Work is made of `Lane`s: a QP towards one peer with the lane's source
-and destination regions. How a submitter lays lanes out (a native table, a GPU array) is its own
-business.
+shape (`latency`, `respond`, `rate`, `loaded`, `proxy_rate`, `cycle`, `dispatch`; `locked_clock`
+for clock control); they never call past them. Work is made of `Lane`s: a QP towards one peer
+with the lane's source and destination regions. How a submitter lays lanes out (a native table,
+a GPU array) is its own business.
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ class Shape(str, enum.Enum):
     PROXY_RATE = "proxy-rate"  # R descriptor rings drained by T workers in chains of B
     CLOCK = "clock"  # lock the SM clock of the GPU that runs the loops, and measure it
     CYCLE = "cycle"  # units cycle an active subset of connections, W writes per visit
+    DISPATCH = "dispatch"  # MoE token dispatch: send kernel, [delay kernel], receive kernel
 
 
 @dataclass(frozen=True)
@@ -234,8 +234,9 @@ def cycle_unit_lanes(qps: Sequence[Hashable], units: int) -> list[list[int]]:
     return owned
 
 
-def cycle_lane_writes(qps: Sequence[Hashable], units: int, writes_per_visit: int,
-                      visits: int) -> list[int]:
+def cycle_lane_writes(
+    qps: Sequence[Hashable], units: int, writes_per_visit: int, visits: int
+) -> list[int]:
     """Writes each lane of a cycle carries when every unit makes `visits` visits (warm-up
     included): unit u's j-th of n lanes takes visits j, j+n, ..."""
     counts = [0] * len(qps)
@@ -244,3 +245,82 @@ def cycle_lane_writes(qps: Sequence[Hashable], units: int, writes_per_visit: int
         for j, lane in enumerate(mine):
             counts[lane] = (visits // n + (j < visits % n)) * writes_per_visit
     return counts
+
+
+# ---- DISPATCH -----------------------------------------------------------------------------------
+# The backends a dispatch send kernel can post through (arXiv 2611.12362, §II-C): GPU-initiated
+# mlx5 WQEs with a GPU doorbell (gdaki) or a host-forwarded one (free-flow), and the GPI
+# descriptor queue with one WRITE per (token, expert) (gpi) or one FANOUT per token (gpi-mc).
+DISPATCH_BACKENDS = ("gdaki", "free-flow", "gpi", "gpi-mc")
+COUNT_WORD_BYTES = 8  # each landing slice's count word: (tokens received + 1), 0 until signalled
+
+
+@dataclass(frozen=True)
+class DispatchPlan:
+    """One dispatch point, computed once by the experiment and the same on every rank. Experts
+    are spread evenly: rank r owns experts [r*E/W, (r+1)*E/W). `routing[s, t, j]` is the j-th
+    expert source s sends token t to (top-k without replacement); `slots[s, t, j]` the receive
+    slot of that copy at its expert (its index among s's tokens to that expert, in token
+    order); `counts[s, e]` how many tokens s sends to expert e (app/moe/routing.py)."""
+
+    backend: str  # one of DISPATCH_BACKENDS
+    tokens: int  # T tokens per rank
+    hidden: int  # H: a BF16 token is 2 * H bytes
+    topk: int
+    experts: int  # E over the whole job
+    sm_cap: int  # CTAs of the send kernel
+    wait_us: float | None  # None: no delay kernel between send and receive
+    iters: int
+    warmup: int
+    routing: np.ndarray  # int32 [world, T, topk]
+    slots: np.ndarray  # int32 [world, T, topk]
+    counts: np.ndarray  # int32 [world, E]
+
+    @property
+    def token_bytes(self) -> int:
+        return 2 * self.hidden
+
+    def local_experts(self, world: int) -> int:
+        return self.experts // world
+
+
+@dataclass(frozen=True)
+class DispatchWork:
+    """This rank's part of a dispatch point. `tokens_src`: the rank's T tokens in its source
+    region (token t is the pattern's bytes [t*2H, (t+1)*2H)); `staging`: the source region
+    after them, where the send kernel copies each token before the NIC reads it. `lanes[d]`:
+    one lane per local expert e of peer d (QP e towards d; dst: d's landing slice for (this
+    rank, e)). `recv[s]`: this rank's landing slice per local expert for source s's tokens;
+    slot i at i * slot_bytes, the count word at counter_offset (after T_max slots). This rank's
+    own tokens to its own experts go to `self_recv` (one area per local expert, laid out as a
+    landing slice) by a copy, not RDMA. `expert_major`: where the receive kernel copies the
+    tokens, for local expert e, source s in rank order, its slots in order (None: the
+    submitter allocates it on the GPU)."""
+
+    plan: DispatchPlan
+    rank: int
+    world: int
+    tokens_src: Buffer
+    staging: Buffer
+    lanes: dict[int, tuple[Lane, ...]]  # peer -> one lane per local expert of that peer
+    recv: dict[int, tuple[Buffer, ...]]  # source -> landing slice per local expert
+    slot_bytes: int  # 2H
+    counter_offset: int  # the count word's offset in each landing slice
+    self_recv: tuple[Buffer, ...]
+    expert_major: Buffer | None = None
+
+
+@dataclass(frozen=True)
+class DispatchResult:
+    """What a dispatch call measured (int64 ns per timed iteration) and received. `received[e,
+    s]`: the count the receive kernel read for local expert e from source s; `expert_major`:
+    the last iteration's expert-major buffer, copied to the host; `details`: the submitter's
+    own numbers (doorbells, descriptors, the delay kernel's calibration)."""
+
+    send_ns: np.ndarray  # the send kernel, CUDA events
+    recv_ns: np.ndarray  # the receive kernel, CUDA events
+    wait_ns: np.ndarray  # the delay kernel as it ran (zeros without one)
+    send_gt_ns: np.ndarray  # the send kernel by the in-kernel globaltimer
+    received: np.ndarray  # int32 [E_local, world]
+    expert_major: np.ndarray  # uint8
+    details: dict[str, Any] = field(default_factory=dict)
