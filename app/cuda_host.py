@@ -11,6 +11,10 @@ from typing import Any
 
 from .errors import UnsupportedError
 
+# Kernels that were still running past their launcher's deadline (what each launcher said),
+# for this process's lifetime: nothing stops a running kernel but its process's exit.
+_STUCK_KERNELS: list[str] = []
+
 # cudaDevAttrCanUseHostPointerForRegisteredMem (driver_types.h); CuPy does not name it.
 CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM = 91
 
@@ -35,3 +39,16 @@ def device_pointer(runtime: Any, host: int) -> int:
         f"GPU {dev} cannot use host pointers for registered memory and CuPy has no "
         "cudaHostGetDevicePointer: host memory cannot be mapped"
     )
+
+
+def note_stuck_kernel(what: str) -> None:
+    """Record that a kernel is still running past its deadline (`what`: the kernel and why).
+    cudaHostUnregister and cudaFree wait for the device to go idle, which it never will, so the
+    emulated NIC's close leaves its host memory registered and mapped instead of hanging (and
+    instead of unmapping memory the kernel still reads); the process's exit ends both."""
+    _STUCK_KERNELS.append(what)
+
+
+def stuck_kernels() -> tuple[str, ...]:
+    """What `note_stuck_kernel` recorded in this process, oldest first."""
+    return tuple(_STUCK_KERNELS)

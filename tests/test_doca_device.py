@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -242,6 +243,7 @@ def test_doca_posts_on_emu(handler: NicHandler, cq_type: CqType) -> None:
                              "error": f"{type(e).__name__}: {e}"}  # fmt: skip
                         REPORT.append(r)
                         bad.append(r)
+                        print(json.dumps(r), file=sys.stderr, flush=True)  # before teardown
                         raise
                     r["cq_type"] = cq_type.name.lower()
                     ok = (r["status"] == (["ok"] if r["supported"] else ["unsupported"])

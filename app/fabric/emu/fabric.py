@@ -33,6 +33,7 @@ import dataclasses
 import os
 import re
 import socket
+import sys
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from ...cuda_host import device_pointer
+from ...cuda_host import device_pointer, stuck_kernels
 from ...errors import CompletionError, ConfigError, FabricError, UnsupportedError
 from ..base import (
     ACCESS_ALL,
@@ -177,6 +178,8 @@ def _check_pd(pd: object) -> None:
 
 
 # cudaHostRegister flags (cuda_runtime_api.h); CuPy's runtime module does not name them.
+# Native NICs whose segments stay mapped because a kernel still reads them (close, above).
+_PARKED: list[Any] = []
 _CUDA_HOST_REGISTER_PORTABLE = 0x01
 _CUDA_HOST_REGISTER_MAPPED = 0x02
 
@@ -994,6 +997,14 @@ class EmuFabric(Fabric):
             # A kernel that does not stop keeps the segment mapped (the process's exit ends
             # both) rather than have it fault on unmapped memory.
             self._cuda.close()
+        if self._cuda_ranges and stuck_kernels():
+            # cudaHostUnregister would wait for a kernel that never ends: keep the registered
+            # segment mapped for the process's life, with the engine's thread stopped.
+            self._nic.stop_thread()
+            _PARKED.append(self._nic)
+            print(f"gicbench: emu rank {self.rank}: host memory left registered and mapped at "
+                  f"close: a kernel is still running ({stuck_kernels()[-1]})", file=sys.stderr)
+            return
         if self._cuda_ranges:  # unregister before the segment is unmapped
             from cupy.cuda import runtime
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ...cuda_host import note_stuck_kernel
 from ...errors import UnsupportedError
 from .build import compile_cubin
 from .layout import (
@@ -198,6 +199,7 @@ class DocaDevice:
         deadline = time.monotonic() + int(job["timeout_ns"]) / 1e9 + grace_s
         while not stream.done:
             if time.monotonic() > deadline:
+                note_stuck_kernel(f"DOCA {name}")
                 raise TimeoutError(
                     f"{name} still running "
                     f"{int(job['timeout_ns']) / 1e9 + grace_s:.1f} s after launch"
