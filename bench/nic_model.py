@@ -52,6 +52,33 @@ PAPER = {
 }
 CQE_AFTER_DOORBELL_US = 3.30  # §4.1: what the model is calibrated to (doorbell to valid CQE)
 
+# --submitter gpu (mini-gda on the CPU engine, a GPU machine): the paper's Table 4 (P-IB, µs:
+# issue, put+completion) per ordering, Fig. 3(a)'s inline sizes, Table 5's rows
+# (threads, QPs, WQEs per doorbell, publication) and Fig. 4's completion scope.
+TABLE4 = {
+    "none": (0.19, 3.46),
+    "gpu-fence": (0.70, 4.03),
+    "gpu-fence-dbrec": (0.93, 4.26),
+    "gpu-release-store": (0.70, 4.00),
+    "threadfence": (1.22, 4.48),
+    "sys-release-store": (2.37, 5.66),
+    "sys-fence": (2.62, 5.92),
+}
+FIG3_INLINE = (8, 32, 92, 220)
+TABLE5 = (  # threads, QPs, batch, publish, M msg/s on P-IB, the row
+    (1, 1, 1, "thread", 1.79, "one thread, one QP"),
+    (1, 4, 1, "thread", 1.85, "one thread, 2-32 QPs"),
+    (1, 1, 16, "thread", 4.70, "one thread, batch 16"),
+    (32, 1, 1, "lock", 1.27, "one QP, 32 threads, a doorbell lock per WQE"),
+    (256, 1, 32, "thread", 2.60, "one QP, 256 threads, slots per thread"),
+    (32, 1, 32, "warp", 21.6, "one QP, one warp cooperative"),
+    (256, 1, 32, "warp", 30.7, "one QP, 256 threads cooperative"),
+    (16, 16, 1, "thread", 27.9, "16 QPs, 16 threads"),
+    (16, 16, 16, "thread", 74.4, "16 QPs, batch 16"),
+    (32, 32, 16, "thread", 133.0, "32 QPs, batch 16"),
+    (64, 64, 16, "thread", 260.0, "64 QPs, batch 16 (64 SMs in the paper)"),
+)
+
 
 def _mpiexec() -> str:
     beside = Path(sys.executable).parent / "mpiexec"
@@ -170,20 +197,42 @@ def msg_rate(model: str, progress: str, quick: bool) -> list[Row]:
     return rows
 
 
-def payload(model: str, progress: str, quick: bool) -> list[Row]:
-    args = ["payload", "-b", "8", "-e", "1M", "-f", "4", "--messages",
-            "4000" if quick else "20000", "--point-bytes", "64M" if quick else "256M"]
+def payload(model: str, progress: str, quick: bool, pre: list[str] | None = None) -> list[Row]:
+    args = [
+        *(pre or []),
+        "payload",
+        "-b",
+        "8",
+        "-e",
+        "1M",
+        "-f",
+        "4",
+        "--messages",
+        "4000" if quick else "20000",
+        "--point-bytes",
+        "64M" if quick else "256M",
+    ]
     got = {m: run(args, m, progress, 900) for m in ("none", model)}
     alone = Alone(model)
     rows, predicted = [], {}
     for a, b in zip(got["none"], got[model], strict=True):
         predicted[a["size"]] = alone.goodput(a["size"])
-        rows.append(Row("payload", f"{a['size']} B", "GB/s", a["gbps"], b["gbps"],
-                        bool(b.get("nic_model_saturated")), alone=predicted[a["size"]]))
+        rows.append(
+            Row(
+                "payload",
+                f"{a['size']} B",
+                "GB/s",
+                a["gbps"],
+                b["gbps"],
+                bool(b.get("nic_model_saturated")),
+                alone=predicted[a["size"]],
+            )
+        )
     cross = {m: next((r["size"] for r in got[m] if r["gbps"] >= 0.9 * REFERENCE_GBPS), 0)
              for m in got}  # fmt: skip
-    sat = any(r.get("nic_model_saturated") for r in got[model] if r["size"] <= (cross[model]
-                                                                                 or 1 << 30))
+    sat = any(
+        r.get("nic_model_saturated") for r in got[model] if r["size"] <= (cross[model] or 1 << 30)
+    )
     # the model's own crossover on the paper's sizes (powers of two from 8 B)
     sizes = [8 << k for k in range(18)]
     first = next((z for z in sizes if alone.goodput(z) >= 0.9 * REFERENCE_GBPS), None)
@@ -193,8 +242,8 @@ def payload(model: str, progress: str, quick: bool) -> list[Row]:
     return rows
 
 
-def proxy_rate(model: str, progress: str, quick: bool) -> list[Row]:
-    args = ["proxy-rate", "--submitter", "proxy", "--producer", "host", "--sweep-workers", "1",
+def proxy_rate(model: str, progress: str, quick: bool, producer: str = "host") -> list[Row]:
+    args = ["proxy-rate", "--submitter", "proxy", "--producer", producer, "--sweep-workers", "1",
             "--sweep-rings", "32", "--sweep-batch", "1,16", "--messages",
             "20000" if quick else "100000"]  # fmt: skip
     got = {m: run(args, m, progress, 900) for m in ("none", model)}
@@ -208,6 +257,119 @@ def proxy_rate(model: str, progress: str, quick: bool) -> list[Row]:
                                                       for r in got[model]),
                     *PAPER[("proxy-rate", "b16/b1")]))  # fmt: skip
     return rows
+
+
+GPU = ["--submitter", "gpu"]
+
+
+def gpu_single_op(model: str, progress: str, quick: bool) -> list[Row]:
+    """mini-gda's issue and put+completion per ordering (Table 4), then inline 8-220 B against
+    a pointer payload (Fig. 3a), each with no model and with the model."""
+    iters = "300" if quick else "2000"
+    rows = []
+    for ordering, (p_issue, p_putc) in TABLE4.items():
+        args = [*GPU, "--ordering", ordering, "single-op", "-b", "8", "-n", iters, "-w", "100",
+                "--modes", "issue,put_completion"]  # fmt: skip
+        a, b = run(args, "none", progress, 600), run(args, model, progress, 600)
+        for ra, rb in zip(a, b, strict=True):
+            paper = p_issue if ra["mode"] == "issue" else p_putc
+            alone = None if ra["mode"] == "issue" else Alone(model).single_op(
+                "put_completion", True, 8)  # fmt: skip
+            rows.append(Row("single-op", f"{ordering} {ra['mode']} inline 8 B", "µs p50",
+                            ra["p50_us"], rb["p50_us"], bool(rb.get("nic_model_saturated")),
+                            paper, f"Table 4, {ordering}", alone=alone))  # fmt: skip
+    for payload, sizes in (("inline", FIG3_INLINE), ("pointer", (8,))):
+        for size in sizes:
+            args = [
+                *GPU,
+                "--ordering",
+                "gpu-fence",
+                "single-op",
+                "-b",
+                str(size),
+                "-n",
+                iters,
+                "-w",
+                "100",
+                "--payload",
+                payload,
+                "--modes",
+                "issue,put_completion",
+            ]
+            a, b = run(args, "none", progress, 600), run(args, model, progress, 600)
+            for ra, rb in zip(a, b, strict=True):
+                paper = PAPER.get(("single-op", ra["mode"], payload, size), (None, ""))
+                alone = None if ra["mode"] == "issue" else Alone(model).single_op(
+                    "put_completion", payload == "inline", size)  # fmt: skip
+                rows.append(Row("single-op", f"gpu-fence {ra['mode']} {payload} {size} B",
+                                "µs p50", ra["p50_us"], rb["p50_us"],
+                                bool(rb.get("nic_model_saturated")), *paper,
+                                alone=alone))  # fmt: skip
+    return rows
+
+
+def gpu_completion_scope(model: str, progress: str, quick: bool) -> list[Row]:
+    """The selected QP's completion against an all-QP quiet from 1 to 16 QPs (Fig. 4)."""
+    args = [*GPU, "completion-scope", "-q", "16", "-n", "300" if quick else "2000", "-w", "100"]
+    a, b = run(args, "none", progress, 600), run(args, model, progress, 600)
+    rows = []
+    for ra, rb in zip(a, b, strict=True):
+        rows.append(
+            Row(
+                "completion-scope",
+                f"{ra['scope']} {ra['qps']} QPs",
+                "µs p50",
+                ra["p50_us"],
+                rb["p50_us"],
+                bool(rb.get("nic_model_saturated")),
+            )
+        )
+    for got, name in ((a, "none"), (b, "model")):
+        q = {(r["scope"], r["qps"]): r["p50_us"] for r in got}
+        if name == "none":
+            none_ratio = q[("all", 16)] / q[("all", 1)]
+        else:
+            rows.append(Row("completion-scope", "all-QP quiet 16 QPs / 1 QP", "ratio",
+                            none_ratio, q[("all", 16)] / q[("all", 1)],
+                            any(r.get("nic_model_saturated") for r in b), 2.0,
+                            "§4.1: all-QP completion doubles from 1 to 16 QPs"))  # fmt: skip
+    return rows
+
+
+def gpu_msg_rate(model: str, progress: str, quick: bool) -> list[Row]:
+    messages = "50000" if quick else "200000"
+    rows = []
+    for threads, qps, batch, publish, paper, what in TABLE5:
+        args = [
+            *GPU,
+            "--ordering",
+            "gpu-fence",
+            "--publish",
+            publish,
+            "msg-rate",
+            "-t",
+            str(threads),
+            "-q",
+            str(qps),
+            "--batch",
+            str(batch),
+            "--messages",
+            messages,
+        ]
+        a, b = run(args, "none", progress, 600)[0], run(args, model, progress, 600)[0]
+        rows.append(Row("msg-rate", f"{threads} thr, {qps} QP, batch {batch}, {publish}",
+                        "M msg/s", a["msg_rate_mps"], b["msg_rate_mps"],
+                        bool(b.get("nic_model_saturated")), paper, f"Table 5, {what}",
+                        alone=Alone(model).rate(qps)))  # fmt: skip
+    return rows
+
+
+def gpu_payload(model: str, progress: str, quick: bool) -> list[Row]:
+    return payload(model, progress, quick, [*GPU, "--ordering", "gpu-fence"])
+
+
+def gpu_proxy_rate(model: str, progress: str, quick: bool) -> list[Row]:
+    return proxy_rate(model, progress, quick, producer="gpu")
 
 
 def engine_cost(model: str, reps: int) -> list[dict[str, Any]]:
@@ -269,10 +431,13 @@ def engine_cost(model: str, reps: int) -> list[dict[str, Any]]:
     return out
 
 
-def report(rows: list[Row], cost: list[dict[str, Any]], model: str, progress: str) -> str:
+def report(
+    rows: list[Row], cost: list[dict[str, Any]], model: str, progress: str, submitter: str = "host"
+) -> str:
+    who = "mini-gda (GPU submitter) on the CPU engine" if submitter == "gpu" else "host submitter"
     lines = [f"# emu's CPU engine with and without the NIC model `{model}`", "",
              f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, 2 ranks, "
-             f"--progress {progress}, host submitter. The *model* column is **modelled**: a "
+             f"--progress {progress}, {who}. The *model* column is **modelled**: a "
              "prediction from the preset's stated constants, not a measurement of hardware. "
              "*engine below model* = yes: the CPU engine fell behind the model there, so that "
              "number is the engine's, not the model's. The paper's figures are GPU paths on "
@@ -304,8 +469,10 @@ def report(rows: list[Row], cost: list[dict[str, Any]], model: str, progress: st
                   "| QPs | WQEs per doorbell | model | M WQE/s | engine below model |",
                   "|---:|---:|:---|---:|:---|"]  # fmt: skip
         for c in cost:
-            lines.append(f"| {c['qps']} | {c['batch']} | {c['model']} | "
-                         f"{c['best_mwqe_s']:.1f} | {'yes' if c['saturated'] else 'no'} |")
+            lines.append(
+                f"| {c['qps']} | {c['batch']} | {c['model']} | "
+                f"{c['best_mwqe_s']:.1f} | {'yes' if c['saturated'] else 'no'} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -313,26 +480,47 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=PRESET, help="the NIC model (a preset or a .toml file)")
     ap.add_argument("--progress", default="inline", choices=("inline", "thread"))
+    ap.add_argument(
+        "--submitter",
+        default="host",
+        choices=("host", "gpu"),
+        help="host: the host submitter; gpu: mini-gda (needs a GPU; progress thread)",
+    )
     ap.add_argument("--quick", action="store_true", help="fewer iterations and messages")
     ap.add_argument("--proxy", action="store_true", help="also mini-proxy's proxy-rate")
-    ap.add_argument("--only", default="single-op,msg-rate,payload,cost",
-                    help="comma-separated parts: single-op, msg-rate, payload, cost")
+    ap.add_argument(
+        "--only",
+        default="single-op,msg-rate,payload,cost",
+        help="comma-separated parts: single-op, completion-scope (gpu), msg-rate, payload, cost",
+    )
     ap.add_argument("--reps", type=int, default=3, help="repetitions of each engine-cost rate")
     ap.add_argument("-o", "--output", type=Path, help="also write the report here (new file)")
     ap.add_argument("--json", type=Path, help="also write the rows as JSON here (new file)")
     a = ap.parse_args()
     parts = set(a.only.split(","))
     rows: list[Row] = []
-    for name, fn in (("single-op", single_op), ("msg-rate", msg_rate), ("payload", payload)):
+    if a.submitter == "gpu":
+        a.progress = "thread"  # a GPU kernel cannot call the CPU engine's inline hook
+        fns = (("single-op", gpu_single_op), ("completion-scope", gpu_completion_scope),
+               ("msg-rate", gpu_msg_rate), ("payload", gpu_payload))  # fmt: skip
+    else:
+        fns = (("single-op", single_op), ("msg-rate", msg_rate), ("payload", payload))
+    for name, fn in fns:
         if name in parts:
-            rows += fn(a.model, a.progress, a.quick)
+            try:
+                rows += fn(a.model, a.progress, a.quick)
+            except SystemExit as e:  # one failed part must not lose the others' rows
+                print(f"{name}: {e}", file=sys.stderr)
     if a.proxy:
-        rows += proxy_rate(a.model, a.progress, a.quick)
+        rows += (gpu_proxy_rate if a.submitter == "gpu" else proxy_rate)(
+            a.model, a.progress, a.quick)  # fmt: skip
     cost = engine_cost(a.model, a.reps) if "cost" in parts else []
-    text = report(rows, cost, a.model, a.progress)
+    text = report(rows, cost, a.model, a.progress, a.submitter)
     print(text)
-    for path, data in ((a.output, text), (a.json, json.dumps(
-            {"rows": [r.as_dict() for r in rows], "engine_cost": cost}, indent=2))):
+    for path, data in (
+        (a.output, text),
+        (a.json, json.dumps({"rows": [r.as_dict() for r in rows], "engine_cost": cost}, indent=2)),
+    ):
         if path is not None:
             with open(path, "x") as f:  # never over an earlier result
                 f.write(data)
