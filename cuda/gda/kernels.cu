@@ -23,124 +23,13 @@
 // Doorbell: a lane with a ready array (kReady, `--doorbell host`) is never rung from the GPU: each
 // WQE is marked ready in its slot (mark_wqe_ready) and a host thread rings; threads sharing a QP
 // then need no hand-off in reservation order.
-#include "gda/queue.cuh"
+#include "gda/calls.cuh"
 #include "smclock.cuh"
 
 using namespace gicbench;
 using namespace gicbench::gda;
 
 namespace {
-
-struct Ctl {
-  unsigned long long* status;
-  const uint32_t* abort;
-  uint64_t timeout_ns;
-};
-
-__device__ void fail(const Ctl& c, unsigned long long code, int lane, const Lane* l,
-                     const QpState* s, uint64_t a = 0, uint64_t b = 0) {
-  if (atomicCAS(&c.status[kStCode], 0ull, code) != 0ull) return;
-  c.status[kStLane] = lane;
-  if (l) c.status[kStQpn] = l->qpn();
-  if (s) {
-    c.status[kStPi] = ld_volatile32(&s->pub);
-    c.status[kStRetired] = ld_volatile32(&s->retired);
-    c.status[kStCqCi] = ld_volatile32(&s->cq_ci);
-  }
-  if (code == kCqeError) {
-    c.status[kStSyndrome] = a;
-    c.status[kStWqeCounter] = b;
-  } else {
-    c.status[kStWordSeen] = a;
-    c.status[kStWordExpected] = b;
-  }
-  __threadfence_system();
-}
-
-// One wait: deadline, abort word and sibling failure, checked every 256 spins.
-struct Wait {
-  const Ctl& c;
-  uint64_t start = 0;
-  uint32_t spins = 0;
-  __device__ explicit Wait(const Ctl& ctl) : c(ctl) {}
-  // false: stop (the status is set).
-  __device__ bool tick(int lane, const Lane* l, const QpState* s, uint64_t seen = 0,
-                       uint64_t want = 0) {
-    if ((++spins & 255) != 0) return true;
-    if (ld_volatile32(c.abort)) {
-      fail(c, kInterrupted, lane, l, s);
-      return false;
-    }
-    if (ld_volatile64(&c.status[kStCode]) != 0) return false;
-    const uint64_t now = globaltimer();
-    if (start == 0) {
-      start = now;
-    } else if (now - start > c.timeout_ns) {
-      fail(c, kTimeout, lane, l, s, seen, want);
-      return false;
-    }
-    return true;
-  }
-};
-
-__device__ __forceinline__ Lane lane_at(const uint64_t* table, int i) {
-  return Lane{table + static_cast<uint64_t>(i) * kLaneCols};
-}
-__device__ __forceinline__ QpState* state_of(QpState* states, const Lane& l) {
-  return states + l[kState];
-}
-
-// Reap every CQE present on the lane's CQ (one poller at a time); false on an error CQE.
-// Returns the CQEs reaped through `reaped`.
-__device__ bool try_reap(const Ctl& c, int li, const Lane& l, QpState* s, uint64_t& reaped) {
-  if (atomicCAS(&s->cq_lock, 0u, 1u) != 0u) return true;
-  fence_acq_rel_gpu();
-  uint32_t ci = ld_volatile32(&s->cq_ci);
-  const uint32_t bbs = ld_volatile32(&s->bbs);
-  bool ok = true, any = false;
-  uint32_t retired = ld_volatile32(&s->retired);
-  Cqe e;
-  while (poll_cqe(l, ci, e)) {
-    if (e.opcode == m5::kCqeReqErr || e.opcode == m5::kCqeRespErr) {
-      fail(c, kCqeError, li, &l, s, e.syndrome, e.wqe_counter);
-      ok = false;
-      break;
-    }
-    retired = full_index(retired, e.wqe_counter) + bbs;
-    ++ci;
-    ++reaped;
-    any = true;
-  }
-  if (any) {
-    publish_cq_ci(l, s, ci);
-    st_volatile32(&s->cq_ci, ci);
-    st_release_gpu32(&s->retired, retired);
-  }
-  fence_acq_rel_gpu();
-  atomicExch(&s->cq_lock, 0u);
-  return ok;
-}
-
-// Wait until the WQEBBs below `end` may be written: everything below end - SQ size retired.
-__device__ bool wait_room(const Ctl& c, int li, const Lane& l, QpState* s, uint32_t end,
-                          uint64_t& reaped) {
-  Wait w(c);
-  while (static_cast<int32_t>(end - ld_acquire_gpu32(&s->retired)) >
-         static_cast<int32_t>(l.wqebbs())) {
-    if (!try_reap(c, li, l, s, reaped) || !w.tick(li, &l, s)) return false;
-  }
-  return true;
-}
-
-// Wait until everything below `end` is retired.
-__device__ bool wait_retired(const Ctl& c, int li, const Lane& l, QpState* s, uint32_t end,
-                             uint64_t& reaped) {
-  Wait w(c);
-  while (static_cast<int32_t>(end - ld_acquire_gpu32(&s->retired)) > 0) {
-    if (!try_reap(c, li, l, s, reaped) || !w.tick(li, &l, s)) return false;
-  }
-  return true;
-}
 
 // Expected poll on a lane only this thread drives: poll the next CQE only until everything below
 // `end` is retired (touch: read the CQ at least once, as a quiet must). State is thread-owned.
