@@ -1,0 +1,1 @@
+"""Mixture-of-experts token dispatch: routing, landing layout and validation (arXiv 2611.12362)."""
