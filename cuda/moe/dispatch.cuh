@@ -1,0 +1,60 @@
+// MoE token dispatch: what the kernels (cuda/moe/dispatch.cu) and the launcher
+// (gicbench.submit.gpu.dispatch) agree on. The backends of the paper (arXiv 2611.12362, §II-C),
+// the words of the argument table, and the window handles of the GPI queue.
+#pragma once
+
+#include "gda/calls.cuh"
+#include "gpi.cuh"
+
+namespace gicbench {
+namespace moe {
+
+// gicbench.submit.gpu.dispatch.BACKENDS, in this order.
+enum Backend : uint32_t {
+  kGdaki = 0,     // the GPU writes WQEs, its doorbell record and rings (shared QPs in order)
+  kFreeFlow = 1,  // the same WQEs, marked ready; a host thread rings (--doorbell host's forwarder)
+  kGpi = 2,       // one WRITE descriptor per (token, expert), SIGNAL descriptors
+  kGpiMc = 3,     // one FANOUT descriptor per token (NO_SIGNAL), SIGNAL descriptors
+};
+
+// Words of the argument table, one uint64 each (gicbench.submit.gpu.dispatch.ARGS, same order).
+// "device": a device address; "NIC": an address as the NIC reads it (under the staging's key).
+enum Arg : int {
+  kBackend = 0,
+  kRank,
+  kTokens,       // T: this rank's tokens
+  kTopk,         // experts per token, 1..32 (one warp posts a token's destinations)
+  kExperts,      // E
+  kExpertsLocal, // E / world: rank r owns experts [r * E_local, (r + 1) * E_local)
+  kSlotBytes,    // bytes of a token (2H)
+  kCounterOff,   // bytes from a landing slice to its 8-byte count word
+  kRoute,        // device: int32 [T, topk], this rank's experts of each token
+  kSlot,         // device: int32 [T, topk], the receive slot of each (token, j)
+  kCount,        // device: int32 [E], tokens this rank sends to each expert
+  kLaneOf,       // device: int32 [E], the lane of a remote expert (-1: an expert of this rank)
+  kSent,         // device: uint32 [E], writes issued to each expert (zero between calls)
+  kTokensDev,    // device: the tokens, in GPU memory
+  kStagingDev,   // device: the staging buffer as the GPU stores into it
+  kStagingNic,   // NIC: the staging buffer, token t at t * slot bytes
+  kStagingKey,   // its lkey
+  kSelfRecv,     // device: uint64 [E_local], this rank's own landing slice of each local expert
+  kFetchNic,     // NIC: where a count signal's old value lands, 8 bytes per lane (same key)
+  kSignalEvery,  // a power of two: every kSignalEvery-th WQE of a lane is signaled (room)
+  kGpiBase,      // device: the GPI queue's control block (pi, ci, ...)
+  kGpiRing,      // device: its descriptor 0
+  kGpiLogDepth,  // log2 of its depth
+  kFanPitch,     // gpi-mc: slots between the slices of two local experts in the fan-out window
+  kTimeoutNs,    // every wait's deadline
+  kArgs
+};
+
+// GPI window handles: handle e < E_local is local expert e's landing slice for this source at
+// each rank (data and count word); then the staging (this rank), then gpi-mc's fan-out window
+// (this source's slices of every local expert at each rank, kFanPitch slots apart).
+__host__ __device__ constexpr uint32_t src_window(uint32_t experts_local) { return experts_local; }
+__host__ __device__ constexpr uint32_t fan_window(uint32_t experts_local) {
+  return experts_local + 1;
+}
+
+}  // namespace moe
+}  // namespace gicbench
