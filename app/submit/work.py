@@ -10,7 +10,7 @@ a GPU array) is its own business.
 from __future__ import annotations
 
 import enum
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -308,6 +308,10 @@ class DispatchWork:
     counter_offset: int  # the count word's offset in each landing slice
     self_recv: tuple[Buffer, ...]
     expert_major: Buffer | None = None
+    # A host barrier over every rank of the job (MPI's, or a test's): the submitter calls it
+    # before each iteration's send, so no rank signals a word a receiver has not yet zeroed.
+    # None: a world of one rank.
+    barrier: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)
