@@ -91,8 +91,9 @@ def _mpiexec() -> str:
 def run(args: list[str], model: str, progress: str, timeout: float) -> list[dict[str, Any]]:
     """One `gicbench run` of 2 ranks: its rows (JSON)."""
     out = Path(tempfile.gettempdir()) / f"gicbench-nic-model-{uuid.uuid4().hex[:8]}"
-    cmd = [_mpiexec(), "-n", "2", sys.executable, "-m", "gicbench", "run", *args, "--json",
-           "--quiet", "--progress", progress, "--nic-model", model, "-o", str(out)]  # fmt: skip
+    cmd = [_mpiexec(), "--bind-to", "none", "-n", "2", sys.executable, "-m", "gicbench", "run",
+           *args, "--json", "--quiet", "--progress", progress, "--nic-model", model,
+           "-o", str(out)]  # fmt: skip
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False,
                        env={**os.environ, **MPI_ENV})  # fmt: skip
     shutil.rmtree(out, ignore_errors=True)

@@ -24,6 +24,7 @@ from gpu_helpers import cupy_or_skip
 
 from gicbench.fabric.base import Access, host_view
 from gicbench.submit.doca.layout import (
+    QP_BYTES,
     STATUS,
     CqType,
     NicHandler,
@@ -106,6 +107,28 @@ def world(handler: NicHandler, cq_type: CqType) -> Iterator[dict]:
             dq.on_close(ringer.stop)
         yield {"fs": fs, "qps": qps, "dev": dev, "doca_qps": dev.build(recs), "lanes": lanes,
                "src": src, "landing": landing, "signal": signal}  # fmt: skip
+
+
+def hang_state(w: dict) -> list[dict]:
+    """Where each QP stands after a launch that did not end: DOCA's own indices (its QP
+    structure in GPU memory: reserved, ready, producer; its SQ CQ's consumer index), the doorbell
+    record, the engine's QP state and the first CQE (a collapsed CQ's only one)."""
+    import cupy as cp
+
+    raw = cp.asnumpy(w["doca_qps"])  # a copy on the legacy stream: the hung one is non-blocking
+    out = []
+    for j, qp in enumerate(w["qps"]):
+        rec = raw[j * QP_BYTES:(j + 1) * QP_BYTES].view(np.uint64)  # 8-byte words
+        cqe = host_view(qp.sq.cq.buf, 64)
+        out.append({
+            "qpn": qp.qpn, "rsvd": int(rec[0]), "ready": int(rec[1]), "pi": int(rec[2]),
+            "cqe_ci": int(rec[184 // 8]),
+            "dbrec_sq": int.from_bytes(host_view(qp.sq.dbrec + 4, 4).tobytes(), "big"),
+            "engine": w["fs"][0].qp_state(qp).name,
+            "cqe0_wqe_counter": int.from_bytes(cqe[60:62].tobytes(), "big"),
+            "cqe0_op_own": int(cqe[63]),
+        })  # fmt: skip
+    return out
 
 
 ACCESS_SIG = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC
@@ -241,6 +264,7 @@ def test_doca_posts_on_emu(handler: NicHandler, cq_type: CqType) -> None:
                         r = {"handler": handler.cli, "sharing": sharing.name.lower(),
                              "scope": scope.name.lower(), "op": op.name.lower(),
                              "error": f"{type(e).__name__}: {e}"}  # fmt: skip
+                        r["state"] = hang_state(w)
                         REPORT.append(r)
                         bad.append(r)
                         print(json.dumps(r), file=sys.stderr, flush=True)  # before teardown
