@@ -77,21 +77,17 @@ __device__ __forceinline__ void st_volatile_v2u64(void* p, uint64_t a, uint64_t 
 }
 
 // The count signal at producer index `pi`: a masked fetch-add of `add` (8 bytes, field boundary
-// 0: a plain add) on the word at raddr, its old value to laddr; body first, ctrl last, always
-// signaled (a lane's last WQE of a call, so the drain can retire everything). Returns the
-// doorbell value, composed in registers.
+// 0: a plain add) on the word at raddr, its old value to laddr, built by mlx5.cuh's encoder
+// (body first, ctrl last); always signaled (a lane's last WQE of a call, so the drain retires
+// everything). Returns the doorbell value, composed in registers (never read back from the SQ).
 __device__ __forceinline__ uint64_t build_count_signal(const Lane& l, uint32_t pi, uint64_t raddr,
                                                        uint64_t add, uint32_t lkey,
                                                        uint64_t laddr) {
   const m5::SqRing sq{l.sq(), l.wqebbs()};
-  m5::set_raddr_seg(sq.seg(pi, 1), raddr, static_cast<uint32_t>(l[kRkey]));
-  m5::set_masked_fa_seg(sq.seg(pi, 2), 8, add, 0);
-  m5::set_data_seg(sq.seg(pi, 3), 8, lkey, laddr);
-  compiler_barrier();  // the body is emitted before the control words
+  m5::build_masked_fetch_add(sq, pi, l.qpn(), raddr, static_cast<uint32_t>(l[kRkey]), 8, add, 0,
+                             lkey, laddr, m5::kCqUpdate);
   const uint8_t opmod = m5::ext_atomic_opmod(8);
   const uint32_t ds = m5::ds_masked_atomic(m5::kOpAtomicMaskedFa, 8, false, false);
-  m5::set_ctrl_seg(sq.wqe(pi), static_cast<uint16_t>(pi), m5::kOpAtomicMaskedFa, opmod, l.qpn(),
-                   m5::kCqUpdate, static_cast<uint8_t>(ds), 0, 0);
   const uint32_t w0 = m5::bswap32((static_cast<uint32_t>(opmod) << 24) | ((pi & 0xffff) << 8) |
                                   m5::kOpAtomicMaskedFa);
   const uint32_t w1 = m5::bswap32((l.qpn() << 8) | (ds & m5::kDsMask));
@@ -108,7 +104,7 @@ __device__ bool post_wqe(const Ctl& c, const Args& a, const uint64_t* lanes, QpS
   uint64_t reaped = 0;
   const uint32_t pi = atomicAdd(&s->resv, 1u);
   if (!wait_room(c, li, l, s, pi + 1, reaped)) return false;
-  const uint32_t lkey = static_cast<uint32_t>(a[kStagingKey]);
+  const uint32_t lkey = static_cast<uint32_t>(a[signal ? kFetchKey : kStagingKey]);
   uint64_t db;
   if (signal) {
     db = build_count_signal(l, pi, raddr, add, lkey, laddr);
@@ -282,13 +278,14 @@ extern "C" __global__ void moe_send(const uint64_t* args, const uint64_t* lanes,
             f.src_win = static_cast<uint8_t>(src_window(el));
             f.dst_win = f.sig_win = static_cast<uint8_t>(fan_window(el));
             f.size = static_cast<uint32_t>(sb);
-            f.stride = static_cast<uint32_t>(sb);
+            f.stride = static_cast<uint32_t>(a[kFanStride]);
             f.src_off = t * sb;
             uint32_t n = 0;
             for (uint32_t i = 0; i < k; ++i) {
               const uint32_t xi = static_cast<uint32_t>(route[t * k + i]);
               if (xi / el == rank) continue;
-              const uint64_t s = (xi % el) * a[kFanPitch] + static_cast<uint64_t>(slot[t * k + i]);
+              const uint64_t s = (xi % el) * a[kFanPitch] +
+                                 static_cast<uint64_t>(slot[t * k + i]) * a[kFanToken];
               f.dest[n++] = gpi::Dest{static_cast<uint8_t>(xi / el), static_cast<uint16_t>(s), 0};
             }
             f.k = static_cast<uint8_t>(n);

@@ -38,19 +38,23 @@ enum Arg : int {
   kStagingNic,   // NIC: the staging buffer, token t at t * slot bytes
   kStagingKey,   // its lkey
   kSelfRecv,     // device: uint64 [E_local], this rank's own landing slice of each local expert
-  kFetchNic,     // NIC: where a count signal's old value lands, 8 bytes per lane (same key)
+  kFetchNic,     // NIC: where a count signal's old value lands, 8 bytes per lane
+  kFetchKey,     // its lkey
   kSignalEvery,  // a power of two: every kSignalEvery-th WQE of a lane is signaled (room)
   kGpiBase,      // device: the GPI queue's control block (pi, ci, ...)
   kGpiRing,      // device: its descriptor 0
   kGpiLogDepth,  // log2 of its depth
-  kFanPitch,     // gpi-mc: slots between the slices of two local experts in the fan-out window
+  kFanStride,    // gpi-mc: bytes of a fan-out slot (the gcd of the token and expert pitches)
+  kFanPitch,     // gpi-mc: fan-out slots between the slices of two local experts
+  kFanToken,     // gpi-mc: fan-out slots of one token
   kTimeoutNs,    // every wait's deadline
   kArgs
 };
 
 // GPI window handles: handle e < E_local is local expert e's landing slice for this source at
 // each rank (data and count word); then the staging (this rank), then gpi-mc's fan-out window
-// (this source's slices of every local expert at each rank, kFanPitch slots apart).
+// (this source's slices of every local expert at each rank, kFanPitch slots apart; token i of
+// local expert e at slot e * kFanPitch + i * kFanToken of kFanStride bytes).
 __host__ __device__ constexpr uint32_t src_window(uint32_t experts_local) { return experts_local; }
 __host__ __device__ constexpr uint32_t fan_window(uint32_t experts_local) {
   return experts_local + 1;
