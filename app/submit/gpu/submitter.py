@@ -29,6 +29,8 @@ from ..gpu_runtime.device_map import DeviceMap, stage
 from ..work import (
     MODE_CODES,
     Buffer,
+    DispatchResult,
+    DispatchWork,
     LatencyWork,
     LoadedResult,
     LoadedWork,
@@ -68,7 +70,7 @@ class GpuSubmitter(Submitter):
     name = "gpu"
     summary = "mini-gda: GPU threads build WQEs, ring doorbells and poll CQs (CUDA kernels)"
     shapes = frozenset(
-        {Shape.LATENCY, Shape.RESPOND, Shape.RATE, Shape.LOADED, Shape.CLOCK}
+        {Shape.LATENCY, Shape.RESPOND, Shape.RATE, Shape.LOADED, Shape.CLOCK, Shape.DISPATCH}
     )
     posting = (Posting.MLX5_QUEUES.value,)
     needs_gpu = True
@@ -103,6 +105,16 @@ class GpuSubmitter(Submitter):
                 "record and the doorbell, which --queues device keeps in GPU memory; use --queues "
                 "host for --doorbell host)",
             )
+
+    @classmethod
+    def dispatch_backends(
+        cls, params: Any, provider: str, provider_params: Any
+    ) -> dict[str, str | None]:
+        """Every backend but what the provider cannot serve: free-flow's host thread needs the
+        queues in host memory, the GPI backends emu's CPU engine (app/submit/gpu/dispatch.py)."""
+        from .dispatch import refusals
+
+        return refusals(provider, provider_params)
 
     @classmethod
     def loaded_lanes(cls, params: Any, background: int) -> int:
@@ -400,6 +412,12 @@ class GpuSubmitter(Submitter):
     def loaded(self, work: LoadedWork) -> LoadedResult:
         """loaded-rtt's probe under background load (app/submit/gpu/loaded.py)."""
         from .loaded import run
+
+        return run(self, work)
+
+    def dispatch(self, work: DispatchWork) -> DispatchResult:
+        """MoE token dispatch, one of four backends (app/submit/gpu/dispatch.py)."""
+        from .dispatch import run
 
         return run(self, work)
 
