@@ -380,6 +380,7 @@ class MoeDispatch(Experiment):
             counter_offset=self.counter_offset,
             self_recv=self_recv,
             expert_major=None,
+            barrier=ctx.comm.Barrier if world > 1 else None,
         )
 
     def run_point(self, ctx: RankContext, point: dict[str, Any]) -> PointResult:
