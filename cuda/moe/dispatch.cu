@@ -146,9 +146,9 @@ __device__ bool gpi_put(const Ctl& c, const Args& a, uint64_t idx, const gpi::De
   return true;
 }
 
+// `n` descriptor indices by a fetch-add: one order for every producer thread.
 __device__ __forceinline__ uint64_t gpi_reserve(const Args& a, uint32_t n) {
-  return atomicAdd(reinterpret_cast<unsigned long long*>(a[kGpiBase] + gpi::kOffPi),
-                   static_cast<unsigned long long>(n));
+  return atomicAdd(a.ptr<unsigned long long>(kGpiPi), static_cast<unsigned long long>(n));
 }
 
 // The count signal of expert x (this rank's tokens to it: `count`), once its writes are issued.
@@ -224,6 +224,7 @@ extern "C" __global__ void moe_send(const uint64_t* args, const uint64_t* lanes,
   const uint32_t g = blockIdx.x * blockDim.x + threadIdx.x;
   for (uint32_t x = g; x < E && ok; x += gridDim.x * blockDim.x)
     if (count[x] == 0) ok = signal_expert(c, a, lanes, states, x, 0, ci_shadow);
+  ok = !__syncthreads_or(!ok);  // one value in the block: warp 0 posts in lockstep below
 
   for (uint32_t t = blockIdx.x; t < T; t += gridDim.x) {
     const uint8_t* tok = tokens + t * sb;
@@ -258,6 +259,7 @@ extern "C" __global__ void moe_send(const uint64_t* args, const uint64_t* lanes,
         if (backend == kGpi) {
           if (remote && j == leader) i0 = gpi_reserve(a, __popc(rm));
           i0 = __shfl_sync(0xffffffffu, i0, leader);
+          __syncwarp();  // the leader's reservation before any lane's count (count_write)
           if (remote) {
             gpi::Desc w{};
             w.op = gpi::kOpWrite;
@@ -291,7 +293,8 @@ extern "C" __global__ void moe_send(const uint64_t* args, const uint64_t* lanes,
             f.k = static_cast<uint8_t>(n);
             ok = gpi_put(c, a, gpi_reserve(a, 1), f, ci_shadow);
           }
-          ok = __shfl_sync(0xffffffffu, ok, 0);  // the fan-out is reserved before any count
+          ok = __shfl_sync(0xffffffffu, ok, 0);
+          __syncwarp();  // the fan-out's reservation before any lane's count (count_write)
         }
       }
       if (ok && mine) {

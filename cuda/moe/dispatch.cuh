@@ -41,7 +41,9 @@ enum Arg : int {
   kFetchNic,     // NIC: where a count signal's old value lands, 8 bytes per lane
   kFetchKey,     // its lkey
   kSignalEvery,  // a power of two: every kSignalEvery-th WQE of a lane is signaled (room)
-  kGpiBase,      // device: the GPI queue's control block (pi, ci, ...)
+  kGpiBase,      // device: the GPI queue's control block (ci is read from it)
+  kGpiPi,        // device: the queue's reservation counter, in GPU memory (this GPU is the
+                 // queue's only producer; the launcher copies it to the block's pi after)
   kGpiRing,      // device: its descriptor 0
   kGpiLogDepth,  // log2 of its depth
   kFanStride,    // gpi-mc: bytes of a fan-out slot (the gcd of the token and expert pitches)

@@ -33,6 +33,7 @@ import numpy as np
 from ...cuda_host import cuda_dir, device_pointer
 from ...errors import CompletionTimeout, ConfigError, FabricError, UnsupportedError
 from ...fabric.base import host_view
+from ...fabric.emu.gpi_format import OFF_CI, OFF_ERRORS, OFF_PI
 from ...moe import routing
 from ..gpu_runtime.device_map import stage
 from ..work import COUNT_WORD_BYTES, DISPATCH_BACKENDS, DispatchResult, DispatchWork, Lane
@@ -48,7 +49,7 @@ ARGS = (
     "backend", "rank", "tokens", "topk", "experts", "experts_local", "slot_bytes",
     "counter_off", "route", "slot", "count", "lane_of", "sent", "tokens_dev", "staging_dev",
     "staging_nic", "staging_key", "self_recv", "fetch_nic", "fetch_key", "signal_every",
-    "gpi_base", "gpi_ring", "gpi_log_depth", "fan_stride", "fan_pitch", "fan_token",
+    "gpi_base", "gpi_pi", "gpi_ring", "gpi_log_depth", "fan_stride", "fan_pitch", "fan_token",
     "timeout_ns",
 )  # fmt: skip
 ARG = {name: i for i, name in enumerate(ARGS)}
@@ -257,18 +258,33 @@ def descriptors(plan: Any, rank: int, world: int) -> int:
 
 # ---- the call ------------------------------------------------------------------------------------
 class _Gpi:
-    """The rank's GPI queue for a window count, its windows set for one call."""
+    """The rank's GPI queue for a window count, its windows set for one call. This GPU is the
+    queue's only producer, so its reservation counter (pi) lives in GPU memory, where the send
+    kernel's fetch-adds stay on the GPU; the control block's pi is brought up to it after each
+    call (the engine never reads pi: docs/gpi.md)."""
 
     def __init__(self, sub: GpuSubmitter, nwindows: int) -> None:
-        cache: dict[int, Any] = sub.__dict__.setdefault("_moe_gpi", {})
+        cp = sub.cp
+        cache: dict[int, tuple[Any, Any]] = sub.__dict__.setdefault("_moe_gpi", {})
         if nwindows not in cache:
-            cache[nwindows] = sub.fabric.create_gpi(GPI_DEPTH, ncounters=1, nwindows=nwindows)
-        self.q = cache[nwindows]
-        rt = sub.cp.cuda.runtime
-        # the queue lies in the queue arena, mapped whole into the GPU by register_cuda()
-        self.base = device_pointer(rt, self.q.base)
-        self.ring = device_pointer(rt, self.q.ring)
+            q = sub.fabric.create_gpi(GPI_DEPTH, ncounters=1, nwindows=nwindows)
+            pi = cp.asarray(np.array([self._word(q, OFF_PI)], dtype=np.uint64))
+            cache[nwindows] = (q, pi)
+        self.q, self.pi = cache[nwindows]
+        # the queue lies in the queue arena, which register_cuda() mapped whole into the GPU
+        host, _ = sub.fabric.queue_arena()
+        dev = device_pointer(cp.cuda.runtime, host)
+        self.base = dev + (self.q.base - host)
+        self.ring = dev + (self.q.ring - host)
         self.fabric = sub.fabric
+
+    @staticmethod
+    def _word(q: Any, off: int) -> int:
+        return int(host_view(q.base + off, 8, np.uint64)[0])
+
+    def word(self, off: int) -> int:
+        """A word of the queue's control block (gpi_format's offsets)."""
+        return self._word(self.q, off)
 
     def windows(self, work: DispatchWork, lay: Layout) -> None:
         from ...fabric.emu.gpi import GpiWindow
@@ -282,19 +298,16 @@ class _Gpi:
             if lay.fan is not None:
                 f.set_gpi_window(q, el + 1, d, GpiWindow(*lay.fan.windows[d]))
 
-    def word(self, off: int) -> int:
-        """A word of the queue's control block (pi, ci, errors: gpi_format's offsets)."""
-        return int(host_view(self.q.base + off, 8, np.uint64)[0])
-
-    def drain(self, timeout_s: float, errors_before: int) -> None:
-        """Every descriptor reserved is consumed; any that failed is raised."""
-        from ...fabric.emu.gpi_format import OFF_CI, OFF_ERRORS, OFF_PI
-
+    def drain(self, timeout_s: float, errors_before: int) -> int:
+        """Every descriptor reserved is consumed (the block's pi set to the reservations);
+        any that failed is raised. Returns the descriptors of the call's queue so far."""
+        reserved = int(self.pi.get()[0])
+        host_view(self.q.base + OFF_PI, 8, np.uint64)[0] = reserved
         deadline = time.monotonic() + timeout_s
-        while (ci := self.word(OFF_CI)) != (pi := self.word(OFF_PI)):
+        while (ci := self.word(OFF_CI)) != reserved:
             if time.monotonic() > deadline:
                 raise CompletionTimeout(
-                    f"GPI queue {self.q.num:#x}: {ci} of {pi} descriptors consumed after "
+                    f"GPI queue {self.q.num:#x}: {ci} of {reserved} descriptors consumed after "
                     f"{timeout_s:g} s"
                 )
             time.sleep(20e-6)
@@ -305,6 +318,7 @@ class _Gpi:
                 f"GPI queue {self.q.num:#x}: {errors - errors_before} descriptors failed "
                 f"(last: {st['last_error']})"
             )
+        return reserved
 
 
 def fetch_region(sub: GpuSubmitter, lanes_n: int) -> Any:
@@ -424,7 +438,8 @@ def run(sub: GpuSubmitter, work: DispatchWork) -> DispatchResult:
             "self_recv": int(self_dev.data.ptr), "fetch_nic": fetch.addr,
             "fetch_key": fetch.lkey,
             "signal_every": signal_every(depth),
-            "gpi_base": gpi.base if gpi else 0, "gpi_ring": gpi.ring if gpi else 0,
+            "gpi_base": gpi.base if gpi else 0, "gpi_pi": int(gpi.pi.data.ptr) if gpi else 0,
+            "gpi_ring": gpi.ring if gpi else 0,
             "gpi_log_depth": gpi.q.log_depth if gpi else 0,
             "fan_stride": fan.stride if fan else sb, "fan_pitch": fan.pitch_slots if fan else 0,
             "fan_token": fan.token_slots if fan else 1, "timeout_ns": sub.timeout_ns,
@@ -476,11 +491,7 @@ def run(sub: GpuSubmitter, work: DispatchWork) -> DispatchResult:
     sub._abort[0] = 0
     evs = [cp.cuda.Event() for _ in range(4)]
     what = f"dispatch {backend}"
-    gpi_err = 0
-    if gpi is not None:
-        from ...fabric.emu.gpi_format import OFF_ERRORS
-
-        gpi_err = gpi.word(OFF_ERRORS)
+    gpi_err = gpi.word(OFF_ERRORS) if gpi is not None else 0
     expect = [(lane.qp.qpn, w) for lane, w in zip(work_lanes, lane_wqebbs(plan, r, lay.order, el),
                                                    strict=True)]  # fmt: skip
     grid = (n + 127) // 128
@@ -520,7 +531,8 @@ def run(sub: GpuSubmitter, work: DispatchWork) -> DispatchResult:
             if i >= plan.warmup:
                 j = i - plan.warmup
                 send_ns[j] = round(cp.cuda.get_elapsed_time(evs[0], evs[1]) * 1e6)
-                wait_ns[j] = round(cp.cuda.get_elapsed_time(evs[1], evs[2]) * 1e6)
+                if plan.wait_us is not None:  # else no kernel ran between the events: 0
+                    wait_ns[j] = round(cp.cuda.get_elapsed_time(evs[1], evs[2]) * 1e6)
                 recv_ns[j] = round(cp.cuda.get_elapsed_time(evs[2], evs[3]) * 1e6)
         if n and mlx5:  # every WQE retired (for free-flow the host thread still rings)
             with stream:
