@@ -5,6 +5,7 @@ fit_plateau_power_law    plateau + power-law decline, log space  arXiv 2610.0138
 first_size_reaching      first size at fraction of a reference   arXiv 2610.01380 Fig. 8
 exposed_model            S, J, O, X, D of eqs. 1-3                arXiv 2611.12362 §II-B
 shortest_wait_near_floor wait within 5% of the floor             arXiv 2611.12362 Fig. 6
+fit_wait_row             R, I and the floor of a wait-sweep row   arXiv 2611.12362 eqs. 1-3, Fig. 6
 """
 
 from .clock import ClockFit, fit_clock
@@ -13,7 +14,9 @@ from .crossover import Crossover, first_size_reaching
 from .exposed import (
     ExposedTimes,
     NearFloor,
+    WaitFit,
     exposed_model,
+    fit_wait_row,
     release_advance,
     shortest_wait_near_floor,
 )
@@ -27,10 +30,12 @@ __all__ = [
     "FitError",
     "NearFloor",
     "PlateauFit",
+    "WaitFit",
     "exposed_model",
     "first_size_reaching",
     "fit_clock",
     "fit_plateau_power_law",
+    "fit_wait_row",
     "release_advance",
     "shortest_wait_near_floor",
 ]
