@@ -31,6 +31,7 @@ from gicbench.sweep.manifest import MANIFEST as SWEEP_MANIFEST
 from gicbench.trace import TraceWarning
 from gicbench.trace.schema import MANIFEST_NAME
 
+from . import moe
 from .fit_cli import print_outcome
 from .fits import apply as fit_apply
 from .load import aggregate_ranks, load_run, one_line
@@ -114,6 +115,8 @@ def _fits(exp: str, per_run: list[tuple[str, pd.DataFrame]], params: list[str]) 
     experiment's fits read: tables.fit_input): one per curve."""
     out = []
     for name in fit_apply.declared_fits(exp):
+        if moe.fits_itself(exp, name):
+            continue
         for label, table in per_run:
             data, keys = fit_input(exp, table, params)
             out += [(label, outcome) for outcome in fit_outcomes(name, data, keys)]
@@ -131,10 +134,13 @@ def _summaries(exp: str, per_run: list[tuple[str, pd.DataFrame]],
     return [(label, pass_summary(table, params)) for label, table in per_run]
 
 
+MoeTables = dict[str, list[tuple[str, dict[str, tuple[str, pd.DataFrame]]]]]
+
+
 def _tables(args: argparse.Namespace) -> tuple[list[dict], dict[str, pd.DataFrame],
-                                                 dict[str, dict], Fits]:
-    """Load every run; per experiment one table (several runs: joined, with ratios), and the
-    fits the experiment declares."""
+                                                 dict[str, dict], Fits, dict, MoeTables]:
+    """Load every run; per experiment one table (several runs: joined, with ratios), the
+    fits the experiment declares, and moe-dispatch's reductions over rounds (analysis/moe.py)."""
     runs_meta: list[dict] = []
     aggs: list[tuple[str, pd.DataFrame]] = []
     for label, path in zip(_labels(args.runs), args.runs, strict=True):
@@ -180,7 +186,10 @@ def _tables(args: argparse.Namespace) -> tuple[list[dict], dict[str, pd.DataFram
                 keys = [c for c in per_run[0][1].columns if c in params or c == "metric"]
             tables[exp] = compare_tables(per_run, keys)
             _, fixed[exp] = split_constant(tables[exp], keys)
-    return runs_meta, tables, fixed, fits, summaries
+    moe_tables = {exp: [(label, moe.tables(a)) for label, a in aggs
+                        if not a.empty and exp in set(a["experiment"])]
+                  for exp in experiments if exp == moe.EXPERIMENT}
+    return runs_meta, tables, fixed, fits, summaries, moe_tables
 
 
 def _check_unique(exp: str, per_run: list[tuple[str, pd.DataFrame]], keys: list[str]) -> None:
@@ -216,9 +225,24 @@ def _rich_table(title: str, table: pd.DataFrame, caption: str | None = None) -> 
     return t
 
 
+def _moe_rich(title: str, table: pd.DataFrame) -> Table:
+    """A moe-dispatch table (analysis/moe.py): constant cell parameters in the caption."""
+    fixed = moe.constant_columns(table, moe.CELL)
+    shown = table.drop(columns=list(fixed))
+    caption = ", ".join(f"{moe.header(k)}={fmt(v, k)}" for k, v in fixed.items())
+    t = Table(title=title, caption=caption or None)
+    for col in shown.columns:
+        numeric = pd.api.types.is_numeric_dtype(shown[col])
+        t.add_column(moe.header(col, table.attrs), justify="right" if numeric else "left")
+    for row in shown.itertuples(index=False):
+        t.add_row(*(moe.fmt_cell(v, c) for v, c in zip(row, shown.columns, strict=True)))
+    return t
+
+
 def _print_rich(runs_meta: list[dict], tables: dict[str, pd.DataFrame],
                 fixed: dict[str, dict], rank_stat: str, fits: Fits,
-                summaries: dict[str, list[tuple[str, pd.DataFrame]]]) -> None:
+                summaries: dict[str, list[tuple[str, pd.DataFrame]]],
+                moe_tables: MoeTables | None = None) -> None:
     console = Console()
     if len(runs_meta) > 1:
         for meta in runs_meta:
@@ -240,6 +264,10 @@ def _print_rich(runs_meta: list[dict], tables: dict[str, pd.DataFrame],
                 f"{exp}: median over passes [min, max]{run}", summary,
                 "NIC rate: the median sender's (receive-only: the senders' aggregate over their "
                 "common duration); normalised to the control of each pass"))
+        for label, named in (moe_tables or {}).get(exp, []):
+            run = f", run {label}" if len(runs_meta) > 1 else ""
+            for title, table in named.values():
+                _print_table(console, _moe_rich(title + run, table))
         for label, outcome in fits.get(exp, []):
             if len(runs_meta) > 1:
                 console.print(f"run {label}:", markup=False)
@@ -276,7 +304,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     ok, got = _guarded("analyze", lambda: _tables(args))
     if not ok:
         return EXIT_REFUSED
-    runs_meta, tables, fixed, fits, summaries = got  # type: ignore[misc]
+    runs_meta, tables, fixed, fits, summaries, moe_tables = got  # type: ignore[misc]
     if args.json:
         doc = {"runs": runs_meta, "rank_stat": args.rank_stat,
                "experiments": {e: records(t) for e, t in tables.items()},
@@ -286,6 +314,11 @@ def run_analyze(args: argparse.Namespace) -> int:
                 for e, ss in summaries.items() if ss}
         if over:
             doc["over_passes"] = over
+        rounds = {e: [{"run": label, "tables": {name: {"title": title, "rows": records(t)}
+                                                for name, (title, t) in named.items()}}
+                      for label, named in runs] for e, runs in moe_tables.items() if runs}
+        if rounds:
+            doc["moe_dispatch"] = rounds
         print(json.dumps(doc, indent=2, allow_nan=False))
     elif args.csv:
         for meta in runs_meta:
@@ -295,7 +328,7 @@ def run_analyze(args: argparse.Namespace) -> int:
         if frames:
             sys.stdout.write(pd.concat(frames, ignore_index=True).to_csv(index=False))
     else:
-        _print_rich(runs_meta, tables, fixed, args.rank_stat, fits, summaries)
+        _print_rich(runs_meta, tables, fixed, args.rank_stat, fits, summaries, moe_tables)
     return 0
 
 

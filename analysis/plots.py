@@ -582,3 +582,159 @@ def connections_curves(summary: pd.DataFrame, keys: Sequence[str], y: str, ylabe
     ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
+
+
+# ---- moe-dispatch heatmaps (arXiv 2611.12362, Figs. 5 and 6) ---------------------------------
+
+MOE_BACKENDS = ("gdaki", "free-flow", "gpi", "gpi-mc")
+MOE_NAMES = {"gdaki": "default GDAKI", "free-flow": "GDAKI Free Flow", "gpi": "GPI",
+             "gpi-mc": "GPI-MC"}
+_MOE_ROWS = {"ranks": "EP{}", "sm_cap": "cap {}", "tokens": "{} tok", "topk": "top-{}"}
+
+
+def _int_text(v: Any) -> str:
+    return str(int(v)) if isinstance(v, (int, np.integer)) or (
+        isinstance(v, float) and v.is_integer()) else f"{v:g}"
+
+
+def moe_grids(summary: pd.DataFrame, rows: Sequence[str], col: str,
+              value: str = "figure_us", reference: str = "gdaki",
+              ) -> dict[str, tuple[np.ndarray, list[tuple], list[Any]]]:
+    """Per backend: (grid, row keys, column values) of one heatmap panel; the reference's
+    cells hold `value` (µs), the others' the paired change (change_pct, %). NaN: not run."""
+    rows = [r for r in rows if r in summary.columns]
+    row_keys = sorted({tuple(r) for r in summary[rows].itertuples(index=False)}) if rows else [()]
+    cols = sorted(summary[col].dropna().unique())
+    out = {}
+    present = [b for b in MOE_BACKENDS if b in set(summary["backend"])]
+    present += sorted(set(summary["backend"]) - set(present))
+    for b in present:
+        g = summary[summary["backend"] == b]
+        grid = np.full((len(row_keys), len(cols)), np.nan)
+        field = value if b == reference else "change_pct"
+        for rec in g.to_dict(orient="records"):
+            i = row_keys.index(tuple(rec[r] for r in rows)) if rows else 0
+            grid[i, cols.index(rec[col])] = rec[field]
+        out[b] = (grid, row_keys, cols)
+    return out
+
+
+def _heat_panel(ax: plt.Axes, grid: np.ndarray, relative: bool, row_labels: list[str],
+                col_labels: list[str], marks: np.ndarray | None = None) -> Any:
+    """One heatmap: every cell printed with its unit; relative panels diverge around 0 and
+    saturate at ±100% (printed values keep larger changes), absolute ones on a log colour
+    scale."""
+    from matplotlib.colors import LogNorm, Normalize
+
+    finite = grid[np.isfinite(grid)]
+    if relative:
+        norm = Normalize(-100.0, 100.0)
+        cmap = "RdBu_r"
+    else:
+        lo = float(finite.min()) if finite.size and finite.min() > 0 else 1.0
+        hi = float(finite.max()) if finite.size else 10.0
+        norm = LogNorm(lo, max(hi, lo * 1.01))
+        cmap = "viridis"
+    im = ax.imshow(np.ma.masked_invalid(grid), aspect="auto", cmap=cmap, norm=norm)
+    for (i, j), v in np.ndenumerate(grid):
+        if not np.isfinite(v):
+            continue
+        text = f"{v:+.0f}%" if relative else (f"{v:.0f}" if v >= 100 else f"{v:.1f}")
+        dark = norm(np.clip(v, norm.vmin, norm.vmax))
+        light = (abs(dark - 0.5) > 0.3) if relative else dark < 0.55
+        ax.text(j, i, text if relative else text + "µs", ha="center", va="center",
+                fontsize=6, color="white" if light else "black")
+        if marks is not None and marks[i, j]:
+            ax.add_patch(plt.Rectangle((j - 0.45, i - 0.45), 0.9, 0.9, fill=False, lw=2.0,
+                                       ec="red"))
+    ax.set_xticks(range(len(col_labels)), col_labels, fontsize=7)
+    ax.set_yticks(range(len(row_labels)), row_labels, fontsize=7)
+    return im
+
+
+def _row_label(rows: Sequence[str], key: tuple) -> str:
+    return " ".join(_MOE_ROWS.get(r, r + "={}").format(_int_text(v))
+                    for r, v in zip(rows, key, strict=True))
+
+
+def _plain_colorbar(cb: Any) -> None:
+    """Colour-bar ticks as plain numbers (µs), not powers of ten."""
+    cb.ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}"))
+    cb.ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _p: f"{v:g}"))
+    cb.ax.tick_params(labelsize=7, which="both")
+
+
+def _moe_title(fig: Figure, title: str, note: str) -> None:
+    """The figure's title, and under the panels what produced the network side where it was
+    not a NIC (`note`)."""
+    fig.suptitle(title, fontsize=10)
+    if note:
+        fig.text(0.005, 0.005, note, ha="left", va="bottom", fontsize=7, color="0.3")
+    fig.tight_layout(rect=(0, 0.03 if note else 0, 1, 1))
+
+
+def moe_factor_heatmap(summary: pd.DataFrame, title: str, reference: str = "gdaki",
+                       note: str = "") -> Figure:
+    """Fig. 5-style: one panel per backend, rows EP × SM cap, columns tokens per rank; the
+    reference in µs (the mean over rounds of the slowest rank's mean send), the others as the
+    paired change against it (mean over rounds, %; negative = earlier GPU release)."""
+    rows = [r for r in ("ranks", "sm_cap") if r in summary.columns]
+    grids = moe_grids(summary, rows, "tokens", reference=reference)
+    n = len(grids)
+    ncol = 2 if n > 1 else 1
+    nrow = -(-n // ncol)
+    any_rows = len(next(iter(grids.values()))[1]) if grids else 1
+    fig, axes = plt.subplots(nrow, ncol, figsize=(6.2 * ncol, 1.0 + 0.42 * any_rows * nrow + 1.2),
+                             squeeze=False)
+    for ax, (b, (grid, keys, cols)) in zip(axes.flat, grids.items(), strict=False):
+        rel = b != reference
+        im = _heat_panel(ax, grid, rel, [_row_label(rows, k) for k in keys],
+                         [_int_text(c) for c in cols])
+        ax.set_title(f"{MOE_NAMES.get(b, b)}: " + (f"change vs {MOE_NAMES.get(reference)} (%)"
+                                                   if rel else "dispatch send (µs)"), fontsize=9)
+        ax.set_xlabel("tokens per rank", fontsize=8)
+        _plain_colorbar(fig.colorbar(im, ax=ax, fraction=0.04, pad=0.02))
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    _moe_title(fig, title, note)
+    return fig
+
+
+def moe_wait_heatmap(summary: pd.DataFrame, knees: pd.DataFrame, title: str,
+                     note: str = "") -> Figure:
+    """Fig. 6-style: one panel per backend, rows tokens per rank, columns the requested wait;
+    every cell the exposed time T_send + T_receive (median over rounds of the slowest rank's
+    mean, µs), the knee (the first wait within 5% of the row's floor) outlined."""
+    grids = {}
+    for b in [*[b for b in MOE_BACKENDS if b in set(summary["backend"])],
+              *sorted(set(summary["backend"]) - set(MOE_BACKENDS))]:
+        g = summary[summary["backend"] == b]
+        toks = sorted(g["tokens"].unique())
+        waits = sorted(summary["wait_us"].unique())
+        grid = np.full((len(toks), len(waits)), np.nan)
+        marks = np.zeros_like(grid, dtype=bool)
+        for rec in g.to_dict(orient="records"):
+            grid[toks.index(rec["tokens"]), waits.index(rec["wait_us"])] = rec["figure_us"]
+        k = knees[knees["backend"] == b] if not knees.empty else knees
+        for rec in k.to_dict(orient="records"):
+            if rec["tokens"] in toks and rec.get("knee_us") in waits:
+                marks[toks.index(rec["tokens"]), waits.index(rec["knee_us"])] = True
+        grids[b] = (grid, toks, waits, marks)
+    n = len(grids)
+    ncol = 2 if n > 1 else 1
+    nrow = -(-n // ncol)
+    rows = max(len(v[1]) for v in grids.values()) if grids else 1
+    fig, axes = plt.subplots(nrow, ncol, figsize=(6.4 * ncol, 1.2 + 0.42 * rows * nrow + 1.0),
+                             squeeze=False)
+    for ax, (b, (grid, toks, waits, marks)) in zip(axes.flat, grids.items(), strict=False):
+        im = _heat_panel(ax, grid, False, [_int_text(t) for t in toks],
+                         [_int_text(w) for w in waits], marks)
+        ax.set_title(f"{MOE_NAMES.get(b, b)}: exposed T_send + T_receive (µs)", fontsize=9)
+        ax.set_xlabel("requested GPU wait (µs; 0: no delay kernel)", fontsize=8)
+        ax.set_ylabel("tokens per rank", fontsize=8)
+        _plain_colorbar(fig.colorbar(im, ax=ax, fraction=0.04, pad=0.02))
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    _moe_title(fig, title + "\noutlined in red: the first wait within 5% of the row's floor",
+               note)
+    return fig

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from gicbench import safe_files
 from gicbench.errors import ConfigError
 
-from . import connections, plots
+from . import connections, moe, plots
 from .fits import apply as fit_apply
 from .load import aggregate_ranks, load_run
 from .tables import (
@@ -256,6 +256,89 @@ def _active_connections(agg: pd.DataFrame, plot_dir: Path, section: Section) -> 
     section.drawn_fits.add("plateau")
 
 
+def _moe_tables_md(agg: pd.DataFrame) -> list[str]:
+    """The moe-dispatch tables (analysis/moe.py) as Markdown, fixed cell parameters above."""
+    lines: list[str] = []
+    for _name, (title, table) in moe.tables(agg).items():
+        fixed = moe.constant_columns(table, moe.CELL)
+        shown = table.drop(columns=list(fixed))
+        lines += ["", f"**{md(title)}.**", ""]
+        if fixed:
+            lines += ["Fixed: " + ", ".join(md(f"{moe.header(k)}={fmt(v, k)}")
+                                            for k, v in fixed.items()) + ".", ""]
+        cols = list(shown.columns)
+        lines.append("| " + " | ".join(md(moe.header(c, table.attrs)) for c in cols) + " |")
+        lines.append("|" + "|".join("---:" if pd.api.types.is_numeric_dtype(shown[c])
+                                    else ":---" for c in cols) + "|")
+        for row in shown.itertuples(index=False):
+            lines.append("| " + " | ".join(md(moe.fmt_cell(v, c))
+                                           for v, c in zip(row, cols, strict=True)) + " |")
+    return lines
+
+
+def _moe_model(agg: pd.DataFrame) -> str:
+    """What produced a moe-dispatch run's network side where no NIC did: emu's NIC model, or
+    the emulated NIC itself (its in-flight and receive-wait times are the emulator's)."""
+    model = connections.modelled(agg.attrs)
+    provider = (agg.attrs.get("manifest") or {}).get("provider")
+    return model or ("emulated NIC" if provider == "emu" else "")
+
+
+def _moe_dispatch(agg: pd.DataFrame, plot_dir: Path, section: Section) -> None:
+    """The factor sweep's Fig. 5-style heatmaps (the reference in µs, the others as the paired
+    change, one figure per top-k) or the wait sweep's Fig. 6-style ones (exposed time over
+    tokens × wait, the knee outlined), with the over-rounds and fit tables."""
+    # One row per point and metric would run to thousands of lines (rounds x backends x
+    # cells): the report gives the reductions; `gicbench analyze --json` has every point.
+    section.lines += ["Per point and rank the trace holds send_ns, recv_ns, exposed_ns and "
+                      "wait_ns; the tables below are the job's figure (the slowest rank's mean) "
+                      "reduced over rounds. Every point's row: `gicbench analyze RUN --json`."]
+    rounds = moe.round_table(agg)
+    if rounds.empty or rounds["send_us"].isna().all():
+        return
+    model = _moe_model(agg)
+    note = ""
+    if model:
+        note = (f"network side: {model} (send and receive are GPU kernel times; the time in "
+                "flight is the emulator's, not a NIC's)")
+        section.lines += ["", f"> **Network side emulated** ({md(model)}): send and receive "
+                          "are GPU kernel times, but how long transfers stay in flight (and so "
+                          "the knee, the receive wait and every GPI/GPI-MC descriptor's "
+                          "execution) is the emulator's, not a NIC's (docs/moe-dispatch.md)."]
+    section.lines += _moe_tables_md(agg)
+    s = moe.summary(rounds)
+    varying = [k for k in ("hidden", "experts", "topk", "ranks", "sm_cap")
+               if k in s.columns and s[k].nunique() > 1]
+    if s.attrs["wait"]:
+        fits = moe.wait_fits(rounds)
+        split = varying
+        for key, g in (s.groupby(split, sort=True) if split else [((), s)]):
+            key = key if isinstance(key, tuple) else (key,)
+            tag = "".join(f"-{k.replace('_', '')}{plots._int_text(v)}"
+                          for k, v in zip(split, key, strict=True))
+            sel = fits
+            for k, v in zip(split, key, strict=True):
+                sel = sel[sel[k] == v] if not sel.empty else sel
+            fixed = moe.constant_columns(g, moe.CELL[:-1])
+            what = ", ".join(f"{moe.header(k)} {fmt(v, k)}" for k, v in fixed.items())
+            section.plot(plot_dir / f"moe-dispatch-exposed{tag}.png", plots.moe_wait_heatmap,
+                         g, sel, f"exposed time over tokens × wait ({what}; median of "
+                         "rounds)", note=note)
+    else:
+        split = [k for k in varying if k in ("hidden", "experts", "topk")]
+        if "topk" not in split and "topk" in s.columns:
+            split.append("topk")
+        for key, g in s.groupby(split, sort=True):
+            key = key if isinstance(key, tuple) else (key,)
+            tag = "".join(f"-{k.replace('_', '')}{plots._int_text(v)}"
+                          for k, v in zip(split, key, strict=True))
+            what = ", ".join(f"{moe.header(k)} {fmt(v, k)}" for k, v in zip(split, key,
+                                                                            strict=True))
+            section.plot(plot_dir / f"moe-dispatch-send{tag}.png", plots.moe_factor_heatmap,
+                         g, f"dispatch send over tokens × SM cap ({what}; mean of rounds)",
+                         note=note)
+
+
 def _fit_lines(section: Section) -> None:
     """The fits the experiment declares: parameters, uncertainties, R² and flags."""
     for name, outcomes in section.fits.items():
@@ -296,12 +379,14 @@ SECTIONS: dict[str, Callable[[pd.DataFrame, Path, Section], None]] = {
     "loaded-rtt": _loaded_rtt,
     "payload": _payload,
     "active-connections": _active_connections,
+    moe.EXPERIMENT: _moe_dispatch,
 }
 
 
 def _fits(agg: pd.DataFrame, experiment: str) -> dict[str, list[fit_apply.FitOutcome]]:
     """The fits the experiment declares, one per curve, as analyze computes them."""
-    names = fit_apply.declared_fits(experiment)
+    names = tuple(n for n in fit_apply.declared_fits(experiment)
+                  if not moe.fits_itself(experiment, n))
     if not names:
         return {}
     full = experiment_table(agg, experiment)
