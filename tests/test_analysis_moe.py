@@ -352,3 +352,25 @@ def test_heatmap_cells_hold_the_paired_change() -> None:
 def test_no_moe_tables_for_other_experiments(tmp_path: Path) -> None:
     agg = pd.DataFrame({"experiment": ["msg-rate"], "point": [0], "metric": [""]})
     assert moe.tables(agg) == {} and not moe.present(agg)
+
+
+def test_several_ep_sizes_pair_within_their_own_runs(tmp_path: Path) -> None:
+    """A sweep directory joins runs of different EP sizes: each cell (EP included) is paired
+    within its own rounds, and the heatmap gets one row per EP x SM cap."""
+    from gicbench.analysis import plots
+
+    aggs, offset = [], 0
+    for world in (2, 3):
+        run = write_run(tmp_path / f"ep{world}", wait_sweep=False, world=world, rounds=2,
+                        caps=(64,), topks=(8,))  # fmt: skip
+        a = aggregate_ranks(load_run(run))
+        aggs.append(a.assign(point=a["point"] + offset))
+        offset += int(a["point"].max()) + 1
+    s = moe.summary(moe.round_table(pd.concat(aggs, ignore_index=True)))
+    assert sorted(s["ranks"].unique()) == [2, 3]
+    gpi = s[s["backend"] == "gpi"]
+    assert gpi["change_pct"].to_numpy() == pytest.approx(-40.0, abs=0.01)
+    assert (gpi["matched_rounds"] == 2).all()
+    grid, rows, cols = plots.moe_grids(s, ["ranks", "sm_cap"], "tokens")["gdaki"]
+    assert rows == [(2, 64), (3, 64)] and cols == list(TOKENS)
+    assert np.isfinite(grid).all()
