@@ -86,19 +86,33 @@ def test_lanes_rows_and_room(world: int, rank: int) -> None:
 def test_gpi_mc_window_covers_every_local_expert_at_one_pitch() -> None:
     plan = _plan(backend="gpi-mc")
     lay = gd.layout(_work(plan))
-    assert lay.fan is not None
-    assert (lay.fan.stride, lay.fan.pitch_slots, lay.fan.token_slots) == (SB, T_MAX + 1, 1)
-    addr, length, key = lay.fan.windows[1]
-    assert addr == 0x20_0000 and length == 3 * PITCH + COFF + 8 and key == 8
+    fan = lay.fan
+    assert fan is not None and fan.groups == 1 and fan.group == 4
+    assert (fan.stride, fan.pitch_slots, fan.token_slots) == (SB, T_MAX + 1, 1)
+    assert fan.windows[(1, 0)] == (0x20_0000, 3 * PITCH + COFF + 8, 8)
     # a pitch that is not whole tokens: slots of the common divisor
     odd = gd.layout(_work(plan, pitch=COFF + 8)).fan
-    assert odd is not None and odd.stride == 8 and odd.token_slots == SB // 8
+    assert odd is not None and odd.stride == 8 and odd.token_slots == SB // 8 and odd.groups == 1
+    assert (
+        gd.descriptors(plan, 0, 2, fan.group) == int((plan.routing[0] >= 4).any(axis=1).sum()) + 4
+    )
+
+
+def test_gpi_mc_windows_split_where_slots_run_out() -> None:
+    """Slices 1 MiB apart in slots of 8 bytes: one expert a window, a token a descriptor per
+    window group it has remote experts in."""
+    plan = _plan(backend="gpi-mc", topk=3)
+    pitch = COFF + 8 + 2**20
+    fan = gd.layout(_work(plan, pitch=pitch)).fan
+    assert fan is not None and fan.group == 1 and fan.groups == 4
+    for g in range(4):
+        assert fan.windows[(1, g)] == (0x20_0000 + g * pitch, COFF + 8, 8)
+    want = int((plan.routing[0] >= 4).sum()) + 4
+    assert gd.descriptors(plan, 0, 2, fan.group) == want
 
 
 def test_gpi_mc_refuses_what_a_fan_out_cannot_address() -> None:
     plan = _plan(backend="gpi-mc")
-    with pytest.raises(UnsupportedError, match="a destination holds"):
-        gd.layout(_work(plan, pitch=COFF + 8 + 2**20))  # slots of 8 bytes, far apart
     w = _work(plan)
     ls = list(w.lanes[1])
     ls[2] = Lane(None, 1, ls[2].src, Buffer(ls[2].dst.addr + 64, 8, COFF + 8))  # type: ignore[arg-type]
@@ -106,6 +120,8 @@ def test_gpi_mc_refuses_what_a_fan_out_cannot_address() -> None:
         gd.layout(_work(plan, lanes={1: tuple(ls)}))
     with pytest.raises(ConfigError, match="topk"):
         gd.layout(_work(_plan(backend="gpi-mc", topk=9, experts=16)))
+    with pytest.raises(ConfigError, match="experts"):
+        gd.layout(_work(_plan(backend="gpi", experts=2 * 255)))
 
 
 def test_knobs_the_kernels_cannot_take_are_refused() -> None:

@@ -14,7 +14,9 @@
 //              gpi        one WRITE descriptor (gpi.cuh) into the rank's GPI queue: its index by
 //                         a fetch-add on pi, a credit against ci, whole-segment stores with owner
 //                         bits;
-//              gpi-mc     one FANOUT descriptor per token (NO_SIGNAL) for its remote experts.
+//              gpi-mc     one FANOUT descriptor per token (NO_SIGNAL) for its remote experts (one
+//                         per window group its experts fall in, where a window cannot address
+//                         every local expert's slice: the format's 15-bit slots).
 //            Signals (the DeepEP low-latency rule): every (source, expert) gets exactly one,
 //            (count + 1) added to the count word of its slice, after the source's writes to that
 //            expert. The thread whose write completes an expert's count (a fetch-add on kSent)
@@ -272,26 +274,34 @@ extern "C" __global__ void moe_send(const uint64_t* args, const uint64_t* lanes,
             const unsigned below = rm & ((1u << j) - 1);
             ok = gpi_put(c, a, i0 + __popc(below), w, ci_shadow);
           }
-        } else if (rm) {  // gpi-mc: lane 0 writes the token's one fan-out descriptor
+        } else if (rm) {  // gpi-mc: lane 0 writes the token's fan-out, one per window group
           if (j == 0) {
-            gpi::Desc f{};
-            f.op = gpi::kOpFanout;
-            f.flags = gpi::kFlagNoSignal;
-            f.src_win = static_cast<uint8_t>(src_window(el));
-            f.dst_win = f.sig_win = static_cast<uint8_t>(fan_window(el));
-            f.size = static_cast<uint32_t>(sb);
-            f.stride = static_cast<uint32_t>(a[kFanStride]);
-            f.src_off = t * sb;
-            uint32_t n = 0;
-            for (uint32_t i = 0; i < k; ++i) {
-              const uint32_t xi = static_cast<uint32_t>(route[t * k + i]);
-              if (xi / el == rank) continue;
-              const uint64_t s = (xi % el) * a[kFanPitch] +
-                                 static_cast<uint64_t>(slot[t * k + i]) * a[kFanToken];
-              f.dest[n++] = gpi::Dest{static_cast<uint8_t>(xi / el), static_cast<uint16_t>(s), 0};
+            const uint32_t group = static_cast<uint32_t>(a[kFanGroup]);
+            uint32_t left = rm;  // remote destinations not yet in a descriptor
+            while (left && ok) {
+              const uint32_t g = (static_cast<uint32_t>(route[t * k + __ffs(left) - 1]) % el) /
+                                 group;
+              gpi::Desc f{};
+              f.op = gpi::kOpFanout;
+              f.flags = gpi::kFlagNoSignal;
+              f.src_win = static_cast<uint8_t>(src_window(el));
+              f.dst_win = f.sig_win = static_cast<uint8_t>(fan_window(el, g));
+              f.size = static_cast<uint32_t>(sb);
+              f.stride = static_cast<uint32_t>(a[kFanStride]);
+              f.src_off = t * sb;
+              uint32_t n = 0;
+              for (uint32_t i = 0; i < k; ++i) {
+                const uint32_t xi = static_cast<uint32_t>(route[t * k + i]);
+                if (!((left >> i) & 1) || (xi % el) / group != g) continue;
+                left &= ~(1u << i);
+                const uint64_t s = (xi % el - g * group) * a[kFanPitch] +
+                                   static_cast<uint64_t>(slot[t * k + i]) * a[kFanToken];
+                f.dest[n++] =
+                    gpi::Dest{static_cast<uint8_t>(xi / el), static_cast<uint16_t>(s), 0};
+              }
+              f.k = static_cast<uint8_t>(n);
+              ok = gpi_put(c, a, gpi_reserve(a, 1), f, ci_shadow);
             }
-            f.k = static_cast<uint8_t>(n);
-            ok = gpi_put(c, a, gpi_reserve(a, 1), f, ci_shadow);
           }
           ok = __shfl_sync(0xffffffffu, ok, 0);
           __syncwarp();  // the fan-out's reservation before any lane's count (count_write)

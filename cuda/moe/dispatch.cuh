@@ -49,17 +49,19 @@ enum Arg : int {
   kFanStride,    // gpi-mc: bytes of a fan-out slot (the gcd of the token and expert pitches)
   kFanPitch,     // gpi-mc: fan-out slots between the slices of two local experts
   kFanToken,     // gpi-mc: fan-out slots of one token
+  kFanGroup,     // gpi-mc: local experts a fan-out window covers (a group)
   kTimeoutNs,    // every wait's deadline
   kArgs
 };
 
 // GPI window handles: handle e < E_local is local expert e's landing slice for this source at
-// each rank (data and count word); then the staging (this rank), then gpi-mc's fan-out window
-// (this source's slices of every local expert at each rank, kFanPitch slots apart; token i of
-// local expert e at slot e * kFanPitch + i * kFanToken of kFanStride bytes).
+// each rank (data and count word); then the staging (this rank); then gpi-mc's fan-out windows,
+// one a group of kFanGroup local experts: group g's slices of this source at each rank, from
+// local expert g * kFanGroup's, token i of local expert e at slot (e - g * kFanGroup) *
+// kFanPitch + i * kFanToken of kFanStride bytes.
 __host__ __device__ constexpr uint32_t src_window(uint32_t experts_local) { return experts_local; }
-__host__ __device__ constexpr uint32_t fan_window(uint32_t experts_local) {
-  return experts_local + 1;
+__host__ __device__ constexpr uint32_t fan_window(uint32_t experts_local, uint32_t group) {
+  return experts_local + 1 + group;
 }
 
 }  // namespace moe

@@ -12,8 +12,9 @@ free-flow gets a fresh host-forwarded doorbell thread per call (forward.py), who
 start at each QP's producer index then, so gdaki and free-flow points may alternate on the same
 QPs. gpi and gpi-mc write descriptors into a GPI queue of the rank (EmuFabric.create_gpi, the
 CPU engine only); its windows come from the lanes' remote slices, so no exchange is needed:
-handle e is local expert e's slice at each peer, then the staging, then gpi-mc's fan-out window
-(every local expert's slice at a peer, which needs the slices at one pitch).
+handle e is local expert e's slice at each peer, then the staging, then gpi-mc's fan-out windows
+(the slices of a group of local experts at a peer, as many experts as the fan-out's 15-bit slots
+reach; the slices must be at one pitch).
 
 A count signal's old value (the masked fetch-add returns it) lands in a small region the
 submitter registers for it (8 bytes a lane; only the NIC writes it, nothing reads it).
@@ -50,7 +51,7 @@ ARGS = (
     "counter_off", "route", "slot", "count", "lane_of", "sent", "tokens_dev", "staging_dev",
     "staging_nic", "staging_key", "self_recv", "fetch_nic", "fetch_key", "signal_every",
     "gpi_base", "gpi_pi", "gpi_ring", "gpi_log_depth", "fan_stride", "fan_pitch", "fan_token",
-    "timeout_ns",
+    "fan_group", "timeout_ns",
 )  # fmt: skip
 ARG = {name: i for i, name in enumerate(ARGS)}
 KERNELS = ("moe_send", "moe_recv", "moe_delay", "moe_drain")
@@ -61,6 +62,7 @@ GPI_DEPTH = 4096
 MAX_FAN_SLOT = (1 << 15) - 1  # a fan-out destination's slot is 15 bits
 MAX_FAN_RANK = 255
 MAX_FAN_K = 8
+MAX_WINDOWS = 256  # window handles of a GPI queue (app/fabric/emu/gpi.py)
 CALIBRATION_RUNS = 20
 _MODULES: dict[tuple[str, str, int], Any] = {}
 
@@ -109,13 +111,19 @@ def kernels(ordering: str, cq_poll: str) -> dict[str, Any]:
 # ---- what the kernels are given, computed on the host ------------------------------------------
 @dataclass(frozen=True)
 class FanLayout:
-    """gpi-mc's fan-out window: at each peer, this source's slices of every local expert from
-    the first one's address, `pitch` bytes apart; slots of `stride` bytes."""
+    """gpi-mc's fan-out windows: at each peer, this source's slices of a group of `group` local
+    experts from the group's first, `pitch_slots` slots apart, slots of `stride` bytes (one
+    window for all local experts when their slots fit a destination's 15 bits)."""
 
     stride: int
     pitch_slots: int  # slots between two experts' slices
     token_slots: int  # slots of one token
-    windows: dict[int, tuple[int, int, int]]  # peer -> (addr, length, key)
+    group: int  # local experts a window covers
+    windows: dict[tuple[int, int], tuple[int, int, int]]  # (peer, group) -> (addr, length, key)
+
+    @property
+    def groups(self) -> int:
+        return len({g for _, g in self.windows})
 
 
 @dataclass(frozen=True)
@@ -136,41 +144,50 @@ def lane_list(work: DispatchWork, order: tuple[tuple[int, int], ...]) -> list[La
 
 
 def fan_layout(work: DispatchWork) -> FanLayout:
-    """gpi-mc's one window per peer over this source's slices of all local experts; refused
-    (UnsupportedError, naming why) when the slices are not at one pitch or the slots do not fit
-    a fan-out destination's 15 bits."""
+    """gpi-mc's windows over this source's slices at each peer, as few as the fan-out's 15-bit
+    slots allow; refused (UnsupportedError, naming why) when the slices are not at one pitch,
+    when one token's slots alone do not fit, or when the windows do not fit the queue's table."""
     sb = work.slot_bytes
     el = work.plan.local_experts(work.world)
     pitches = set()
-    windows: dict[int, tuple[int, int, int]] = {}
     for d, ls in sorted(work.lanes.items()):
-        addrs = [lane.dst.addr for lane in ls]
-        keys = {lane.dst.key for lane in ls}
-        if len(keys) != 1:
-            raise UnsupportedError(f"gpi-mc: peer {d}'s landing slices are under {len(keys)} keys")
-        steps = {b - a for a, b in itertools.pairwise(addrs)}
+        if len({lane.dst.key for lane in ls}) != 1:
+            raise UnsupportedError(f"gpi-mc: peer {d}'s landing slices are under several keys")
+        steps = {b.dst.addr - a.dst.addr for a, b in itertools.pairwise(ls)}
         if len(steps) > 1 or any(s <= 0 for s in steps):
             raise UnsupportedError(
-                f"gpi-mc: peer {d}'s landing slices are not at one pitch (one fan-out window "
-                "covers them all)"
+                f"gpi-mc: peer {d}'s landing slices are not at one pitch (a fan-out window "
+                "covers several)"
             )
         pitches |= steps
-        windows[d] = (addrs[0], addrs[-1] - addrs[0] + ls[-1].dst.length, keys.pop())
     if len(pitches) > 1:
         raise UnsupportedError("gpi-mc: the peers' landing slices are at different pitches")
     pitch = pitches.pop() if pitches else sb
     stride = math.gcd(pitch, sb)
-    fan = FanLayout(stride, pitch // stride, sb // stride, windows)
-    top = (el - 1) * fan.pitch_slots + (work.plan.tokens - 1) * fan.token_slots
+    pitch_slots, token_slots = pitch // stride, sb // stride
+    top = (work.plan.tokens - 1) * token_slots
     if top > MAX_FAN_SLOT:
         raise UnsupportedError(
             f"gpi-mc: the fan-out slot of the last token would be {top} (slices {pitch} bytes "
             f"apart, tokens of {sb} bytes, slots of {stride}): above the {MAX_FAN_SLOT} a "
             "destination holds"
         )
+    group = min(el, (MAX_FAN_SLOT - top) // pitch_slots + 1)
+    ngroups = -(-el // group)
+    if el + 1 + ngroups > MAX_WINDOWS:
+        raise UnsupportedError(
+            f"gpi-mc: {ngroups} fan-out windows of {group} experts (slices {pitch} bytes apart) "
+            f"beside {el + 1} others: above the {MAX_WINDOWS} window handles of a GPI queue"
+        )
     if max(work.lanes, default=0) > MAX_FAN_RANK:
         raise UnsupportedError(f"gpi-mc: a fan-out destination's rank is at most {MAX_FAN_RANK}")
-    return fan
+    windows: dict[tuple[int, int], tuple[int, int, int]] = {}
+    for d, ls in work.lanes.items():
+        for g in range(ngroups):
+            first, last = ls[g * group], ls[min(el, (g + 1) * group) - 1]
+            length = last.dst.addr - first.dst.addr + last.dst.length
+            windows[(d, g)] = (first.dst.addr, length, first.dst.key)
+    return FanLayout(stride, pitch_slots, token_slots, group, windows)
 
 
 def layout(work: DispatchWork) -> Layout:
@@ -187,6 +204,13 @@ def layout(work: DispatchWork) -> Layout:
         raise ConfigError("slot_bytes", sb, f"{plan.token_bytes} (2 x hidden)")
     if not 1 <= k <= MAX_TOPK:
         raise ConfigError("topk", k, f"1..{MAX_TOPK} with --submitter gpu (one warp a token)")
+    if plan.backend in ("gpi", "gpi-mc") and el + 2 > MAX_WINDOWS:
+        raise ConfigError(
+            "experts",
+            E,
+            f"<= {(MAX_WINDOWS - 2) * W} for {plan.backend} with {W} ranks (a window "
+            "handle a local expert and two more, of a GPI queue's 256)",
+        )
     if plan.backend == "gpi-mc" and k > MAX_FAN_K:
         raise ConfigError("topk", k, f"1..{MAX_FAN_K} for gpi-mc (a fan-out's destinations)")
     if plan.sm_cap < 1:
@@ -245,15 +269,16 @@ def lane_wqebbs(plan: Any, rank: int, order: tuple[tuple[int, int], ...], el: in
     return [total * (int(plan.counts[rank, d * el + e]) + 1) for d, e in order]
 
 
-def descriptors(plan: Any, rank: int, world: int) -> int:
+def descriptors(plan: Any, rank: int, world: int, group: int | None = None) -> int:
     """GPI descriptors one iteration writes: gpi one a (token, remote expert), gpi-mc one a
-    token with a remote expert; then a SIGNAL per remote expert."""
+    (token, fan-out window group it has remote experts in); then a SIGNAL per remote expert."""
     el = plan.experts // world
     remote = (plan.routing[rank] // el) != rank
     signals = plan.experts - el
     if plan.backend == "gpi":
         return int(remote.sum()) + signals
-    return int(remote.any(axis=1).sum()) + signals
+    g = (plan.routing[rank] % el) // (group or el)
+    return sum(len(set(g[t][remote[t]].tolist())) for t in range(plan.tokens)) + signals
 
 
 # ---- the call ------------------------------------------------------------------------------------
@@ -295,8 +320,9 @@ class _Gpi:
         for d, ls in work.lanes.items():
             for e, lane in enumerate(ls):
                 f.set_gpi_window(q, e, d, GpiWindow(lane.dst.addr, lane.dst.length, lane.dst.key))
-            if lay.fan is not None:
-                f.set_gpi_window(q, el + 1, d, GpiWindow(*lay.fan.windows[d]))
+        if lay.fan is not None:
+            for (d, g), w in lay.fan.windows.items():
+                f.set_gpi_window(q, el + 1 + g, d, GpiWindow(*w))
 
     def drain(self, timeout_s: float, errors_before: int) -> int:
         """Every descriptor reserved is consumed (the block's pi set to the reservations);
@@ -422,7 +448,8 @@ def run(sub: GpuSubmitter, work: DispatchWork) -> DispatchResult:
             )
         )
         keep += [*dev, sent, self_dev]
-        gpi = _Gpi(sub, el + 2) if backend in ("gpi", "gpi-mc") else None
+        nwin = el + 1 + (lay.fan.groups if lay.fan else 1)
+        gpi = _Gpi(sub, nwin) if backend in ("gpi", "gpi-mc") else None
         if gpi is not None:
             gpi.windows(work, lay)
         a = np.zeros(len(ARGS), dtype=np.uint64)
@@ -442,7 +469,8 @@ def run(sub: GpuSubmitter, work: DispatchWork) -> DispatchResult:
             "gpi_ring": gpi.ring if gpi else 0,
             "gpi_log_depth": gpi.q.log_depth if gpi else 0,
             "fan_stride": fan.stride if fan else sb, "fan_pitch": fan.pitch_slots if fan else 0,
-            "fan_token": fan.token_slots if fan else 1, "timeout_ns": sub.timeout_ns,
+            "fan_token": fan.token_slots if fan else 1, "fan_group": fan.group if fan else el,
+            "timeout_ns": sub.timeout_ns,
         }  # fmt: skip
         for name, v in vals.items():
             a[ARG[name]] = np.uint64(v)
@@ -565,7 +593,10 @@ def run(sub: GpuSubmitter, work: DispatchWork) -> DispatchResult:
         details["doorbells"] = float(rings if fwd is not None else per_iter_wqes * total)
         details["signal_every"] = float(signal_every(depth))
     if gpi is not None:
-        details["descriptors_per_iter"] = float(descriptors(plan, r, W))
+        group = lay.fan.group if lay.fan else None
+        details["descriptors_per_iter"] = float(descriptors(plan, r, W, group))
+        if lay.fan is not None:
+            details["fan_windows"] = float(lay.fan.groups)
         details["gpi_depth"] = float(gpi.q.depth)
     if plan.wait_us is not None:
         s = spun.get()[plan.warmup : total]
