@@ -15,7 +15,7 @@ import pytest
 from gpu_helpers import GPU_RANKS, cupy_or_skip
 from resources import Traffic, factory
 
-from gicbench.fabric.base import host_view
+from gicbench.fabric.base import Access, MemoryRegion, host_view
 from gicbench.moe import routing as rt
 from gicbench.submit.gpu.params import GpuParams
 from gicbench.submit.work import Buffer, DispatchPlan, DispatchResult, DispatchWork
@@ -33,12 +33,20 @@ PITCH = (T_MAX + 1) * SB  # one landing slice, whole tokens apart (gpi-mc's fan-
 BACKENDS = ("gdaki", "free-flow", "gpi", "gpi-mc")
 
 
+class DispatchPair(Traffic):
+    """resources.Traffic whose landings take atomics too (the count signals), as bring-up
+    registers a landing region."""
+
+    def register(self, rank: int, access: Access, domain: str | None) -> MemoryRegion:
+        return super().register(rank, access | Access.REMOTE_ATOMIC, domain)
+
+
 @pytest.fixture
 def world():
     """`world(depth)`: the pair with EL RC QPs a way and a source area per rank (tokens,
     staging, own experts' slices), all host-mapped, and a GPU submitter per rank."""
     cupy_or_skip()
-    with factory(Traffic, **GPU_RANKS, prefix="md") as make:
+    with factory(DispatchPair, **GPU_RANKS, prefix="md") as make:
         made: list[Any] = []
 
         def build(depth: int = 64) -> Any:
