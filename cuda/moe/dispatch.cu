@@ -46,31 +46,24 @@ struct Args {
   }
 };
 
-// `n` bytes from `src` to `dst` by the threads of the block: 16-byte words when both are
-// aligned to 16 (a token of 2H bytes with H a multiple of 8), else bytes.
+// `n` bytes from `src` to `dst` by the threads of the block, in the widest words all three
+// allow: 16 bytes (tokens of 2H bytes, H a multiple of 8, at 16-byte aligned slots), 8 (slices
+// of T_max slots and a count word), else bytes. `fresh`: memory another agent (the NIC) writes,
+// read with loads that bypass the caches (.cv), so a slot is read afresh in every iteration.
+template <bool fresh>
 __device__ __forceinline__ void block_copy(uint8_t* dst, const uint8_t* src, uint64_t n) {
-  const bool wide = ((reinterpret_cast<uint64_t>(dst) | reinterpret_cast<uint64_t>(src) | n) &
-                     15) == 0;
-  if (wide) {
+  const uint64_t align = reinterpret_cast<uint64_t>(dst) | reinterpret_cast<uint64_t>(src) | n;
+  if ((align & 15) == 0) {
     uint4* d = reinterpret_cast<uint4*>(dst);
     const uint4* s = reinterpret_cast<const uint4*>(src);
-    for (uint64_t i = threadIdx.x; i < n / 16; i += blockDim.x) d[i] = s[i];
+    for (uint64_t i = threadIdx.x; i < n / 16; i += blockDim.x) d[i] = fresh ? __ldcv(s + i) : s[i];
+  } else if ((align & 7) == 0) {
+    unsigned long long* d = reinterpret_cast<unsigned long long*>(dst);
+    const unsigned long long* s = reinterpret_cast<const unsigned long long*>(src);
+    for (uint64_t i = threadIdx.x; i < n / 8; i += blockDim.x) d[i] = fresh ? __ldcv(s + i) : s[i];
   } else {
-    for (uint64_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
-  }
-}
-
-// The same from memory another agent (the NIC) writes: loads that bypass the caches (.cv), so
-// a slot is read afresh in every iteration.
-__device__ __forceinline__ void block_copy_fresh(uint8_t* dst, const uint8_t* src, uint64_t n) {
-  const bool wide = ((reinterpret_cast<uint64_t>(dst) | reinterpret_cast<uint64_t>(src) | n) &
-                     15) == 0;
-  if (wide) {
-    uint4* d = reinterpret_cast<uint4*>(dst);
-    const uint4* s = reinterpret_cast<const uint4*>(src);
-    for (uint64_t i = threadIdx.x; i < n / 16; i += blockDim.x) d[i] = __ldcv(s + i);
-  } else {
-    for (uint64_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = ld_volatile8(src + i);
+    for (uint64_t i = threadIdx.x; i < n; i += blockDim.x)
+      dst[i] = fresh ? ld_volatile8(src + i) : src[i];
   }
 }
 
@@ -230,12 +223,12 @@ extern "C" __global__ void moe_send(const uint64_t* args, const uint64_t* lanes,
 
   for (uint32_t t = blockIdx.x; t < T; t += gridDim.x) {
     const uint8_t* tok = tokens + t * sb;
-    block_copy(staging + t * sb, tok, sb);
+    block_copy<false>(staging + t * sb, tok, sb);
     for (uint32_t j = 0; j < k; ++j) {
       const uint32_t x = static_cast<uint32_t>(route[t * k + j]);
       if (x / el == rank) {
         uint8_t* dst = reinterpret_cast<uint8_t*>(self_recv[x % el]);
-        block_copy(dst + static_cast<uint64_t>(slot[t * k + j]) * sb, tok, sb);
+        block_copy<false>(dst + static_cast<uint64_t>(slot[t * k + j]) * sb, tok, sb);
       }
     }
     __threadfence_system();  // staged bytes visible to the NIC before any thread posts them
@@ -346,7 +339,7 @@ extern "C" __global__ void moe_recv(const uint64_t* words, const uint64_t* slots
     n = got < cap ? got : cap;
   }
   __syncthreads();
-  block_copy_fresh(out + static_cast<uint64_t>(rows[i]) * slot_bytes,
+  block_copy<true>(out + static_cast<uint64_t>(rows[i]) * slot_bytes,
                    reinterpret_cast<const uint8_t*>(slots[i]), n * slot_bytes);
   __syncthreads();
   if (threadIdx.x == 0 && received[i] >= 0) st_volatile64(word, 0);  // ready for the next call
