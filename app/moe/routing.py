@@ -51,10 +51,18 @@ def draw_routing(seed: int, world: int, tokens: int, topk: int, experts: int) ->
     if tokens < 1 or world < 1:
         raise ValueError(f"tokens {tokens} and world {world} must be >= 1")
     rng = np.random.default_rng([seed, world, tokens, topk, experts])
-    keys = rng.random((world, tokens, experts))
-    # the experts of the topk smallest keys: a uniform topk-subset, in key order
-    pick = np.argsort(keys, axis=-1, kind="stable")[..., :topk]
-    return pick.astype(np.int32)
+    out = np.empty((world, tokens, topk), dtype=np.int32)
+    for s in range(world):  # one source at a time: tokens x experts keys, not world x that
+        keys = rng.random((tokens, experts))
+        # the experts of the topk smallest keys: a uniform topk-subset, in key order
+        pick = (
+            np.argpartition(keys, topk - 1, axis=1)[:, :topk]
+            if topk < experts
+            else np.broadcast_to(np.arange(experts), (tokens, experts))
+        )
+        order = np.argsort(np.take_along_axis(keys, pick, axis=1), axis=1, kind="stable")
+        out[s] = np.take_along_axis(pick, order, axis=1)
+    return out
 
 
 def counts_of(routing: np.ndarray, experts: int) -> np.ndarray:
