@@ -402,6 +402,15 @@ GB_HD uint32_t serve(Env& env, SqState& e, const SqParams& q, uint32_t budget = 
   }
   uint32_t handled = 0;
   bool blocked = false;
+  // A NIC fetches the WQEs a doorbell names ahead of completing the ones before them, so a
+  // WQE's CQE is written here only once the next published WQE has been read and executed (or
+  // nothing more is published in this pass). Posting code may then reuse a slot as soon as
+  // the CQE before it arrives, as it may on a NIC: DOCA's collapsed-CQ slot wait frees slot
+  // i + depth when the CQE of WQE i - 1 lands.
+  bool held = false;
+  uint8_t held_op = 0;
+  uint16_t held_idx = 0;
+  uint32_t held_bytes = 0;
   while (avail && handled < budget) {
     const m5::CtrlView c = m5::get_ctrl_seg(sq.wqe(ci));
     const uint32_t nbb = m5::ds_to_wqebbs(c.ds ? c.ds : 1);
@@ -417,6 +426,8 @@ GB_HD uint32_t serve(Env& env, SqState& e, const SqParams& q, uint32_t budget = 
     }
     const uint16_t idx = static_cast<uint16_t>(ci);
     if (env.qp_state() == kErr) {
+      if (held) env.req_cqe(held_op, held_idx, held_bytes);
+      held = false;
       env.err_cqe(m5::kSyndWrFlush, 0, c.opcode, idx, true);
       env.event(kEvFlushed, 0, idx);
     } else {
@@ -425,19 +436,27 @@ GB_HD uint32_t serve(Env& env, SqState& e, const SqParams& q, uint32_t budget = 
         break;
       }
       const Exec r = execute(env, q, ci, c);
+      if (held) env.req_cqe(held_op, held_idx, held_bytes);  // WQE ci read: complete the last
+      held = false;
       if (r.synd) {
         env.err_cqe(r.synd, vendor_syndrome(r.synd), c.opcode, idx, false);
         env.qp_to_error();
         env.event(kEvError, r.synd, idx);
       } else {
         env.event(kEvExecuted, r.bytes, c.opcode != m5::kOpNop);
-        if (c.fm_ce_se & m5::kCqUpdate) env.req_cqe(c.opcode, idx, r.bytes);
+        if (c.fm_ce_se & m5::kCqUpdate) {
+          held = true;
+          held_op = c.opcode;
+          held_idx = idx;
+          held_bytes = r.bytes;
+        }
       }
     }
     ++handled;
     ci += nbb;
     avail -= nbb;
   }
+  if (held) env.req_cqe(held_op, held_idx, held_bytes);
   e.ci = ci;
   if (e.check_lag) {
     const uint32_t need = (e.named - ci) & 0xffff;

@@ -41,8 +41,9 @@ enum Out : uint32_t {
   kOutGpiTorn,    // GPI: torn waits
   kOutGpiWrites,  // GPI: RDMA writes realized
   kOutGpiSignals,
+  kOutReuse,      // reuse_scenario: executed | stale << 8 | CQEs << 16
 };
-static_assert(kOutGpiSignals < kNumOut, "output words");
+static_assert(kOutReuse < kNumOut, "output words");
 // GPI queue: control block (2 counters) and a ring of 4 descriptors; its writes land from
 // kDstOff + kGpiDst, its signal words at kDstOff + kGpiSig.
 constexpr uint32_t kGpiCtlOff = 2560, kGpiRingOff = 3072, kGpiDepthLog = 2;
@@ -53,6 +54,7 @@ struct Env {
   uint64_t* out;
   uint32_t state = ec::kRts;
   uint32_t cq_status = 0, cq_pi = 0, cq_dropped = 0;
+  bool reuse = false;  // reuse_scenario: every CQE frees the next slot, which is then zeroed
   struct Resp {
     int unused;
   };
@@ -130,6 +132,10 @@ struct Env {
                      &cq_pi, &cq_dropped, kNcqe, ec::kCqOverrunIgnore};
   }
   GB_HD void req_cqe(uint8_t op, uint16_t idx, uint32_t bytes) {
+    if (reuse) {
+      uint8_t* next = mem + kSqOff + ((idx + 1u) % kSqWqebbs) * 64u;
+      for (uint32_t i = 0; i < 64; ++i) next[i] = 0;
+    }
     ec::write_cqe(*this, cq(), [&](uint8_t* b, uint8_t owner) {
       return m5::fill_req_cqe(b, kQpn, op, idx, bytes, 0, owner);
     });
@@ -261,6 +267,31 @@ GB_HD void gpi_scenario(uint8_t* mem, uint64_t* out) {
   out[kOutGpiCi] = st.ci;
 }
 
+// Posting code that reuses slot i + 1 as soon as the CQE of WQE i lands (DOCA's collapsed-CQ
+// slot wait frees one slot early): two signaled inline writes under one doorbell, every CQE
+// zeroing the next slot. A NIC has read WQE 1 before it completes WQE 0, so both execute.
+GB_HD void reuse_scenario(uint8_t* mem, uint64_t* out) {
+  uint64_t o[kNumOut] = {};
+  Env env{mem, o};
+  env.reuse = true;
+  for (uint32_t i = 0; i < kNcqe; ++i) m5::cqe_init(mem + kCqOff + i * m5::kCqeBytes);
+  for (uint32_t i = 0; i < 8; ++i) mem[kSrcOff + i] = static_cast<uint8_t>(0xa0 + i);
+  const m5::SqRing ring{mem + kSqOff, kSqWqebbs};
+  const ec::SqParams q{ring, kQpn, 0, 0, kPd, false,
+                       reinterpret_cast<const uint32_t*>(mem + kDbrecOff) + m5::kSndDbr};
+  ec::SqState st;
+  const uint64_t dst = reinterpret_cast<uint64_t>(mem) + kDstOff + 896;
+  uint32_t pi = 0;
+  pi += m5::build_rdma_write(ring, pi, kQpn, dst, kKey, mem + kSrcOff, 4, 0, 0, m5::kCqUpdate,
+                             false, 0);
+  const uint32_t last = pi;
+  pi += m5::build_rdma_write(ring, pi, kQpn, dst + 4, kKey, mem + kSrcOff + 4, 4, 0, 0,
+                             m5::kCqUpdate, false, 0);
+  reinterpret_cast<uint32_t*>(mem + kDbrecOff)[m5::kSndDbr] = m5::dbrec_value(pi);
+  ec::on_doorbell(env, st, q, m5::doorbell_value(ring.wqe(last)));
+  out[kOutReuse] = o[kOutExecuted] | (o[kOutStale] << 8) | (uint64_t{env.cq_pi} << 16);
+}
+
 // Post, record, ring, serve. Expected results (tests/conformance/test_emu_core_cuda.py):
 // dst[0..8) = src[0..8), dst[8..16) = src[32..40) (gather), 8 B at res = 7 (old value), the word
 // at kDstOff+64 = 7 + 5; a 4-byte masked fetch-add of 0x01010101 with byte fields on 0x01ff7f00
@@ -269,6 +300,7 @@ GB_HD void gpi_scenario(uint8_t* mem, uint64_t* out) {
 // (write), 5 (fetch-add, retiring the unsignaled masked ones at 2 and 3), then an error CQE (bad
 // rkey) at 6 and a flush at 7.
 GB_HD void scenario(uint8_t* mem, uint64_t* out) {
+  reuse_scenario(mem, out);  // first: the main scenario below rewrites the SQ and the CQ
   Env env{mem, out};
   for (uint32_t i = 0; i < 256; ++i) mem[kSrcOff + i] = static_cast<uint8_t>(i);
   *reinterpret_cast<uint64_t*>(mem + kDstOff + 64) = 7;

@@ -55,6 +55,10 @@ def check_gpi(out: list[int], dst: bytes, ctl: bytes) -> None:
 
 
 def check(out: list[int], dst: bytes, res: bytes, cq: bytes) -> None:
+    # reuse_scenario: each CQE frees (zeroes) the next slot; both WQEs still execute, as on a
+    # NIC that has read WQE i + 1 before it completes WQE i
+    assert (out[15] & 0xFF, (out[15] >> 8) & 0xFF, out[15] >> 16) == (2, 0, 2)
+    assert dst[896:904] == bytes(range(0xA0, 0xA8))
     executed, errors, flushed, doorbells, stale, lag, cq_pi, state, ci, nbytes = out[:10]
     assert (executed, errors, flushed, doorbells, stale, lag) == (5, 1, 1, 3, 0, 0)
     assert (cq_pi, state, ci, nbytes) == (4, 6, 8, 4 + 12 + 4 + 8 + 8)
