@@ -189,3 +189,9 @@ def test_landing_slices_hold_t_max_slots_and_the_count_word() -> None:
     assert exp.max_message >= exp.counter_offset + 8 and exp.max_message % 8 == 0
     # the source region (16 lanes x the slice) holds tokens, staging and the self area
     assert 16 * exp.max_message >= 2 * 256 * 4096 + 16 * (256 * 4096 + 8)
+
+
+def test_list_knobs_from_a_sweep_file_as_lists_or_text() -> None:
+    p = moe_dispatch.MoeDispatchParams(tokens=[1, 16], wait_us="0,4.5", sm_cap=(128,))
+    assert p.token_grid == (1, 16) and p.wait_grid == (0.0, 4.5) and p.sm_cap_grid == (128,)
+    assert moe_dispatch.MoeDispatchParams(tokens="16").token_grid == (16,)

@@ -91,10 +91,15 @@ WAIT_US = Knob(
 )
 
 
+def _text(values: Any) -> str:
+    """A list knob's value as typed: the command line's tuple, or a sweep file's list or text."""
+    return values if isinstance(values, str) else ",".join(map(str, values))
+
+
 def _ints(knob: Knob, name: str, values: tuple[str, ...], lo: int, hi: int) -> tuple[int, ...]:
     label = knob.label(name)
     allowed = f"a comma-separated list of integers in {lo}..{hi}"
-    items = parse_list(",".join(map(str, values)), label, f"integers in {lo}..{hi}")
+    items = parse_list(_text(values), label, f"integers in {lo}..{hi}")
     out = tuple(parse_int(v, label, allowed) for v in items)
     bad = [v for v in out if not lo <= v <= hi]
     if bad:
@@ -125,7 +130,7 @@ class MoeDispatchParams:
         if max(topk) > self.experts:
             raise ConfigError(
                 TOPK.label("topk"),
-                ",".join(map(str, self.topk)),
+                _text(self.topk),
                 f"at most --experts ({self.experts}): top-k picks distinct experts "
                 f"({max(topk)} is more)",
             )
@@ -151,7 +156,7 @@ class MoeDispatchParams:
         if self.wait_us is None:
             return (None,)
         label = WAIT_US.label("wait_us")
-        items = parse_list(",".join(map(str, self.wait_us)), label, "waits in µs")
+        items = parse_list(_text(self.wait_us), label, "waits in µs")
         out = tuple(parse_float(v, label) for v in items)
         bad = [v for v in out if not 0 <= v <= MAX_WAIT_US]
         if bad:
@@ -278,7 +283,7 @@ class MoeDispatch(Experiment):
         if sms is not None and max(p.sm_cap_grid) > sms:
             raise ConfigError(
                 SM_CAP.label("sm_cap"),
-                ",".join(p.sm_cap),
+                _text(p.sm_cap),
                 f"at most the GPU's {sms} SMs ({max(p.sm_cap_grid)} is more)",
             )
         self._world = t.size
