@@ -119,6 +119,12 @@ struct SqState {
   uint8_t db_last_open = 0;
   uint8_t check_lag = 0;
   uint8_t lag_counted = 0;
+  // The CQE of the last WQE executed, not written until the next published WQE has been read
+  // (serve, below): kept across passes while that WQE is published but not yet executed.
+  uint8_t held = 0;
+  uint8_t held_op = 0;
+  uint16_t held_idx = 0;
+  uint32_t held_bytes = 0;
 };
 
 // A WQE is there to execute when its ctrl names this index and this QP and, with signatures on,
@@ -368,6 +374,7 @@ GB_HD uint32_t serve(Env& env, SqState& e, const SqParams& q, uint32_t budget = 
   const uint32_t state = env.qp_state();
   if (state != kRts && state != kErr) {
     e.pending = 0;
+    e.held = 0;  // a QP leaving RTS this way (reset) drops what it had not completed
     return 0;
   }
   const m5::SqRing& sq = q.ring;
@@ -407,10 +414,10 @@ GB_HD uint32_t serve(Env& env, SqState& e, const SqParams& q, uint32_t budget = 
   // nothing more is published in this pass). Posting code may then reuse a slot as soon as
   // the CQE before it arrives, as it may on a NIC: DOCA's collapsed-CQ slot wait frees slot
   // i + depth when the CQE of WQE i - 1 lands.
-  bool held = false;
-  uint8_t held_op = 0;
-  uint16_t held_idx = 0;
-  uint32_t held_bytes = 0;
+  bool held = e.held;
+  uint8_t held_op = e.held_op;
+  uint16_t held_idx = e.held_idx;
+  uint32_t held_bytes = e.held_bytes;
   while (avail && handled < budget) {
     const m5::CtrlView c = m5::get_ctrl_seg(sq.wqe(ci));
     const uint32_t nbb = m5::ds_to_wqebbs(c.ds ? c.ds : 1);
@@ -456,7 +463,16 @@ GB_HD uint32_t serve(Env& env, SqState& e, const SqParams& q, uint32_t budget = 
     ci += nbb;
     avail -= nbb;
   }
-  if (held) env.req_cqe(held_op, held_idx, held_bytes);
+  // Nothing more published: complete the last WQE now. Otherwise (a stale slot, the model's
+  // admission, the budget) the next WQE is published and the next pass reads it first.
+  if (held && avail == 0) {
+    env.req_cqe(held_op, held_idx, held_bytes);
+    held = false;
+  }
+  e.held = held;
+  e.held_op = held_op;
+  e.held_idx = held_idx;
+  e.held_bytes = held_bytes;
   e.ci = ci;
   if (e.check_lag) {
     const uint32_t need = (e.named - ci) & 0xffff;
