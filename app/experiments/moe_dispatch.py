@@ -346,8 +346,11 @@ class MoeDispatch(Experiment):
         )
 
     def work(self, ctx: RankContext, plan: DispatchPlan) -> DispatchWork:
-        """This rank's DispatchWork: its tokens, staging and self area in the source region,
-        one lane per (peer, local expert), its landing slice per (source, local expert)."""
+        """This rank's DispatchWork. The source region holds the tokens at [0, T*2H), the
+        staging copy at [T*2H, 2*T*2H) and, from 2*T_max*2H, the self area (one landing slice
+        per local expert); one lane per (peer, local expert), reading the staging copy and
+        writing the peer's slice for (this rank, that expert); this rank's landing slice per
+        (source, local expert); every slice's count word after its T_max slots."""
         world, rank = ctx.topo.size, ctx.topo.rank
         el = self.lanes_per_peer_at(world)
         src = ctx.res.src
