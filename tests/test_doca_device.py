@@ -155,13 +155,29 @@ OPS = [(Op.P, 8), (Op.PUT, 8), (Op.PUT_SIGNAL, 8), (Op.P_SIGNAL, 8), (Op.SIGNAL,
 ITERS = 4
 
 
+def launch_iters(cq_type: CqType, sharing: Sharing, scope: Scope, blocks: int,
+                 threads: int) -> int:  # fmt: skip
+    """ITERS, or on a collapsed CQ as many as keep one launch's WQEs on a QP within its SQ.
+    DOCA's collapsed-CQ slot wait (doca_priv_gpu_dev_verbs_poll_cq_one_collapsed_at) takes
+    the CQE of WQE i - 1 as the completion of WQE i, so a unit that reserves slot i + depth
+    while WQE i is still unread overwrites it; the emulated NIC then finds a stale WQE in that
+    slot and stops there, and the kernel waits for ever (seen on the H200 in the GPU- and
+    CTA-shared modes). Within one SQ of WQEs per launch no slot is reused before the launch's
+    final wait."""
+    if cq_type != CqType.CQ_64B_COLLAPSED:
+        return ITERS
+    per_op = 2 * expected_units_per_qp(sharing, scope, blocks, threads) * (
+        32 if scope == Scope.WARP else 1)  # a *_SIGNAL op is two WQEs
+    return max(1, min(ITERS, DEPTH // per_op))
+
+
 def expected_units_per_qp(sharing: Sharing, scope: Scope, blocks: int, threads: int) -> int:
     per = 32 if scope == Scope.WARP else 1
     return blocks * threads // per // NQPS
 
 
 def run_case(w: dict, handler: NicHandler, sharing: Sharing, scope: Scope, blocks: int,
-             threads: int, op: Op, size: int) -> dict:  # fmt: skip
+             threads: int, op: Op, size: int, iters: int = ITERS) -> dict:  # fmt: skip
     fs, landing, signal = w["fs"], w["landing"], w["signal"]
     lv = host_view(landing.addr, NQPS * REGION)
     lv[:] = 0
@@ -171,7 +187,7 @@ def run_case(w: dict, handler: NicHandler, sharing: Sharing, scope: Scope, block
     srcv[:] = (np.arange(NQPS * REGION) * 7 + 3).astype(np.uint8)
     before = fs[0].counters()
     seed = 0x5EED_0000_0000 + int(op) * 0x1000_0000
-    job = job_record(op, size, ITERS, NQPS, seed=seed, sig_val=3, timeout_ns=2_000_000_000)
+    job = job_record(op, size, iters, NQPS, seed=seed, sig_val=3, timeout_ns=2_000_000_000)
     res = w["dev"].post(w["doca_qps"], w["lanes"], job, handler, sharing, scope, blocks, threads)
     fs[0].quiesce()
     fs[1].quiesce()
@@ -180,7 +196,7 @@ def run_case(w: dict, handler: NicHandler, sharing: Sharing, scope: Scope, block
     statuses = sorted({STATUS[int(s)] for s in res["status"]})
     per_qp = expected_units_per_qp(sharing, scope, blocks, threads)
     lanes_per_unit = 32 if scope == Scope.WARP else 1
-    slots = per_qp * ITERS * lanes_per_unit
+    slots = per_qp * iters * lanes_per_unit
     payload_ok, signal_ok = True, True
     if supported(handler, scope, op):
         for q in range(NQPS):
@@ -259,7 +275,8 @@ def test_doca_posts_on_emu(handler: NicHandler, cq_type: CqType) -> None:
             for sharing, scope, blocks, threads in LAUNCHES:
                 for op, size in OPS:
                     try:
-                        r = run_case(w, handler, sharing, scope, blocks, threads, op, size)
+                        r = run_case(w, handler, sharing, scope, blocks, threads, op, size,
+                                     launch_iters(cq_type, sharing, scope, blocks, threads))
                     except Exception as e:  # a hung or faulting kernel: record it, stop here
                         r = {"handler": handler.cli, "sharing": sharing.name.lower(),
                              "scope": scope.name.lower(), "op": op.name.lower(),

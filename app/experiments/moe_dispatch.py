@@ -33,6 +33,7 @@ their send and receive kernels time-slice and the times measure the scheduler.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -250,7 +251,10 @@ class MoeDispatch(Experiment):
         # slice carries its share of those.
         lanes = self.lanes_per_peer_at(self._world)
         share = -(-self._source_need(self._world) // lanes)
-        return -(-max(share, self.slice_bytes) // COUNT_WORD_BYTES) * COUNT_WORD_BYTES
+        # Whole tokens (and whole count words): a lane slice is then a whole number of slots
+        # apart from the next, which gpi-mc's fan-out descriptors count in slots of the stride.
+        unit = math.lcm(COUNT_WORD_BYTES, self.slot_bytes)
+        return -(-max(share, self.slice_bytes) // unit) * unit
 
     # ---- checks ----------------------------------------------------------------------------
     def check(self) -> None:

@@ -348,12 +348,17 @@ class _Gpi:
 
 
 def fetch_region(sub: GpuSubmitter, lanes_n: int) -> Any:
-    """The region the count signals' old values land in, 8 bytes a lane (kept and grown on the
-    submitter: registered once, not per point)."""
+    """The region the count signals' old values land in, 8 bytes a lane: the submitter's
+    scratch region (GpuSubmitter.queue_options), 8 bytes for every QP bring-up made,
+    registered once."""
     mr = sub.__dict__.get("_moe_fetch")
-    if mr is None or mr.length < 8 * lanes_n:
-        mr = sub.fabric.register(max(4096, 8 * lanes_n))
+    if mr is None:
+        qps = int(getattr(sub, "attached_qps", 0)) or lanes_n
+        mr = sub.fabric.register(sub.FETCH_BYTES_PER_QP * qps)
         sub.__dict__["_moe_fetch"] = mr
+    if mr.length < 8 * lanes_n:
+        raise FabricError(f"rank {sub.rank}: {lanes_n} dispatch lanes, fetch region of "
+                          f"{mr.length} bytes (8 a QP bring-up made)")  # fmt: skip
     return mr
 
 

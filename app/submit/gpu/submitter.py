@@ -20,6 +20,7 @@ import numpy as np
 
 from ...errors import ConfigError, FabricError
 from ...fabric.base import Posting, host_view
+from ...fabric.registry import QueueOptions
 from ...mlx5 import write_wqebbs
 from ...platform import Probe
 from ..base import Shape, Submitter, register
@@ -414,6 +415,17 @@ class GpuSubmitter(Submitter):
         from .loaded import run
 
         return run(self, work)
+
+    # The count signals' old values land in a region of 8 bytes a QP (dispatch's masked
+    # fetch-adds): asked for here so the provider sizes its tables and segment for it.
+    FETCH_BYTES_PER_QP = 8
+
+    @classmethod
+    def queue_options(cls, params: GpuParams, sq_depth: int) -> QueueOptions:
+        return QueueOptions(scratch_per_qp=cls.FETCH_BYTES_PER_QP)
+
+    def attach_queues(self, qps: Sequence[Any]) -> None:
+        self.attached_qps = len(qps)
 
     def dispatch(self, work: DispatchWork) -> DispatchResult:
         """MoE token dispatch, one of four backends (app/submit/gpu/dispatch.py)."""
