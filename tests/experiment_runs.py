@@ -1,10 +1,11 @@
-"""Synthetic one-rank runs of every experiment, written through the real TraceWriter, shaped as
-the experiments write their points (parameters, sample datasets, results), for the report and
-analysis tests."""
+"""Synthetic runs of every experiment, written through the real TraceWriter, shaped as the
+experiments write their points (parameters, sample datasets, results), for the report and
+analysis tests: one rank each, and moe-dispatch's on several ranks with known truth
+(moe_points, write_moe_run)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,16 +18,27 @@ Point = tuple[str, dict[str, Any], dict[str, np.ndarray], dict[str, Any]]
 
 def write_run(run_dir: Path, points: Iterable[Point]) -> Path:
     """A finished one-rank run of `points`: (experiment, params, samples in ns, results)."""
-    points = list(points)
-    experiments = list(dict.fromkeys(p[0] for p in points))
-    write_manifest(run_dir, {"world_size": 1, "status": "running", "experiments": experiments})
-    with TraceWriter(run_dir, 0, 1, {}) as w:
-        for experiment, params, samples, results in points:
-            with w.begin_point(experiment, params) as p:
-                for metric, ns in samples.items():
-                    p.add_samples(metric, np.asarray(ns, dtype=np.int64))
-                p.set_results({"role": "sender", "validated": True, **results})
-    write_manifest(run_dir, {"world_size": 1, "status": "complete", "experiments": experiments,
+    return write_ranks(run_dir, [list(points)])
+
+
+def write_ranks(run_dir: Path, ranks: Sequence[Sequence[Point]],
+                manifest: dict[str, Any] | None = None,
+                meta: dict[str, Any] | None = None) -> Path:
+    """A finished run of one list of points per rank (the same points in the same order on
+    every rank); `manifest` and `meta` add to the run's manifest and each rank's metadata."""
+    world = len(ranks)
+    experiments = list(dict.fromkeys(p[0] for points in ranks for p in points))
+    head = {**(manifest or {}), "world_size": world, "experiments": experiments}
+    write_manifest(run_dir, {**head, "status": "running"})
+    for rank, points in enumerate(ranks):
+        rank_meta = {**meta, "local_rank": rank} if meta else {}
+        with TraceWriter(run_dir, rank, world, rank_meta) as w:
+            for experiment, params, samples, results in points:
+                with w.begin_point(experiment, params) as p:
+                    for metric, ns in samples.items():
+                        p.add_samples(metric, np.asarray(ns, dtype=np.int64))
+                    p.set_results({"role": "sender", "validated": True, **results})
+    write_manifest(run_dir, {**head, "status": "complete",
                              "end_utc": "2026-01-01T00:00:01+00:00"})
     return run_dir
 
@@ -124,6 +136,112 @@ def active_connections(rng: np.random.Generator) -> list[Point]:
     return out
 
 
+# ---- moe-dispatch: several ranks, known truth (tests/test_analysis_moe.py) --------------------
+
+MOE_WAITS = (0, 4, 8, 16, 32, 64, 96, 128, 256, 512, 1024)
+MOE_TOKENS = (1, 16, 256)
+# The paired change of each backend against gdaki, the same in every round (percent).
+MOE_CHANGE = {"gdaki": 0.0, "free-flow": -20.0, "gpi": -40.0, "gpi-mc": 10.0}
+# Round r runs this much slower overall: a paired change divides it out, the mean keeps it.
+MOE_DRIFT = (1.0, 1.2, 0.9, 1.1, 0.8)
+# The wait sweep's truth per backend: send R, receive work C, in flight I = a + b * tokens (µs).
+MOE_TRUTH = {
+    "gdaki": (30.0, 6.0, 16.0, 0.2),
+    "free-flow": (18.0, 6.0, 32.0, 0.25),
+    "gpi": (14.0, 8.0, 60.0, 1.5),
+    "gpi-mc": (16.0, 8.0, 50.0, 0.5),
+}
+# Round offsets of the wait sweep (µs): their median is 0, their mean is not.
+MOE_OFFSETS = (-1.0, 0.0, 3.0, -0.5, 0.5)
+MOE_SLOW = 0.05  # rank r is 1 + MOE_SLOW * r slower: the slowest rank is the last
+MOE_ITERS = 10
+
+
+def gdaki_send(tokens: int, cap: int, topk: int) -> float:
+    """The factor sweep's gdaki send on rank 0 in a round without drift (µs)."""
+    return 20.0 + 0.3 * tokens * topk / 8 + 1000.0 / cap
+
+
+def in_flight(backend: str, tokens: int) -> float:
+    _, _, a, b = MOE_TRUTH[backend]
+    return a + b * tokens
+
+
+def exposed_truth(backend: str, tokens: int, wait: float) -> float:
+    """The wait sweep's exposed time on rank 0 without round offsets (µs): R + C + the time
+    still in flight after the wait."""
+    r, c, _, _ = MOE_TRUTH[backend]
+    return r + c + max(in_flight(backend, tokens) - wait, 0.0)
+
+
+def moe_points(
+    rank: int = 0,
+    *,
+    wait_sweep: bool = False,
+    rounds: int = 5,
+    backends: tuple[str, ...] = tuple(MOE_CHANGE),
+    caps: tuple[int, ...] = (32, 128),
+    topks: tuple[int, ...] = (4, 8),
+    wait_none: bool = True,
+) -> list[Point]:
+    """One rank's moe-dispatch points as the experiment writes them (docs/traces.md): for each
+    round the backends shuffled, then tokens x top-k x SM cap (the factor sweep) or tokens x
+    wait at top-k 8, SM cap 128 (the wait sweep; with wait_none its first wait is the
+    no-delay point, null). Times follow MOE_* and the functions above, exactly."""
+    cells = []
+    for r in range(rounds):
+        order = np.random.default_rng(7 + r).permutation(len(backends))
+        for b in (backends[i] for i in order):
+            if wait_sweep:
+                waits: tuple = ((None,) if wait_none else ()) + MOE_WAITS[1 if wait_none else 0:]
+                cells += [(r, b, t, 8, 128, w) for t in MOE_TOKENS for w in waits]
+            else:
+                cells += [(r, b, t, k, c, None) for t in MOE_TOKENS for k in topks for c in caps]
+    out: list[Point] = []
+    slow = 1 + MOE_SLOW * rank
+    for r, b, t, k, c, w in cells:
+        params = {"round": r, "backend": b, "tokens": t, "topk": k, "hidden": 2048,
+                  "experts": 128, "sm_cap": c, "wait_us": w, "iters": MOE_ITERS, "warmup": 2,
+                  "seed": 1}
+        if wait_sweep:  # a slower rank's kernels are slower; the network is not
+            off = MOE_OFFSETS[r]
+            send = MOE_TRUTH[b][0] * slow + off
+            tail = exposed_truth(b, t, 0.0 if w is None else w) - sum(MOE_TRUTH[b][:2])
+            exposed = sum(MOE_TRUTH[b][:2]) * slow + tail + off
+        else:
+            send = gdaki_send(t, c, k) * (1 + MOE_CHANGE[b] / 100) * MOE_DRIFT[r] * slow
+            exposed = send + 10.0
+        send_ns = np.full(MOE_ITERS, round(send * 1e3), np.int64)
+        exp_ns = np.full(MOE_ITERS, round(exposed * 1e3), np.int64)
+        wait_ns = np.full(MOE_ITERS, 0 if w is None else int(w * 1e3), np.int64)
+        out.append(("moe-dispatch", params,
+                    {"send_ns": send_ns, "recv_ns": exp_ns - send_ns, "exposed_ns": exp_ns,
+                     "wait_ns": wait_ns},
+                    {"role": "both", "received_tokens": t * k, "routing_digest": "ab" * 32,
+                     "wait_actual_us": 0.0 if w is None else float(w)}))
+    return out
+
+
+MOE_MANIFEST = {"config": {"knobs": {}}, "provider": "emu", "submitter": "gpu",
+                "argv": ["gicbench"], "hosts": ["h"], "start_utc": "2026-01-01T00:00:00+00:00"}
+MOE_META = {"experiments": ["moe-dispatch"], "config": {"knobs": {}}, "provider": "emu",
+            "submitter": "gpu", "host": "h", "gpu": {}, "nic": {}, "sm_clock_hz": float("nan"),
+            "argv": [], "env": {}}
+
+
+def write_moe_run(run_dir: Path, *, world: int = 4, **kwargs: Any) -> Path:
+    """A finished moe-dispatch run on `world` emulated ranks as the harness writes it, rank r
+    1 + MOE_SLOW * r slower; kwargs go to moe_points."""
+    return write_ranks(run_dir, [moe_points(rank, **kwargs) for rank in range(world)],
+                       MOE_MANIFEST, MOE_META)
+
+
+def moe_dispatch(rng: np.random.Generator) -> list[Point]:
+    """The factor sweep on one rank (its times are exact: rng is not needed)."""
+    del rng
+    return moe_points(0)
+
+
 EXPERIMENT_RUNS: dict[str, Callable[[np.random.Generator], list[Point]]] = {
     "single-op": single_op,
     "completion-scope": completion_scope,
@@ -133,4 +251,5 @@ EXPERIMENT_RUNS: dict[str, Callable[[np.random.Generator], list[Point]]] = {
     "loaded-rtt": loaded_rtt,
     "payload": payload,
     "active-connections": active_connections,
+    "moe-dispatch": moe_dispatch,
 }

@@ -11,151 +11,34 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from experiment_runs import (
+    MOE_CHANGE,
+    MOE_DRIFT,
+    MOE_OFFSETS,
+    MOE_SLOW,
+    MOE_TOKENS,
+    MOE_TRUTH,
+    MOE_WAITS,
+    exposed_truth,
+    gdaki_send,
+    in_flight,
+    write_moe_run,
+)
 from launching import gicbench
 
 from gicbench.analysis import moe
 from gicbench.analysis.fits import AnalysisError, fit_wait_row
 from gicbench.analysis.load import aggregate_ranks, load_run
-from gicbench.trace import TraceWriter, write_manifest
-
-WAITS = (0, 4, 8, 16, 32, 64, 96, 128, 256, 512, 1024)
-TOKENS = (1, 16, 256)
-# The paired change of each backend against gdaki, the same in every round (percent).
-CHANGE = {"gdaki": 0.0, "free-flow": -20.0, "gpi": -40.0, "gpi-mc": 10.0}
-# Round r runs this much slower overall: a paired change divides it out, the mean keeps it.
-DRIFT = (1.0, 1.2, 0.9, 1.1, 0.8)
-# The wait sweep's truth per backend: send R, receive work C, in flight I = a + b * tokens (µs).
-TRUTH = {
-    "gdaki": (30.0, 6.0, 16.0, 0.2),
-    "free-flow": (18.0, 6.0, 32.0, 0.25),
-    "gpi": (14.0, 8.0, 60.0, 1.5),
-    "gpi-mc": (16.0, 8.0, 50.0, 0.5),
-}
-# Round offsets of the wait sweep (µs): their median is 0, their mean is not.
-OFFSETS = (-1.0, 0.0, 3.0, -0.5, 0.5)
-SLOW = 0.05  # rank r is 1 + SLOW * r slower: the slowest rank is the last
-
-
-def gdaki_send(tokens: int, cap: int, topk: int) -> float:
-    return 20.0 + 0.3 * tokens * topk / 8 + 1000.0 / cap
-
-
-def in_flight(backend: str, tokens: int) -> float:
-    _, _, a, b = TRUTH[backend]
-    return a + b * tokens
-
-
-def exposed_truth(backend: str, tokens: int, wait: float) -> float:
-    r, c, _, _ = TRUTH[backend]
-    return r + c + max(in_flight(backend, tokens) - wait, 0.0)
-
-
-def write_run(
-    run_dir: Path,
-    *,
-    wait_sweep: bool,
-    world: int = 4,
-    rounds: int = 5,
-    backends: tuple[str, ...] = tuple(CHANGE),
-    caps: tuple[int, ...] = (32, 128),
-    topks: tuple[int, ...] = (4, 8),
-    wait_none: bool = True,
-) -> Path:
-    """A finished run as the harness writes it (the points of the spec's trace rows, backends
-    shuffled per round)."""
-    manifest = {
-        "experiments": ["moe-dispatch"],
-        "config": {"knobs": {}},
-        "world_size": world,
-        "provider": "emu",
-        "submitter": "gpu",
-        "argv": ["gicbench"],
-        "hosts": ["h"],
-        "start_utc": "2026-01-01T00:00:00+00:00",
-    }
-    write_manifest(run_dir, {**manifest, "status": "running"})
-    meta = {
-        "experiments": ["moe-dispatch"],
-        "config": {"knobs": {}},
-        "provider": "emu",
-        "submitter": "gpu",
-        "host": "h",
-        "gpu": {},
-        "nic": {},
-        "sm_clock_hz": float("nan"),
-        "argv": [],
-        "env": {},
-    }
-    points = []
-    for r in range(rounds):
-        order = np.random.default_rng(7 + r).permutation(len(backends))
-        for b in (backends[i] for i in order):
-            if wait_sweep:
-                waits: tuple = ((None,) if wait_none else ()) + WAITS[1 if wait_none else 0 :]
-                for t in TOKENS:
-                    for w in waits:
-                        points.append((r, b, t, 8, 128, w))
-            else:
-                for t in TOKENS:
-                    for k in topks:
-                        for c in caps:
-                            points.append((r, b, t, k, c, None))
-    iters = 10
-    for rank in range(world):
-        with TraceWriter(run_dir, rank, world, {**meta, "local_rank": rank}) as wr:
-            for r, b, t, k, c, w in points:
-                params = {
-                    "round": r,
-                    "backend": b,
-                    "tokens": t,
-                    "topk": k,
-                    "hidden": 2048,
-                    "experts": 128,
-                    "sm_cap": c,
-                    "wait_us": w,
-                    "iters": iters,
-                    "warmup": 2,
-                    "seed": 1,
-                }
-                slow = 1 + SLOW * rank
-                if wait_sweep:  # a slower rank's kernels are slower; the network is not
-                    off = OFFSETS[r]
-                    send = TRUTH[b][0] * slow + off
-                    tail = exposed_truth(b, t, 0.0 if w is None else w) - sum(TRUTH[b][:2])
-                    exposed = sum(TRUTH[b][:2]) * slow + tail + off
-                else:
-                    send = gdaki_send(t, c, k) * (1 + CHANGE[b] / 100) * DRIFT[r] * slow
-                    exposed = send + 10.0
-                send_ns = np.full(iters, round(send * 1e3), np.int64)
-                exp_ns = np.full(iters, round(exposed * 1e3), np.int64)
-                wait_ns = np.full(iters, 0 if w is None else int(w * 1e3), np.int64)
-                with wr.begin_point("moe-dispatch", params) as p:
-                    p.add_samples("send_ns", send_ns)
-                    p.add_samples("recv_ns", exp_ns - send_ns)
-                    p.add_samples("exposed_ns", exp_ns)
-                    p.add_samples("wait_ns", wait_ns)
-                    p.set_results(
-                        {
-                            "validated": True,
-                            "received_tokens": t * k,
-                            "routing_digest": "ab" * 32,
-                            "wait_actual_us": 0.0 if w is None else float(w),
-                        }
-                    )
-    write_manifest(
-        run_dir, {**manifest, "status": "complete", "end_utc": "2026-01-01T00:00:01+00:00"}
-    )
-    return run_dir
 
 
 @pytest.fixture(scope="module")
 def factor_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_run(tmp_path_factory.mktemp("moe") / "factor", wait_sweep=False)
+    return write_moe_run(tmp_path_factory.mktemp("moe") / "factor", wait_sweep=False)
 
 
 @pytest.fixture(scope="module")
 def wait_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_run(tmp_path_factory.mktemp("moe") / "wait", wait_sweep=True)
+    return write_moe_run(tmp_path_factory.mktemp("moe") / "wait", wait_sweep=True)
 
 
 def _rounds(run: Path) -> pd.DataFrame:
@@ -167,7 +50,7 @@ def _rounds(run: Path) -> pd.DataFrame:
 
 def test_the_job_figure_is_the_slowest_rank_mean_per_round(factor_run: Path) -> None:
     rounds = _rounds(factor_run)
-    assert len(rounds) == 5 * 4 * len(TOKENS) * 2 * 2  # one row per point
+    assert len(rounds) == 5 * 4 * len(MOE_TOKENS) * 2 * 2  # one row per point
     row = rounds[
         (rounds["backend"] == "gdaki")
         & (rounds["round"] == 1)
@@ -175,7 +58,7 @@ def test_the_job_figure_is_the_slowest_rank_mean_per_round(factor_run: Path) -> 
         & (rounds["topk"] == 8)
         & (rounds["sm_cap"] == 32)
     ].iloc[0]
-    slowest = 1 + SLOW * 3
+    slowest = 1 + MOE_SLOW * 3
     assert row["send_us"] == pytest.approx(gdaki_send(16, 32, 8) * 1.2 * slowest, abs=1e-3)
     assert row["slowest_rank"] == 3 and row["ranks"] == 4
     assert not moe.is_wait_sweep(rounds)
@@ -184,19 +67,19 @@ def test_the_job_figure_is_the_slowest_rank_mean_per_round(factor_run: Path) -> 
 def test_factor_sweep_mean_over_rounds_and_paired_change(factor_run: Path) -> None:
     s = moe.summary(_rounds(factor_run))
     assert s.attrs["headline"] == "mean" and s.attrs["figure"] == "send_us"
-    slowest = 1 + SLOW * 3
+    slowest = 1 + MOE_SLOW * 3
     for rec in s.to_dict(orient="records"):
         base = gdaki_send(rec["tokens"], rec["sm_cap"], rec["topk"]) * slowest
-        base *= 1 + CHANGE[rec["backend"]] / 100
-        assert rec["send_mean"] == pytest.approx(base * np.mean(DRIFT), abs=2e-3)
-        assert rec["send_median"] == pytest.approx(base * np.median(DRIFT), abs=2e-3)
+        base *= 1 + MOE_CHANGE[rec["backend"]] / 100
+        assert rec["send_mean"] == pytest.approx(base * np.mean(MOE_DRIFT), abs=2e-3)
+        assert rec["send_median"] == pytest.approx(base * np.median(MOE_DRIFT), abs=2e-3)
         assert rec["figure_us"] == rec["send_mean"]  # the paper's factor sweep: the mean
         assert rec["rounds"] == 5
         if rec["backend"] == "gdaki":
             assert np.isnan(rec["change_pct"])
         else:  # the drift of each round is divided out exactly
-            assert rec["change_pct"] == pytest.approx(CHANGE[rec["backend"]], abs=0.01)
-            assert rec["change_pct_min"] == pytest.approx(CHANGE[rec["backend"]], abs=0.01)
+            assert rec["change_pct"] == pytest.approx(MOE_CHANGE[rec["backend"]], abs=0.01)
+            assert rec["change_pct_min"] == pytest.approx(MOE_CHANGE[rec["backend"]], abs=0.01)
             assert rec["matched_rounds"] == 5
     assert list(dict.fromkeys(s["backend"])) == list(moe.BACKENDS)
 
@@ -220,28 +103,29 @@ def test_wait_sweep_median_floor_knee_and_fit(wait_run: Path) -> None:
     assert moe.is_wait_sweep(rounds)
     s = moe.summary(rounds)
     assert s.attrs["headline"] == "median"
-    slowest = 1 + SLOW * 3
+    slowest = 1 + MOE_SLOW * 3
     for rec in s.to_dict(orient="records"):
         b = rec["backend"]
-        truth = exposed_truth(b, rec["tokens"], rec["wait_us"]) + sum(TRUTH[b][:2]) * SLOW * 3
+        slower = sum(MOE_TRUTH[b][:2]) * MOE_SLOW * 3  # the slowest rank's kernels
+        truth = exposed_truth(b, rec["tokens"], rec["wait_us"]) + slower
         # the median over rounds drops the offsets; the mean keeps their mean
         assert rec["figure_us"] == pytest.approx(truth, abs=2e-3)
-        assert rec["exposed_mean"] == pytest.approx(truth + np.mean(OFFSETS), abs=2e-3)
-    assert sorted(s["wait_us"].unique()) == list(map(float, WAITS))  # no delay = wait 0
+        assert rec["exposed_mean"] == pytest.approx(truth + np.mean(MOE_OFFSETS), abs=2e-3)
+    assert sorted(s["wait_us"].unique()) == list(map(float, MOE_WAITS))  # no delay = wait 0
     fits = moe.wait_fits(rounds)
-    assert len(fits) == 4 * len(TOKENS)
+    assert len(fits) == 4 * len(MOE_TOKENS)
     for rec in fits.to_dict(orient="records"):
         b, t = rec["backend"], rec["tokens"]
-        r, c, _, _ = TRUTH[b]
+        r, c, _, _ = MOE_TRUTH[b]
         i = in_flight(b, t)
         floor = (r + c) * slowest
         assert rec["floor_us"] == pytest.approx(floor, abs=2e-3)
         # the knee: the first wait whose exposed time is within 5% of the floor
-        want = next(w for w in WAITS if floor + max(i - w, 0) <= 1.05 * floor)
+        want = next(w for w in MOE_WAITS if floor + max(i - w, 0) <= 1.05 * floor)
         assert rec["knee_us"] == want
         assert rec["send_us"] == pytest.approx(r * slowest, abs=2e-3)
         assert rec["release_us"] == pytest.approx(r * slowest, abs=0.5)
-        if i < max(WAITS):
+        if i < max(MOE_WAITS):
             assert rec["in_flight_us"] == pytest.approx(i, abs=1e-3), (b, t)
             assert rec["fit_floor_us"] == pytest.approx(floor, abs=1e-3)
             assert rec["receive_us"] == pytest.approx(c * slowest, abs=0.5)
@@ -267,7 +151,7 @@ def test_explicit_zero_wait_wins_over_the_no_delay_point() -> None:
 
 def test_fit_wait_row_recovers_r_and_i_with_noise() -> None:
     rng = np.random.default_rng(3)
-    waits = np.array(WAITS, float)
+    waits = np.array(MOE_WAITS, float)
     for r, c, i in ((10.0, 14.0, 24.0), (20.0, 4.0, 200.0), (8.0, 30.0, 90.0)):
         e = r + c + np.maximum(i - waits, 0) + rng.normal(0, 0.2, waits.size)
         fit = fit_wait_row(waits, e, r + rng.normal(0, 0.1, waits.size))
@@ -301,7 +185,7 @@ def test_analyze_json_has_the_moe_tables(wait_run: Path) -> None:
     fits = {(f["backend"], f["tokens"]): f for f in run["tables"]["exposed_fit"]["rows"]}
     assert fits[("gpi", 16)]["knee_us"] == 96
     assert fits[("gpi", 16)]["in_flight_us"] == pytest.approx(84.0, abs=1e-3)
-    assert len(run["tables"]["over_rounds"]["rows"]) == 4 * len(TOKENS) * len(WAITS)
+    assert len(run["tables"]["over_rounds"]["rows"]) == 4 * len(MOE_TOKENS) * len(MOE_WAITS)
 
 
 def test_analyze_prints_the_tables(factor_run: Path, wait_run: Path) -> None:
@@ -361,7 +245,7 @@ def test_several_ep_sizes_pair_within_their_own_runs(tmp_path: Path) -> None:
 
     aggs, offset = [], 0
     for world in (2, 3):
-        run = write_run(tmp_path / f"ep{world}", wait_sweep=False, world=world, rounds=2,
+        run = write_moe_run(tmp_path / f"ep{world}", wait_sweep=False, world=world, rounds=2,
                         caps=(64,), topks=(8,))  # fmt: skip
         a = aggregate_ranks(load_run(run))
         aggs.append(a.assign(point=a["point"] + offset))
@@ -372,5 +256,5 @@ def test_several_ep_sizes_pair_within_their_own_runs(tmp_path: Path) -> None:
     assert gpi["change_pct"].to_numpy() == pytest.approx(-40.0, abs=0.01)
     assert (gpi["matched_rounds"] == 2).all()
     grid, rows, cols = plots.moe_grids(s, ["ranks", "sm_cap"], "tokens")["gdaki"]
-    assert rows == [(2, 64), (3, 64)] and cols == list(TOKENS)
+    assert rows == [(2, 64), (3, 64)] and cols == list(MOE_TOKENS)
     assert np.isfinite(grid).all()

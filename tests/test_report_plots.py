@@ -1,7 +1,7 @@
 """report.md draws the papers' figure for every experiment, and each figure says what it shows:
-every axis a quantity and a unit, every line a legend entry, no trace dataset names (issue_ns)
-or unit-less values ("size=8") anywhere on it. The figures are read back from the matplotlib
-objects the report saves."""
+every axis a quantity and a unit, every line a legend entry, every heatmap panel the unit of
+its colour, no trace dataset names (issue_ns) or unit-less values ("size=8") anywhere on it.
+The figures are read back from the matplotlib objects the report saves."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from experiment_runs import EXPERIMENT_RUNS, loaded_rtt, msg_rate, write_run
+from experiment_runs import EXPERIMENT_RUNS, loaded_rtt, moe_points, msg_rate, write_run
 from matplotlib.figure import Figure
 
 from gicbench.analysis import plots
@@ -26,11 +26,14 @@ EXPECTED = {
     "loaded-rtt": {"loaded-rtt-rtt.png"},
     "payload": {"payload-goodput.png"},
     "active-connections": {"active-connections-rate.png", "active-connections-normalized.png"},
+    "moe-dispatch": {"moe-dispatch-send-topk4.png", "moe-dispatch-send-topk8.png"},
 }
-UNIT = re.compile(r"\((B|µs|MHz|M msg/s|GB/s)\)")
+UNIT = re.compile(r"\((B|µs|MHz|M msg/s|GB/s)[;)]")
 Y_UNIT = re.compile(r"\((µs|M msg/s|GB/s|× its pass's control)\)$")
 RAW = re.compile(r"\b\w+_(ns|us|mps|gbps)\b|size=")
 CATEGORIES = ("what was timed", "point (")  # x axes of bar charts: categories, not numbers
+HEAT_UNIT = re.compile(r"\((µs|%)\)$")  # a heatmap panel's title: what its colour shows
+HEAT_COUNTS = ("tokens per rank",)  # heatmap axes that count
 
 
 @pytest.fixture
@@ -72,8 +75,14 @@ def _legend_labels(fig: Figure) -> set[str]:
 
 def check_figure(name: str, fig: Figure) -> None:
     legend = _legend_labels(fig)
-    drawn = [ax for ax in fig.axes if ax.lines or ax.patches]
-    assert drawn, f"{name}: nothing drawn"
+    heat = [ax for ax in fig.axes if ax.images]
+    for ax in heat:
+        assert HEAT_UNIT.search(ax.get_title()), f"{name}: panel {ax.get_title()!r} has no unit"
+        for label in (ax.get_xlabel(), ax.get_ylabel()):
+            assert not label or UNIT.search(label) or label in HEAT_COUNTS, (
+                f"{name}: heatmap axis {label!r} names neither a unit nor what it counts")
+    drawn = [ax for ax in fig.axes if (ax.lines or ax.patches) and not ax.images]
+    assert drawn or heat, f"{name}: nothing drawn"
     for ax in drawn:
         x, y = ax.get_xlabel(), ax.get_ylabel()
         assert Y_UNIT.search(y), f"{name}: y axis {y!r} has no unit"
@@ -144,6 +153,17 @@ def test_proxy_rate_is_rate_against_workers_per_batch(tmp_path: Path, saved) -> 
     ax = saved["proxy-rate-vs-workers.png"].axes[0]
     assert ax.get_xlabel() == "CPU workers T" and ax.get_yscale() == "log"
     assert sorted(str(line.get_label()) for line in ax.lines) == ["B=1", "B=16"]
+
+
+def test_moe_wait_sweep_draws_the_exposed_heatmap(tmp_path: Path, saved) -> None:
+    run = write_run(tmp_path / "r", moe_points(0, wait_sweep=True))
+    failures: list[str] = []
+    write_report(run, failures=failures)
+    assert failures == [] and set(saved) == {"moe-dispatch-exposed.png"}
+    fig = saved["moe-dispatch-exposed.png"]
+    check_figure("moe-dispatch-exposed.png", fig)
+    panels = [ax for ax in fig.axes if ax.images]
+    assert len(panels) == 4 and all(ax.patches for ax in panels)  # every backend's knees
 
 
 def test_a_modelled_figure_says_so(tmp_path: Path) -> None:
