@@ -34,6 +34,9 @@ class QueueOptions:
     qp: Mapping[str, Any] = field(default_factory=dict)
     cq: Mapping[str, Any] = field(default_factory=dict)
     scratch_per_qp: int = 0
+    # GPI queues (docs/gpi.md) it may create after bring-up: (depth, ncounters, nwindows) each,
+    # so a provider that sizes its memory up front leaves room for them
+    gpis: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True)

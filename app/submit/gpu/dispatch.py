@@ -59,6 +59,7 @@ SEND_BLOCK = 256  # threads of a send CTA: the staging copy; warp 0 posts
 RECV_BLOCK = 256
 MAX_TOPK = 32  # one warp posts a token's destinations
 GPI_DEPTH = 4096
+GPI_WINDOWS = 256  # one queue per rank, every window handle a descriptor can name
 MAX_FAN_SLOT = (1 << 15) - 1  # a fan-out destination's slot is 15 bits
 MAX_FAN_RANK = 255
 MAX_FAN_K = 8
@@ -290,12 +291,16 @@ class _Gpi:
 
     def __init__(self, sub: GpuSubmitter, nwindows: int) -> None:
         cp = sub.cp
+        # One queue of GPI_WINDOWS handles for every point (GpuSubmitter.queue_options reserved
+        # its room): a point uses the first `nwindows`.
+        if nwindows > GPI_WINDOWS:
+            raise ConfigError("experts (--experts)", nwindows, f"<= {GPI_WINDOWS - 2} per rank")
         cache: dict[int, tuple[Any, Any]] = sub.__dict__.setdefault("_moe_gpi", {})
-        if nwindows not in cache:
-            q = sub.fabric.create_gpi(GPI_DEPTH, ncounters=1, nwindows=nwindows)
+        if GPI_WINDOWS not in cache:
+            q = sub.fabric.create_gpi(GPI_DEPTH, ncounters=1, nwindows=GPI_WINDOWS)
             pi = cp.asarray(np.array([self._word(q, OFF_PI)], dtype=np.uint64))
-            cache[nwindows] = (q, pi)
-        self.q, self.pi = cache[nwindows]
+            cache[GPI_WINDOWS] = (q, pi)
+        self.q, self.pi = cache[GPI_WINDOWS]
         # the queue lies in the queue arena, which register_cuda() mapped whole into the GPU
         host, _ = sub.fabric.queue_arena()
         dev = device_pointer(cp.cuda.runtime, host)

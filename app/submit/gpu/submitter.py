@@ -422,7 +422,10 @@ class GpuSubmitter(Submitter):
 
     @classmethod
     def queue_options(cls, params: GpuParams, sq_depth: int) -> QueueOptions:
-        return QueueOptions(scratch_per_qp=cls.FETCH_BYTES_PER_QP)
+        from .dispatch import GPI_DEPTH, GPI_WINDOWS  # the GPI backends' one queue a rank
+
+        return QueueOptions(scratch_per_qp=cls.FETCH_BYTES_PER_QP,
+                            gpis=((GPI_DEPTH, 1, GPI_WINDOWS),))  # fmt: skip
 
     def attach_queues(self, qps: Sequence[Any]) -> None:
         self.attached_qps = len(qps)
