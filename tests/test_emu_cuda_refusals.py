@@ -97,6 +97,20 @@ def test_two_ranks_on_one_gpu_need_mps(monkeypatch: pytest.MonkeyPatch) -> None:
         check_cuda_engine(PLAN, probes(2, mps=False))
 
 
+def test_gpu_submitter_ranks_sharing_a_gpu_on_the_cpu_engine_need_mps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    cpu = replace(PLAN, params=EmuParams(engine="cpu"))
+    with pytest.raises(UnsupportedError, match="a GPU submitter with 2 ranks on 1 GPU"):
+        check_cuda_engine(cpu, probes(1, mps=False))
+    check_cuda_engine(cpu, probes(1, mps=True))
+    check_cuda_engine(cpu, probes(2, mps=False))
+    check_cuda_engine(replace(cpu, local_size=1), probes(1, mps=False))  # one rank
+    check_cuda_engine(replace(cpu, autonomous_progress=False), probes(1, mps=False))  # host
+    check_cuda_engine(cpu, probes(0, mps=False))  # no GPU: the submitter refuses it itself
+
+
 def test_device_queues_need_the_cuda_engine_and_a_gpu_submitter() -> None:
     with pytest.raises(UnsupportedError, match="--queues device needs --engine cuda"):
         check_cuda_engine(replace(PLAN, params=EmuParams(engine="cpu", queues="device")),

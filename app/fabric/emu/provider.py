@@ -59,6 +59,8 @@ def check_cuda_engine(plan: FabricPlan, probes: Mapping[str, Probe]) -> None:
             "--queues device needs --engine cuda: the CPU engine cannot poll GPU memory at speed"
         )
     if p.engine != "cuda":
+        if plan.autonomous_progress and plan.local_size > 1 and probes["gpus"].ok:
+            _require_mps(plan, probes, "a GPU submitter")
         return
     if p.queues == "device" and not plan.autonomous_progress:
         raise UnsupportedError(
@@ -68,13 +70,19 @@ def check_cuda_engine(plan: FabricPlan, probes: Mapping[str, Probe]) -> None:
     for name in ("gpus", "cupy", "nvcc"):
         if not probes[name].ok:
             raise UnsupportedError(f"--engine cuda needs {name}: {probes[name].detail}")
+    _require_mps(plan, probes, "--engine cuda")
+
+
+def _require_mps(plan: FabricPlan, probes: Mapping[str, Probe], what: str) -> None:
+    """Several ranks of this node on one GPU only under MPS: without it their kernels
+    time-slice, and what is timed is the scheduler's turn (a round trip of milliseconds)."""
     ngpu = max(1, len(probes["gpus"].data.get("gpus", [])))
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible and visible.strip() not in ("", "-1"):
         ngpu = min(ngpu, len([v for v in visible.split(",") if v.strip()]))
     if plan.local_size > ngpu and not probes["mps"].ok:
         raise UnsupportedError(
-            f"--engine cuda with {plan.local_size} ranks on {ngpu} GPU(s), and MPS is not "
+            f"{what} with {plan.local_size} ranks on {ngpu} GPU(s), and MPS is not "
             f"running ({probes['mps'].detail.split(';')[0]}): {MPS_RULE}"
         )
 
