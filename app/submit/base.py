@@ -38,6 +38,9 @@ from .work import (
     DispatchPlan,
     DispatchResult,
     DispatchWork,
+    KernelCostResult,
+    KernelCostWork,
+    KernelResources,
     Lane,
     LatencyWork,
     LoadedResult,
@@ -184,6 +187,14 @@ class Submitter(ABC):
         experiment refuses a chosen backend with its reason in pre-flight. Default: none."""
         return {b: f"submitter {cls.name} has no dispatch loop" for b in DISPATCH_BACKENDS}
 
+    # ---- KERNEL_COST: pre-flight ----------------------------------------------------------
+    @classmethod
+    def kernel_cost_refusal(cls, params: Any) -> str | None:
+        """Why this submitter cannot run kernel-cost with these knobs, where it has more to say
+        than that it lacks the shape (a path planned but not built; knobs its loop refuses).
+        Asked before the shape check. Default: nothing to add."""
+        return None
+
     def __init__(
         self,
         *,
@@ -230,6 +241,11 @@ class Submitter(ABC):
         """MoE token dispatch (Shape.DISPATCH): per iteration the send kernel, the delay kernel
         when the plan has a wait, then the receive kernel, a host barrier between iterations."""
         raise NotImplementedError(f"submitter {self.name} has no dispatch loop")
+
+    def kernel_cost(self, work: KernelCostWork) -> KernelCostResult:
+        """A caller kernel with the communication call built in (Shape.KERNEL_COST): paired
+        timed passes of the variant and its reference, resources and the caller's output."""
+        raise NotImplementedError(f"submitter {self.name} has no kernel-cost loop")
 
     def proxy_rate_lane_messages(
         self, workers: int, rings: int, producers: int, per_producer: int
@@ -301,6 +317,9 @@ __all__ = [
     "DispatchPlan",
     "DispatchResult",
     "DispatchWork",
+    "KernelCostResult",
+    "KernelCostWork",
+    "KernelResources",
     "Lane",
     "LatencyWork",
     "LoadedResult",

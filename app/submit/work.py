@@ -1,7 +1,8 @@
 """The typed work of every loop shape a submitter may offer, and what each loop returns.
 
 Experiments build these from their points and hand them to the submitter's method of the same
-shape (`latency`, `respond`, `rate`, `loaded`, `proxy_rate`, `cycle`, `dispatch`; `locked_clock`
+shape (`latency`, `respond`, `rate`, `loaded`, `proxy_rate`, `cycle`, `dispatch`, `kernel_cost`;
+`locked_clock`
 for clock control); they never call past them. Work is made of `Lane`s: a QP towards one peer
 with the lane's source and destination regions. How a submitter lays lanes out (a native table,
 a GPU array) is its own business.
@@ -30,6 +31,7 @@ class Shape(str, enum.Enum):
     CLOCK = "clock"  # lock the SM clock of the GPU that runs the loops, and measure it
     CYCLE = "cycle"  # units cycle an active subset of connections, W writes per visit
     DISPATCH = "dispatch"  # MoE token dispatch: send kernel, [delay kernel], receive kernel
+    KERNEL_COST = "kernel-cost"  # a caller kernel's time with communication code built in
 
 
 @dataclass(frozen=True)
@@ -327,4 +329,73 @@ class DispatchResult:
     send_gt_ns: np.ndarray  # the send kernel by the in-kernel globaltimer
     received: np.ndarray  # int32 [E_local, world]
     expert_major: np.ndarray  # uint8
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+# ---- KERNEL_COST --------------------------------------------------------------------------------
+# What the enclosing kernel pays for communication code (arXiv 2610.01380, §4.3.2, Fig. 9): the
+# caller kernels, the variants of the call inside them, and how the call is built.
+KC_CALLERS = ("compute", "stream")  # FMA chains, or memory-bound streaming
+KC_VARIANTS = ("none", "code-only", "send", "send-wait")  # none: no communication code built in
+KC_BUILDS = ("inline", "separate")  # the call's body inlined, or a non-inlined call (-rdc)
+
+
+@dataclass(frozen=True)
+class KernelCostWork:
+    """One kernel-cost point on this rank. The caller kernel runs `blocks` blocks of `threads`
+    threads (0: `blocks_per_sm` times the GPU's SM count), each thread `steps` steps of its
+    caller's work on `live` values it keeps across every call; block b's thread 0 sends
+    `messages` writes of `size` bytes (inline payload when `inline`) on lane b mod len(lanes),
+    message k from offset k * size of the lane's source slice to the same offset of its
+    destination. Per pair of passes the reference (no communication code) and the variant each
+    run `launches` timed launches, in an order that alternates from pass to pass; a variant
+    that posts drains its completions after each launch, outside the timed interval."""
+
+    caller: str  # one of KC_CALLERS
+    live: int
+    variant: str  # one of KC_VARIANTS
+    build: str  # one of KC_BUILDS
+    messages: int  # per block
+    size: int
+    inline: bool
+    blocks: int
+    blocks_per_sm: int | None
+    threads: int
+    steps: int
+    launches: int
+    pairs: int
+    lanes: tuple[Lane, ...]
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    """What the compiled cubin says of one kernel (ptxas/nvlink -v or cuobjdump), and the
+    blocks per SM the occupancy calculator allows at the launch's block size (None: not asked,
+    as in a CPU-only build)."""
+
+    registers: int
+    stack_bytes: int
+    spill_store_bytes: int
+    spill_load_bytes: int
+    local_bytes: int
+    blocks_per_sm: int | None = None
+
+
+@dataclass(frozen=True)
+class KernelCostResult:
+    """What a kernel-cost call measured: CUDA-event times (int64 ns) of every timed launch,
+    shape [pairs, launches], of the variant and of its paired reference; both kernels'
+    resources; the caller's output (one float32 per thread) of the variant's last launch;
+    `posted[l]`: WQEs the variant posted on lane l over the whole call, in `variant_launches`
+    launches (timed and untimed); `grid`: the blocks it ran; `details`: the submitter's own
+    numbers (SM clock, SM count)."""
+
+    variant_ns: np.ndarray
+    reference_ns: np.ndarray
+    variant: KernelResources
+    reference: KernelResources
+    output: np.ndarray
+    posted: np.ndarray
+    grid: int
+    variant_launches: int
     details: dict[str, Any] = field(default_factory=dict)

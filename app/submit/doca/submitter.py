@@ -152,6 +152,12 @@ class DocaSubmitter(Submitter):
     Params = DocaParams
 
     @classmethod
+    def kernel_cost_refusal(cls, params: Any) -> str | None:
+        return ("kernel-cost's DOCA GPUNetIO path (one QP per block through its device verbs "
+                "inside the caller kernel) is not built yet; run it with --submitter gpu "
+                "(mini-gda)")
+
+    @classmethod
     def availability(cls, probes: Mapping[str, Probe]) -> str | None:
         from .build import nvcc
         from .headers import find, unavailable_reason

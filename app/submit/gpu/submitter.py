@@ -32,6 +32,8 @@ from ..work import (
     Buffer,
     DispatchResult,
     DispatchWork,
+    KernelCostResult,
+    KernelCostWork,
     LatencyWork,
     LoadedResult,
     LoadedWork,
@@ -71,8 +73,9 @@ class GpuSubmitter(Submitter):
     name = "gpu"
     summary = "mini-gda: GPU threads build WQEs, ring doorbells and poll CQs (CUDA kernels)"
     shapes = frozenset(
-        {Shape.LATENCY, Shape.RESPOND, Shape.RATE, Shape.LOADED, Shape.CLOCK, Shape.DISPATCH}
-    )
+        {Shape.LATENCY, Shape.RESPOND, Shape.RATE, Shape.LOADED, Shape.CLOCK, Shape.DISPATCH,
+         Shape.KERNEL_COST}
+    )  # fmt: skip
     posting = (Posting.MLX5_QUEUES.value,)
     needs_gpu = True
     cpu_progress = False
@@ -116,6 +119,13 @@ class GpuSubmitter(Submitter):
         from .dispatch import refusals
 
         return refusals(provider, provider_params)
+
+    @classmethod
+    def kernel_cost_refusal(cls, params: Any) -> str | None:
+        """kernel-cost's caller rings from the GPU: the host-forwarded doorbell is not built."""
+        if getattr(params, "doorbell", "gpu") == "host":
+            return "kernel-cost rings from the GPU: use --doorbell gpu (the default)"
+        return None
 
     @classmethod
     def loaded_lanes(cls, params: Any, background: int) -> int:
@@ -433,6 +443,12 @@ class GpuSubmitter(Submitter):
     def dispatch(self, work: DispatchWork) -> DispatchResult:
         """MoE token dispatch, one of four backends (app/submit/gpu/dispatch.py)."""
         from .dispatch import run
+
+        return run(self, work)
+
+    def kernel_cost(self, work: KernelCostWork) -> KernelCostResult:
+        """Caller kernels with mini-gda's call built in (app/submit/gpu/kernel_cost.py)."""
+        from .kernel_cost import run
 
         return run(self, work)
 

@@ -142,6 +142,11 @@ class ProxySubmitter(Submitter):
     point_headers: ClassVar[dict[str, str]] = {"workers": "T", "rings": "R"}
 
     @classmethod
+    def kernel_cost_refusal(cls, params: Any) -> str | None:
+        return ("kernel-cost's mini-proxy path (GPU producers into 4 workers' 32 rings inside "
+                "the caller kernel) is not built yet; run it with --submitter gpu (mini-gda)")
+
+    @classmethod
     def availability(cls, probes: Mapping[str, Probe]) -> str | None:
         try:
             _native_proxy()

@@ -1,0 +1,75 @@
+// kernel-cost's communication call on mini-gda (the paper, arXiv 2610.01380, §4.3.2): one
+// thread of a block posts one RDMA write on its block's QP (one QP per block) and, when asked,
+// waits for its completion. WQEs come from the one encoder (gda/queue.cuh: build_write), the
+// doorbell from the build's ordering (gda/ordering.cuh), waits from gda/calls.cuh.
+//
+// Built two ways (KC_SEPARATE): inlined into the caller (this header's body, forced inline), or
+// separately compiled (cuda/kcost/send.cu, relocatable device code) so the caller makes a real,
+// non-inlined ABI call and its live values must survive it.
+#pragma once
+
+#include "gda/calls.cuh"
+
+#ifndef KC_SEPARATE
+#define KC_SEPARATE 0
+#endif
+
+namespace gicbench {
+namespace kcost {
+
+// What every call of one launch shares (passed by pointer: one argument register pair).
+struct SendArgs {
+  const uint64_t* lanes;  // lane table (gda/queue.cuh LaneCol), one lane per block
+  int nlanes;
+  gda::QpState* states;
+  uint32_t size;           // bytes of each message
+  int inl;                 // 1: inline payload (8 B), 0: pointer payload (7 KiB)
+  uint64_t timeout_ns;
+  unsigned long long* status;
+  const uint32_t* abort;
+};
+// The launcher packs these bytes (gicbench.submit.gpu.kernel_cost.send_args).
+static_assert(sizeof(SendArgs) == 56, "SendArgs is 56 bytes (kernel_cost.SEND_ARGS_BYTES)");
+static_assert(offsetof(SendArgs, states) == 16 && offsetof(SendArgs, size) == 24 &&
+                  offsetof(SendArgs, timeout_ns) == 32 && offsetof(SendArgs, abort) == 48,
+              "SendArgs field offsets (kernel_cost.send_args)");
+
+// Message `k` of block `block`: bytes [k * size, (k + 1) * size) of the lane's source slice to
+// the same offset of its destination slice. Returns false on a failure (status is set).
+__device__ __forceinline__ bool send_body(const SendArgs* a, int block, uint32_t k, int wait) {
+  using namespace gda;
+  const Ctl c{a->status, a->abort, a->timeout_ns};
+  const int li = block % a->nlanes;
+  const Lane l = lane_at(a->lanes, li);
+  QpState* s = state_of(a->states, l);
+  const uint32_t bbs = write_wqebbs(a->inl != 0, a->size, l[kDc] != 0);
+  uint64_t reaped = 0;
+  const uint32_t pi = s->pub;
+  if (!wait_room(c, li, l, s, pi + bbs, reaped)) return false;
+  const uint64_t off = static_cast<uint64_t>(k) * a->size;
+  const Payload p{reinterpret_cast<const uint8_t*>(l[kSrcDev]) + off, a->size, false, 0};
+  const uint64_t db = build_write(l, pi, l[kDstAddr] + off, a->inl != 0, p, l[kSrcAddr] + off,
+                                  true);
+  if (l[kReady])
+    mark_wqe_ready(l, pi, bbs);
+  else
+    publish(l.dbrec(), l.doorbell(), pi + bbs, db);
+  s->pub = pi + bbs;
+  s->resv = pi + bbs;
+  if (wait) return wait_retired(c, li, l, s, pi + bbs, reaped);
+  return true;
+}
+
+#if KC_SEPARATE
+// Defined in cuda/kcost/send.cu; the caller links against it (nvcc -rdc=true, then -dlink).
+extern "C" __device__ __noinline__ bool kc_send(const SendArgs* a, int block, uint32_t k,
+                                                int wait);
+#else
+extern "C" __device__ __forceinline__ bool kc_send(const SendArgs* a, int block, uint32_t k,
+                                                   int wait) {
+  return send_body(a, block, k, wait);
+}
+#endif
+
+}  // namespace kcost
+}  // namespace gicbench
