@@ -366,6 +366,18 @@ GB_HD bool admit_wqe(Env&, const SqParams&, uint32_t, uint32_t, long) {
   return true;
 }
 
+// Whether a WQE's CQE waits until the next published WQE has been read (serve, below). An Env
+// with `bool hold_cqes()` may say no: the NIC model writes every CQE at its modelled time,
+// planned as the WQE executes (native/src/emu_model.cpp), so its CQE is requested at once.
+template <class Env>
+GB_HD auto hold_cqes(Env& env, int) -> decltype(env.hold_cqes()) {
+  return env.hold_cqes();
+}
+template <class Env>
+GB_HD bool hold_cqes(Env&, long) {
+  return true;
+}
+
 // Serve a QP: execute the WQEs published (by the send doorbell record, or for a DBR-less QP by
 // the doorbells), stopping at a slot that does not hold its WQE yet, or after `budget` WQEs (the
 // rest stays pending: served next pass). Returns the WQEs handled.
@@ -451,7 +463,9 @@ GB_HD uint32_t serve(Env& env, SqState& e, const SqParams& q, uint32_t budget = 
         env.event(kEvError, r.synd, idx);
       } else {
         env.event(kEvExecuted, r.bytes, c.opcode != m5::kOpNop);
-        if (c.fm_ce_se & m5::kCqUpdate) {
+        if ((c.fm_ce_se & m5::kCqUpdate) && !hold_cqes(env, 0)) {
+          env.req_cqe(c.opcode, idx, r.bytes);
+        } else if (c.fm_ce_se & m5::kCqUpdate) {
           held = true;
           held_op = c.opcode;
           held_idx = idx;

@@ -234,6 +234,8 @@ struct Nic::Env {
   bool admit(const emu_core::SqParams& q, uint32_t ci, uint32_t avail) const {
     return !nic.model_ || nic.model_admit(num_index(qp.qpn), q, ci, avail);
   }
+  // With the NIC model every CQE is planned as its WQE executes and written at that time.
+  bool hold_cqes() const { return !nic.model_; }
   void req_cqe(uint8_t wqe_opcode, uint16_t idx, uint32_t bytes) const {
     if (nic.model_) {  // written at its modelled time
       nic.model_defer(num_index(qp.qpn), PendingCqe{0, 0, idx, wqe_opcode, 0, 0, 0, bytes});
