@@ -738,3 +738,37 @@ def moe_wait_heatmap(summary: pd.DataFrame, knees: pd.DataFrame, title: str,
     _moe_title(fig, title + "\noutlined in red: the first wait within 5% of the row's floor",
                note)
     return fig
+
+
+# ---- kernel-cost ---------------------------------------------------------------------------------
+_KC_LABELS = {"code-only": "code only, no transfers", "send": "send, then compute",
+              "send-wait": "send, wait, then compute"}  # fmt: skip
+
+
+def kernel_cost_bars(bars: pd.DataFrame, title: str, path: str = "mini-gda") -> Figure:
+    """Fig. 9 of the paper (arXiv 2610.01380): throughput loss against the kernel without
+    communication code, one panel per caller and live values, an arm per build of the call,
+    its bars code only / send / send-wait (not additive: each is against the reference)."""
+    panels = list(dict.fromkeys(zip(bars["caller"], bars["live"], strict=True)))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels) + 0.6, 4.4),
+                             squeeze=False)  # fmt: skip
+    width = 0.26
+    variants = [v for v in _KC_LABELS if v in set(bars["variant"])]
+    for ax, (caller, live) in zip(axes[0], panels, strict=True):
+        g = bars[(bars["caller"] == caller) & (bars["live"] == live)]
+        builds = [b for b in ("inline", "separate") if b in set(g["build"])]
+        for j, v in enumerate(variants):
+            vals = [float(g.loc[(g["build"] == b) & (g["variant"] == v), "loss_pct"].median())
+                    for b in builds]  # fmt: skip
+            xs = [i + (j - (len(variants) - 1) / 2) * width for i in range(len(builds))]
+            drawn = ax.bar(xs, vals, width, color=f"C{j}", label=_KC_LABELS[v])
+            ax.bar_label(drawn, labels=[number_text(x) for x in vals], fontsize=7)
+        ax.set_xticks(range(len(builds)), [f"{path}, {b}" for b in builds])
+        ax.set_xlabel("point (path, build of the call)")
+        ax.set_ylabel("throughput loss (%)")
+        ax.set_title(f"{caller} caller, {int(live)} live values")
+        ax.grid(True, axis="y", alpha=0.3)
+    _legend_below(fig, list(axes[0]))
+    fig.suptitle(title, fontsize=10)
+    fig.subplots_adjust(top=0.84)  # the suptitle above the panels' titles
+    return fig

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from gicbench import safe_files
 from gicbench.errors import ConfigError
 
-from . import connections, moe, plots
+from . import connections, kernel_cost, moe, plots
 from .fits import apply as fit_apply
 from .load import aggregate_ranks, load_run
 from .tables import (
@@ -339,6 +339,45 @@ def _moe_dispatch(agg: pd.DataFrame, plot_dir: Path, section: Section) -> None:
                          note=note)
 
 
+def _kc_table(table: pd.DataFrame, cols: list[str]) -> list[str]:
+    cols = [c for c in cols if c in table.columns]
+    lines = ["| " + " | ".join(md(kernel_cost.header(c)) for c in cols) + " |",
+             "|" + "|".join(":---" if c in kernel_cost.KEYS else "---:" for c in cols) + "|"]
+    for _, row in table.iterrows():
+        lines.append("| " + " | ".join(md(kernel_cost.fmt_cell(row[c], c)) for c in cols)
+                     + " |")  # fmt: skip
+    return [*lines, ""]
+
+
+def _kernel_cost(agg: pd.DataFrame, plot_dir: Path, section: Section) -> None:
+    """Fig. 9's bars, the loss of every point against its paired reference, waiting against
+    sending (Table 14's waiting loss) and the compiled resources per build."""
+    table = kernel_cost.rows(agg)
+    if table.empty:
+        section.lines.append("No kernel-cost points.")
+        return
+    bars = kernel_cost.bars(table)
+    if not bars.empty:
+        what = (f"{bars.attrs['per_block']} messages of {bars.attrs['size']} B per block"
+                if bars.attrs["size"] else f"{bars.attrs['per_block']} messages per block")
+        section.plot(plot_dir / "kernel-cost-loss.png", plots.kernel_cost_bars, bars,
+                     f"useful-work throughput loss against no communication code ({what})")
+    section.lines += ["Loss against the paired reference (no communication code), median of "
+                      "paired passes; 100 × (1 − t_reference / t_variant).", ""]
+    section.lines += _kc_table(table, [*kernel_cost.KEYS, "kernel_us", "reference_us",
+                                       "loss_pct", "loss_min_pct", "loss_max_pct"])
+    waits = kernel_cost.wait_extra(table)
+    if not waits.empty:
+        section.lines += ["Waiting against sending without waiting (the paper's Table 14 "
+                          "waiting loss): 100 × (1 − t_send / t_send-wait).", ""]
+        section.lines += _kc_table(waits, ["caller", "live", "build", "per_block", "size",
+                                           "wait_extra_pct"])
+    section.lines += ["Compiled resources (from the cubin) and blocks per SM (occupancy API).",
+                      ""]
+    section.lines += _kc_table(kernel_cost.resources(table),
+                               ["caller", "live", "build", *kernel_cost.RESOURCE_COLUMNS])
+
+
 def _fit_lines(section: Section) -> None:
     """The fits the experiment declares: parameters, uncertainties, R² and flags."""
     for name, outcomes in section.fits.items():
@@ -380,6 +419,7 @@ SECTIONS: dict[str, Callable[[pd.DataFrame, Path, Section], None]] = {
     "payload": _payload,
     "active-connections": _active_connections,
     moe.EXPERIMENT: _moe_dispatch,
+    kernel_cost.EXPERIMENT: _kernel_cost,
 }
 
 

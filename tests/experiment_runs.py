@@ -242,6 +242,67 @@ def moe_dispatch(rng: np.random.Generator) -> list[Point]:
     return moe_points(0)
 
 
+# ---- kernel-cost: known truth (tests/test_analysis_kernel_cost.py) -----------------------------
+KC_REFERENCE_US = {"compute": 2100.0, "stream": 2600.0}  # the paper's Fig. 9 kernels
+KC_CODE_LOSS = {("compute", "inline"): 3.0, ("compute", "separate"): 1.0,
+                ("stream", "inline"): 27.0, ("stream", "separate"): 35.0}  # fmt: skip
+KC_SEND_PER_MSG = 0.25  # % of throughput per message sent
+KC_WAIT_PER_MSG = {8: 0.5, 7168: 1.5}  # % more per message waited on, by size
+KC_REGS = {"none": 28, "inline": 48, "separate": 92}
+
+
+def kc_truth(caller: str, build: str, variant: str, per_block: int, size: int) -> float:
+    """The loss (%) a synthetic kernel-cost point is built with."""
+    if variant == "none":
+        return 0.0
+    loss = KC_CODE_LOSS[caller, build]
+    if variant in ("send", "send-wait"):
+        loss += KC_SEND_PER_MSG * per_block
+    if variant == "send-wait":
+        loss += KC_WAIT_PER_MSG[size] * per_block
+    return loss
+
+
+def kernel_cost_points(callers: Sequence[str] = ("compute", "stream"), live: int = 8,
+                       pairs: int = 3, launches: int = 5) -> list[Point]:  # fmt: skip
+    """One rank's kernel-cost points as the experiment writes them (its points() order and
+    keys), every pass's launches at exactly the truth's times (reference R, variant
+    R / (1 - loss)), results as run_point computes them from those samples."""
+    from gicbench.experiments.kernel_cost import paired_loss
+
+    out: list[Point] = []
+    for caller in callers:
+        base = {"caller": caller, "live": live, "steps": 65536, "blocks": 528,
+                "grid_per_sm": 0, "threads": 256, "qps": 528, "launches": launches,
+                "pairs": pairs}  # fmt: skip
+        cells = [("none", "none", 0, 0)]
+        for build in ("inline", "separate"):
+            cells += [("code-only", build, m, 0) for m in (0, 1, 4, 16)]
+            cells += [(v, build, m, s) for v in ("send", "send-wait") for m in (1, 4, 16)
+                      for s in (8, 7168)]  # fmt: skip
+        for variant, build, m, s in cells:
+            ref_ns = KC_REFERENCE_US[caller] * 1e3
+            var_ns = ref_ns / (1 - kc_truth(caller, build if build != "none" else "inline",
+                                            variant, m, s) / 100)  # fmt: skip
+            v = np.full((pairs, launches), round(var_ns), dtype=np.int64)
+            r = np.full((pairs, launches), round(ref_ns), dtype=np.int64)
+            regs = KC_REGS["none" if variant == "none" else build]
+            results = {**paired_loss(v, r), "registers": regs, "reference_registers": 28,
+                       "spill_store_bytes": 0, "spill_load_bytes": 0,
+                       "stack_bytes": 416 if build == "separate" else 0, "local_bytes": 0,
+                       "blocks_per_sm": 8 if regs <= 32 else 4, "reference_blocks_per_sm": 8,
+                       "grid": 528, "posted": 0, "sm_clock_mhz": 1980.0}  # fmt: skip
+            out.append(("kernel-cost", {**base, "variant": variant, "build": build,
+                                        "per_block": m, "size": s},
+                        {"kernel_ns": v.ravel()}, results))
+    return out
+
+
+def kernel_cost(rng: np.random.Generator) -> list[Point]:
+    del rng
+    return kernel_cost_points()
+
+
 EXPERIMENT_RUNS: dict[str, Callable[[np.random.Generator], list[Point]]] = {
     "single-op": single_op,
     "completion-scope": completion_scope,
@@ -252,4 +313,5 @@ EXPERIMENT_RUNS: dict[str, Callable[[np.random.Generator], list[Point]]] = {
     "payload": payload,
     "active-connections": active_connections,
     "moe-dispatch": moe_dispatch,
+    "kernel-cost": kernel_cost,
 }

@@ -27,9 +27,10 @@ EXPECTED = {
     "payload": {"payload-goodput.png"},
     "active-connections": {"active-connections-rate.png", "active-connections-normalized.png"},
     "moe-dispatch": {"moe-dispatch-send-topk4.png", "moe-dispatch-send-topk8.png"},
+    "kernel-cost": {"kernel-cost-loss.png"},
 }
 UNIT = re.compile(r"\((B|µs|MHz|M msg/s|GB/s)[;)]")
-Y_UNIT = re.compile(r"\((µs|M msg/s|GB/s|× its pass's control)\)$")
+Y_UNIT = re.compile(r"\((µs|M msg/s|GB/s|× its pass's control|%)\)$")
 RAW = re.compile(r"\b\w+_(ns|us|mps|gbps)\b|size=")
 CATEGORIES = ("what was timed", "point (")  # x axes of bar charts: categories, not numbers
 HEAT_UNIT = re.compile(r"\((µs|%)\)$")  # a heatmap panel's title: what its colour shows

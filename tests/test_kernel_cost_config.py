@@ -1,0 +1,167 @@
+"""kernel-cost's configuration: listed, refused where nothing can run it (the host submitter
+here; mini-proxy and DOCA by name: not built yet), bad knobs refused with exit status 2 naming
+the field, the checks across knobs, the points, and the landing each sent message leaves."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from launching import gicbench
+
+from gicbench.cli.main import main
+from gicbench.config import RunConfig
+from gicbench.errors import ConfigError, UnsupportedError
+from gicbench.experiments.context import Layout
+from gicbench.experiments.kernel_cost import KernelCost, KernelCostParams
+from gicbench.patterns import traffic
+from gicbench.submit.base import NoParams, Shape, Submitter
+from gicbench.submit.doca.submitter import DocaSubmitter
+from gicbench.submit.gpu.params import GpuParams
+from gicbench.submit.gpu.submitter import GpuSubmitter
+from gicbench.submit.proxy.submitter import ProxySubmitter
+
+
+def test_listed_with_its_knobs() -> None:
+    r = gicbench("list", "kernel-cost")
+    assert r.returncode == 0, r.stderr
+    for flag in ("--caller", "--live", "--per-block", "--msg-size", "--variant", "--build",
+                 "--qps", "--blocks", "--block-threads", "--blocks-per-sm", "--compute-steps",
+                 "--stream-steps", "--launches", "--pairs"):  # fmt: skip
+        assert flag in r.stdout
+    assert "arXiv 2610.01380" in r.stdout
+
+
+def test_refused_here_before_anything_exists(capsys, tmp_path) -> None:
+    out = tmp_path / "run"
+    rc = main(["run", "kernel-cost", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "kernel-cost needs kernel-cost loops" in err and "submitter host" in err
+    assert not out.exists()
+
+
+def test_mini_proxy_and_doca_are_refused_by_name() -> None:
+    cfg = RunConfig.build(experiments=["kernel-cost"])
+    for sub, what in ((ProxySubmitter, "mini-proxy"), (DocaSubmitter, "DOCA GPUNetIO")):
+        with pytest.raises(UnsupportedError, match=rf"{what} path .* is not built yet"):
+            KernelCost.from_config(cfg, sub, sub.Params())
+
+
+def test_mini_gda_refuses_the_host_doorbell() -> None:
+    cfg = RunConfig.build(experiments=["kernel-cost"])
+    with pytest.raises(UnsupportedError, match="--doorbell gpu"):
+        KernelCost.from_config(cfg, GpuSubmitter, GpuParams(doorbell="host"))
+    assert isinstance(KernelCost.from_config(cfg, GpuSubmitter, GpuParams()), KernelCost)
+
+
+@pytest.mark.parametrize(
+    ("args", "field", "allowed"),
+    [
+        (["--live", "0"], "live (--live)", "integers in 1..224 (0 is not)"),
+        (["--live", "8,,16"], "live (--live)", "no empty items"),
+        (["--live", "8,8"], "live (--live)", "8 repeated"),
+        (["--per-block", "65"], "per_block (--per-block)", "integers in 0..64 (65 is not)"),
+        (["--msg-size", "4"], "msg_size (--msg-size)", "(4 is not)"),
+        (["--msg-size", "big"], "msg_size (--msg-size)", "integers"),
+        (["--caller", "fft"], "caller (--caller)", "one of compute, stream"),
+        (["--variant", "maybe"], "variant (--variant)", "none, code-only, send, send-wait"),
+        (["--build", "lto"], "build (--build)", "one of inline, separate"),
+        (["--block-threads", "100"], "block_threads (--block-threads)", "a multiple of 32"),
+        (["--blocks", "0"], "blocks (--blocks)", "1 <= blocks"),
+        (["--qps", "529"], "qps (-q)", "qps <= 528"),
+        (["--pairs", "0"], "pairs (--pairs)", "1 <= pairs"),
+        (["--launches", "0"], "launches (--launches)", "1 <= launches"),
+        (["--blocks-per-sm", "0"], "blocks_per_sm (--blocks-per-sm)", "1 <= blocks_per_sm"),
+        (["--live", "224", "--compute-steps", "74892"], "compute_steps (--compute-steps)",
+         "at most 74891 with --live up to 224"),
+        (["--live", "224", "--stream-steps", "10700"], "stream_steps (--stream-steps)",
+         "at most 10699 with --live up to 224"),
+    ],
+)
+def test_bad_knobs_are_refused(capsys, args: list[str], field: str, allowed: str) -> None:
+    rc = main(["run", "kernel-cost", *args])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert f"invalid {field}=" in err, err
+    assert allowed in err, err
+
+
+def test_the_largest_exact_step_counts_pass() -> None:
+    KernelCostParams(live=("224",), compute_steps=74891, stream_steps=10699)
+
+
+# ---- with a submitter that has the shape (none runs here) ----------------------------------------
+class _Caller(Submitter):
+    name = "test-kernel-cost"
+    summary = "a stand-in with the kernel-cost shape"
+    shapes = frozenset({Shape.KERNEL_COST})
+    posting = ("mlx5-queues",)
+
+    @classmethod
+    def availability(cls, probes: Any) -> str | None:
+        return None
+
+
+def _experiment(**knobs: Any) -> KernelCost:
+    cfg = RunConfig.build(experiments=["kernel-cost"], **knobs)
+    exp = KernelCost.from_config(cfg, _Caller, NoParams())
+    assert isinstance(exp, KernelCost)
+    return exp
+
+
+def test_qps_against_the_grid() -> None:
+    with pytest.raises(ConfigError, match=r"qps \(-q\)=528: allowed <= --blocks-per-sm \(8\)"):
+        _experiment(blocks_per_sm=8)
+    assert _experiment(blocks_per_sm=8, qps=8).lanes_per_peer == 8
+    with pytest.raises(ConfigError, match=r"qps \(-q\)=528: allowed <= --blocks \(64\)"):
+        _experiment(blocks=64)
+
+
+def test_one_destination_per_sender() -> None:
+    exp = _experiment()
+    exp.check_rank(traffic("pairs", 0, 2))
+
+
+def test_points_skip_what_adds_nothing() -> None:
+    pts = _experiment().points()
+    # per caller and live: none once; per build: code-only x 4 counts, 2 sending variants x 3
+    # counts x 2 sizes
+    assert len(pts) == 2 * 2 * (1 + 2 * (4 + 2 * 3 * 2))
+    none = [p for p in pts if p["variant"] == "none"]
+    assert {(p["build"], p["per_block"], p["size"]) for p in none} == {("none", 0, 0)}
+    assert all(p["size"] == 0 for p in pts if p["variant"] == "code-only")
+    assert all(p["per_block"] > 0 and p["size"] in (8, 7168) for p in pts
+               if p["variant"] in ("send", "send-wait"))  # fmt: skip
+    first = pts[0]
+    assert first == {"caller": "compute", "live": 8, "steps": 65536, "blocks": 528,
+                     "grid_per_sm": 0, "threads": 256, "qps": 528, "launches": 15, "pairs": 3,
+                     "variant": "none", "build": "none", "per_block": 0, "size": 0}  # fmt: skip
+    assert {p["steps"] for p in pts if p["caller"] == "stream"} == {1200}
+    residency = _experiment(blocks_per_sm=8, qps=8, variant=("none", "code-only"),
+                            per_block=("0",)).points()  # fmt: skip
+    assert {p["blocks"] for p in residency} == {0} and {p["grid_per_sm"] for p in residency} == {8}
+
+
+def test_a_lane_slice_holds_a_blocks_messages() -> None:
+    exp = _experiment(msg_size=("8", "7168"), per_block=("0", "16"))
+    assert exp.max_message == 16 * 7168
+
+
+class _Ctx:
+    def __init__(self) -> None:
+        self.traffic = traffic("pairs", 1, 2)
+
+
+def test_landing_of_the_sending_variants_only() -> None:
+    exp = _experiment(qps=4, blocks=8)
+    layout = Layout(lane_bytes=1024, lanes=4)
+    src = np.arange(4096, dtype=np.uint32).astype(np.uint8)
+    point = {"variant": "send", "per_block": 4, "size": 8, "qps": 4}
+    got = exp.expected_landing(_Ctx(), point, 0, src, layout)  # type: ignore[arg-type]
+    assert [off for off, _ in got] == [0, 1024, 2048, 3072]
+    assert all(np.array_equal(b, src[off : off + 32]) for off, b in got)
+    for variant in ("none", "code-only"):
+        assert exp.expected_landing(_Ctx(), {**point, "variant": variant}, 0, src,
+                                    layout) == []  # type: ignore[arg-type]  # fmt: skip
