@@ -36,28 +36,43 @@ static_assert(offsetof(SendArgs, states) == 16 && offsetof(SendArgs, size) == 24
 
 // Message `k` of block `block`: bytes [k * size, (k + 1) * size) of the lane's source slice to
 // the same offset of its destination slice. Returns false on a failure (status is set).
+// A lane that several blocks share (fewer lanes than blocks) is posted under the QP's doorbell
+// lock; the default shape (one QP per block) takes no lock, as mini-gda's bare path.
 __device__ __forceinline__ bool send_body(const SendArgs* a, int block, uint32_t k, int wait) {
   using namespace gda;
   const Ctl c{a->status, a->abort, a->timeout_ns};
   const int li = block % a->nlanes;
   const Lane l = lane_at(a->lanes, li);
   QpState* s = state_of(a->states, l);
+  const bool shared = static_cast<unsigned>(a->nlanes) < gridDim.x;
   const uint32_t bbs = write_wqebbs(a->inl != 0, a->size, l[kDc] != 0);
   uint64_t reaped = 0;
-  const uint32_t pi = s->pub;
-  if (!wait_room(c, li, l, s, pi + bbs, reaped)) return false;
-  const uint64_t off = static_cast<uint64_t>(k) * a->size;
-  const Payload p{reinterpret_cast<const uint8_t*>(l[kSrcDev]) + off, a->size, false, 0};
-  const uint64_t db = build_write(l, pi, l[kDstAddr] + off, a->inl != 0, p, l[kSrcAddr] + off,
-                                  true);
-  if (l[kReady])
-    mark_wqe_ready(l, pi, bbs);
-  else
-    publish(l.dbrec(), l.doorbell(), pi + bbs, db);
-  s->pub = pi + bbs;
-  s->resv = pi + bbs;
-  if (wait) return wait_retired(c, li, l, s, pi + bbs, reaped);
-  return true;
+  if (shared) {
+    Wait w(c);
+    while (atomicCAS(&s->lock, 0u, 1u) != 0u)
+      if (!w.tick(li, &l, s)) return false;
+    fence_acq_rel_gpu();
+  }
+  const uint32_t pi = ld_volatile32(&s->pub);
+  bool ok = wait_room(c, li, l, s, pi + bbs, reaped);
+  if (ok) {
+    const uint64_t off = static_cast<uint64_t>(k) * a->size;
+    const Payload p{reinterpret_cast<const uint8_t*>(l[kSrcDev]) + off, a->size, false, 0};
+    const uint64_t db = build_write(l, pi, l[kDstAddr] + off, a->inl != 0, p,
+                                    l[kSrcAddr] + off, true);
+    if (l[kReady])
+      mark_wqe_ready(l, pi, bbs);
+    else
+      publish(l.dbrec(), l.doorbell(), pi + bbs, db);
+    st_volatile32(&s->resv, pi + bbs);
+    st_release_gpu32(&s->pub, pi + bbs);
+  }
+  if (shared) {
+    fence_acq_rel_gpu();
+    atomicExch(&s->lock, 0u);
+  }
+  if (ok && wait) ok = wait_retired(c, li, l, s, pi + bbs, reaped);
+  return ok;
 }
 
 #if KC_SEPARATE
