@@ -165,3 +165,65 @@ def test_landing_of_the_sending_variants_only() -> None:
     for variant in ("none", "code-only"):
         assert exp.expected_landing(_Ctx(), {**point, "variant": variant}, 0, src,
                                     layout) == []  # type: ignore[arg-type]  # fmt: skip
+
+
+# ---- run_point over a stand-in submitter: the results and the checks -----------------------------
+class _Sub:
+    """Returns what a correct (or a broken) launcher would: exact output, the variant's WQEs."""
+
+    def __init__(self, skip_step: bool = False, stray_wqe: bool = False) -> None:
+        self.skip_step, self.stray_wqe = skip_step, stray_wqe
+        self.work: Any = None
+
+    def kernel_cost(self, work: Any) -> Any:
+        from gicbench.experiments.kernel_cost import expected_output
+        from gicbench.submit.work import KernelCostResult, KernelResources
+
+        self.work = work
+        steps = work.steps - 1 if self.skip_step else work.steps
+        out = expected_output(work.caller, work.live, steps, work.blocks, work.threads)
+        runs = work.launches * work.pairs + 2
+        posted = np.zeros(len(work.lanes), dtype=np.int64)
+        if work.variant in ("send", "send-wait"):
+            for b in range(work.blocks):
+                posted[b % len(work.lanes)] += work.messages * runs
+        if self.stray_wqe:
+            posted[0] += 1
+        ns = np.full((work.pairs, work.launches), 1000, dtype=np.int64)
+        res = KernelResources(40, 0, 0, 0, 0, 4)
+        return KernelCostResult(ns * 5 // 4, ns, res, KernelResources(28, 0, 0, 0, 0, 8), out,
+                                posted, work.blocks, runs, {"sm_clock_hz": 1.98e9})
+
+
+class _RunCtx:
+    def __init__(self, sub: _Sub) -> None:
+        self.traffic = traffic("pairs", 0, 2)
+        self.submitter = sub
+
+    def lanes_to(self, peer: int, transport: str, count: int) -> tuple:
+        return tuple(range(count))
+
+
+def test_run_point_reports_the_loss_and_checks_the_work() -> None:
+    exp = _experiment(qps=4, blocks=8, block_threads=64, compute_steps=10, stream_steps=10,
+                      pairs=2, launches=3)  # fmt: skip
+    sends = [p for p in exp.points() if p["variant"] == "send-wait" and p["size"] == 7168]
+    pt = sends[0]
+    sub = _Sub()
+    r = exp.run_point(_RunCtx(sub), pt)  # type: ignore[arg-type]
+    assert sub.work.inline is False and sub.work.messages == pt["per_block"]
+    assert r.results["loss_pct"] == pytest.approx(20.0)  # 1 - 1000 / 1250
+    assert r.results["registers"] == 40 and r.results["reference_blocks_per_sm"] == 8
+    assert r.results["sm_clock_mhz"] == pytest.approx(1980.0)
+    assert r.samples["kernel_ns"].shape == (6,)
+    from gicbench.errors import ValidationError
+
+    with pytest.raises(ValidationError, match="skipped work"):
+        exp.run_point(_RunCtx(_Sub(skip_step=True)), pt)  # type: ignore[arg-type]
+    dormant = next(p for p in exp.points() if p["variant"] == "code-only" and p["per_block"])
+    with pytest.raises(ValidationError, match="code-only must post none"):
+        exp.run_point(_RunCtx(_Sub(stray_wqe=True)), dormant)  # type: ignore[arg-type]
+    assert exp.run_point(_RunCtx(_Sub()), dormant).results["posted"] == 0  # type: ignore[arg-type]
+    small = next(p for p in exp.points() if p["variant"] == "send" and p["size"] == 8)
+    exp.run_point(_RunCtx(sub), small)  # type: ignore[arg-type]
+    assert sub.work.inline is True

@@ -283,7 +283,7 @@ class KernelCost(Experiment):
             **{k: v for k, v in res.details.items() if isinstance(v, (int, float))},
         }  # fmt: skip
         if "sm_clock_hz" in results:
-            results["sm_clock_mhz"] = float(results.pop("sm_clock_hz")) / 1e6
+            results["sm_clock_mhz"] = float(results["sm_clock_hz"]) / 1e6
         return PointResult(samples={"kernel_ns": np.asarray(res.variant_ns, np.int64).ravel()},
                            results=results, role=t.role)  # fmt: skip
 

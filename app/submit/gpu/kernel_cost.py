@@ -341,6 +341,7 @@ def run(sub: GpuSubmitter, work: KernelCostWork) -> KernelCostResult:
         sub.k["gda_finish"](((L + 127) // 128,), (128,), (tab, np.int32(L), sub.states))
     st = sub.status.get()
     status.raise_for(st, sub.rank, "kernel-cost", sub.timeout_ns / 1e9, sum(per_lane))
+    sub._check_stale()
     del src_keep
     posted = np.zeros(L, dtype=np.int64)
     rows, states = cp.asnumpy(tab), sub.states.get()
@@ -352,10 +353,12 @@ def run(sub: GpuSubmitter, work: KernelCostWork) -> KernelCostResult:
     # fall back to the function's own attributes where the cubin's report has no registers
     if var_r.registers == 0:
         var_r = replace(var_r, registers=int(var_fn.num_regs))
+    details = {"sm_clock_hz": sub.measure_clock(), "sms": float(sms),
+               "num_regs_runtime": float(var_fn.num_regs),
+               "local_bytes_runtime": float(var_fn.local_size_bytes)}  # fmt: skip
+    sub.details = dict(details)  # what point_details hands the harness
     return KernelCostResult(
         variant_ns=times["variant"], reference_ns=times["reference"], variant=var_r,
         reference=ref_r, output=out.get(), posted=posted, grid=grid, variant_launches=runs,
-        details={"sm_clock_hz": sub.measure_clock(), "sms": float(sms),
-                 "num_regs_runtime": float(var_fn.num_regs),
-                 "local_bytes_runtime": float(var_fn.local_size_bytes)},
-    )  # fmt: skip
+        details=details,
+    )
