@@ -61,8 +61,10 @@ def world():
                 host_view(area.addr, area.length)[:] = rng.integers(0, 256, area.length, np.uint8)
                 w.areas.append(area)
             w.subs = [
+                # sys-fence: on emu's CPU engine GPU-scope ordering lets the engine see a
+                # doorbell before the WQE stores it names (docs/gpu-loaded.md)
                 GpuSubmitter(rank=r, fabric=w.fabrics[r], progress=w.fabrics[r].progress_policy(),
-                             timeout_s=10.0, params=GpuParams())
+                             timeout_s=10.0, params=GpuParams(ordering="sys-fence"))
                 for r in range(W)
             ]  # fmt: skip
             made.append(w)
