@@ -83,12 +83,19 @@ ptxas info    : Compile time = 63.500 ms
 NVLINK = """nvlink info    : Function properties for 'kc_caller':
 nvlink info    : used 92 registers, used 0 barriers, 0 stack, 0 bytes smem, 584 bytes cmem[0], 0 bytes lmem
 """  # noqa: E501
+# cuobjdump --dump-resource-usage of the separate build's linked cubin (compute, 8 live values)
 CUOBJDUMP = """
 Resource usage:
  Common:
   GLOBAL:0
+ Function __cuda_sm20_div_u64:
+  REG:0 STACK:0 SHARED:0 LOCAL:0 TEXTURE:0 SURFACE:0 SAMPLER:0
+ Function kc_drain:
+  REG:38 STACK:0 SHARED:0 LOCAL:0 CONSTANT[0]:536 TEXTURE:0 SURFACE:0 SAMPLER:0
  Function kc_caller:
-  REG:48 STACK:0 SHARED:0 LOCAL:0 CONSTANT[0]:584 TEXTURE:0 SURFACE:0 SAMPLER:0
+  REG:92 STACK:0 SHARED:0 LOCAL:0 CONSTANT[0]:584 TEXTURE:0 SURFACE:0 SAMPLER:0
+ Function kc_send:
+  REG:0 STACK:0 SHARED:0 LOCAL:0 TEXTURE:0 SURFACE:0 SAMPLER:0
 """
 
 
@@ -98,8 +105,10 @@ def test_report_lines_parse() -> None:
                                                                                        124, 144)
     n = kc.parse_nvlink(NVLINK)["kc_caller"]
     assert (n.registers, n.stack_bytes, n.local_bytes) == (92, 0, 0)
-    c = kc.parse_cuobjdump(CUOBJDUMP)["kc_caller"]
-    assert (c.registers, c.stack_bytes, c.local_bytes) == (48, 0, 0)
+    c = kc.parse_cuobjdump(CUOBJDUMP)
+    assert set(c) == {"__cuda_sm20_div_u64", "kc_drain", "kc_caller", "kc_send"}
+    assert (c["kc_caller"].registers, c["kc_caller"].stack_bytes) == (92, 0)
+    assert c["kc_drain"].registers == 38
 
 
 # ---- nvcc ---------------------------------------------------------------------------------------
@@ -146,19 +155,57 @@ def test_resources_move_as_the_mechanism_says(cache: Path, caller: str) -> None:
         kc.CALLER].stack_bytes > 0
 
 
-@pytest.mark.nvcc
-def test_cuobjdump_agrees_with_the_compiler_report(cache: Path) -> None:
-    tool = shutil.which("cuobjdump") or (
-        "/usr/local/cuda/bin/cuobjdump" if Path("/usr/local/cuda/bin/cuobjdump").exists() else None)
+def _cuobjdump() -> str:
+    tool = shutil.which("cuobjdump") or next(
+        (p for p in ("/usr/local/cuda/bin/cuobjdump",) if Path(p).exists()), None)
     if tool is None:
-        pytest.skip("cuobjdump not installed (the CUDA toolkit here has nvcc, ptxas, nvlink)")
-    for build in KC_BUILDS:
-        c = _compiled(cache, kc.KernelBuild("compute", 8, True, build))
+        pytest.skip("cuobjdump not found (pip's nvidia-cuda-cuobjdump has one: put it on PATH)")
+    return tool
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("live", (8, 224))
+def test_cuobjdump_agrees_with_the_compiler_report(cache: Path, live: int) -> None:
+    tool = _cuobjdump()
+    for comm, build in ((False, "inline"), (True, "inline"), (True, "separate")):
+        c = _compiled(cache, kc.KernelBuild("stream", live, comm, build))
         out = subprocess.run([tool, "--dump-resource-usage", str(c.cubin)], capture_output=True,
                              text=True, check=True).stdout  # fmt: skip
         got = kc.parse_cuobjdump(out)[kc.CALLER]
-        assert got.registers == c.resources[kc.CALLER].registers
-        assert got.stack_bytes == c.resources[kc.CALLER].stack_bytes
+        mine = c.resources[kc.CALLER]
+        assert (got.registers, got.stack_bytes) == (mine.registers, mine.stack_bytes), build
+
+
+def _function_sass(tool: str, cubin: Path, name: str) -> str:
+    sass = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True,
+                          check=True).stdout  # fmt: skip
+    start = sass.index(f"Function : {name}")
+    nxt = sass.find("Function : ", start + 1)
+    return sass[start : nxt if nxt > 0 else len(sass)]
+
+
+def _opcodes(sass: str) -> set[str]:
+    return set(re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass))
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("caller", KC_CALLERS)
+def test_the_dormant_call_is_in_the_sass(cache: Path, caller: str) -> None:
+    """code-only's cubin is the sending variants' (the variant is a run-time argument): its
+    caller's SASS holds the call, the reference's none of it. Inlined: the doorbell's fences and
+    the QP lock's atomics; separate: a call out of the caller (the body is elsewhere)."""
+    tool = _cuobjdump()
+    none, inline, sep = (_opcodes(_function_sass(tool, _compiled(cache, b).cubin, kc.CALLER))
+                         for b in (kc.KernelBuild(caller, 8, False),
+                                   kc.KernelBuild(caller, 8, True, "inline"),
+                                   kc.KernelBuild(caller, 8, True, "separate")))  # fmt: skip
+    added = inline - none
+    assert any(op.startswith(("MEMBAR", "FENCE")) for op in added), sorted(added)
+    assert any(op.startswith("ATOM") for op in added), sorted(added)
+    assert not any(op.startswith(("MEMBAR", "FENCE", "ATOM")) for op in none)
+    calls = {op for op in sep - none if op.startswith("CALL")}
+    assert calls, sorted(sep - none)
+    assert not any(op.startswith(("MEMBAR", "ATOM")) for op in sep)  # they are in kc_send
 
 
 def _ptx(tmp_path: Path, b: kc.KernelBuild) -> str:
