@@ -227,3 +227,20 @@ def test_run_point_reports_the_loss_and_checks_the_work() -> None:
     small = next(p for p in exp.points() if p["variant"] == "send" and p["size"] == 8)
     exp.run_point(_RunCtx(sub), small)  # type: ignore[arg-type]
     assert sub.work.inline is True
+
+
+def test_the_plan_for_mini_gda_sizes_a_lane_slice_per_block() -> None:
+    """The run as planned for a GPU machine (here=False: all but whether this one has a GPU):
+    528 QPs a peer, each lane slice one block's 16 x 7 KiB, and too many messages refused
+    naming --landing-bytes."""
+    from gicbench.plan import make_plan
+
+    plan = make_plan(RunConfig.build(experiments=["kernel-cost"], submitter="gpu",
+                                     ordering="sys-fence"), here=False)  # fmt: skip
+    assert plan.lanes == 528 and plan.layout(2).lane_bytes == 16 * 7168
+    big = RunConfig.build(experiments=["kernel-cost"], submitter="gpu", per_block=("64",))
+    with pytest.raises(ConfigError, match=r"landing_bytes \(--landing-bytes\)"):
+        make_plan(big, here=False).layout(2)
+    for name in ("proxy", "doca"):
+        with pytest.raises(UnsupportedError, match="not built yet"):
+            make_plan(RunConfig.build(experiments=["kernel-cost"], submitter=name), here=False)
