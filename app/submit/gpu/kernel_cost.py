@@ -240,7 +240,7 @@ def send_args(lanes_dev: int, nlanes: int, states: int, size: int, inline: bool,
 def occupancy(cp: Any, fn: Any, threads: int) -> int | None:
     """Blocks of `threads` per SM the occupancy calculator allows (None where CuPy lacks it)."""
     occ = getattr(cp.cuda.driver, "occupancyMaxActiveBlocksPerMultiprocessor", None)
-    ptr = getattr(fn, "ptr", None)
+    ptr = getattr(getattr(fn, "kernel", fn), "ptr", None)  # a RawKernel's driver function
     if occ is None or ptr is None:
         return None
     return int(occ(ptr, threads, 0))
