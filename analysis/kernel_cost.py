@@ -17,6 +17,7 @@ import pandas as pd
 EXPERIMENT = "kernel-cost"
 KEYS = ("caller", "live", "build", "variant", "per_block", "size")
 ARM = ("caller", "live", "build")
+PATHS = {"gpu": "mini-gda", "proxy": "mini-proxy", "doca": "DOCA GPUNetIO"}  # by submitter
 BAR_VARIANTS = ("code-only", "send", "send-wait")  # Fig. 9's three bars of an arm
 RESOURCE_COLUMNS = ("registers", "spill_store_bytes", "spill_load_bytes", "stack_bytes",
                     "blocks_per_sm")  # fmt: skip

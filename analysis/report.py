@@ -357,11 +357,14 @@ def _kernel_cost(agg: pd.DataFrame, plot_dir: Path, section: Section) -> None:
         section.lines.append("No kernel-cost points.")
         return
     bars = kernel_cost.bars(table)
+    submitter = agg.attrs.get("manifest", {}).get("submitter")
+    path = kernel_cost.PATHS.get(str(submitter), str(submitter or "mini-gda"))
     if not bars.empty:
         what = (f"{bars.attrs['per_block']} messages of {bars.attrs['size']} B per block"
                 if bars.attrs["size"] else f"{bars.attrs['per_block']} messages per block")
         section.plot(plot_dir / "kernel-cost-loss.png", plots.kernel_cost_bars, bars,
-                     f"useful-work throughput loss against no communication code ({what})")
+                     f"useful-work throughput loss against no communication code ({what})",
+                     path=path)
     section.lines += ["Loss against the paired reference (no communication code), median of "
                       "paired passes; 100 × (1 − t_reference / t_variant).", ""]
     section.lines += _kc_table(table, [*kernel_cost.KEYS, "kernel_us", "reference_us",
