@@ -4,10 +4,11 @@ launcher that times paired passes of a variant and its reference with CUDA event
 arXiv 2610.01380, §4.3.2, Appendix D.2).
 
 Both builds go through nvcc (not NVRTC): the separate build needs relocatable device code and a
-device link (`-rdc=true`, then `-dlink -cubin`), and one compiler for both keeps their registers
-comparable. Cubins are cached under ~/.cache/gicbench/kcost by a hash of the sources, the
-defines, the architecture and nvcc's version, with the compiler's -v report beside each (the
-resources are parsed from it; cuobjdump's resource usage, where installed, is the same numbers).
+device link (`-rdc=true`, then `-dlink -cubin`; NVRTC's relocatable output would need the driver's
+linker driven by hand), and one compiler for both keeps their registers comparable. Cubins are
+cached under ~/.cache/gicbench/kcost by a hash of the sources, the defines, the architecture and
+nvcc's version, with the compiler's -v report beside each (the resources are parsed from it;
+cuobjdump's resource usage, where installed, gives the same numbers).
 """
 
 from __future__ import annotations
