@@ -112,7 +112,8 @@ class KernelCostParams:
 
     def __post_init__(self) -> None:
         # Checked as the Params are built: a bad knob is named even where nothing can run it.
-        live, _, sizes = self.live_grid, self.per_block_grid, self.size_grid
+        live = self.live_grid
+        _ = self.per_block_grid, self.size_grid  # each parses and checks
         for k, name in ((BLOCKS, "blocks"), (BLOCK_THREADS, "block_threads"),
                         (COMPUTE_STEPS, "compute_steps"), (STREAM_STEPS, "stream_steps")):
             k.check(name, getattr(self, name))  # before they bound each other
@@ -131,7 +132,6 @@ class KernelCostParams:
             raise ConfigError(STREAM_STEPS.label("stream_steps"), self.stream_steps,
                               f"at most {most} with --live up to {top} (the output's sum must "
                               "stay an exact FP32 integer)")
-        del sizes
 
     @property
     def live_grid(self) -> tuple[int, ...]:
