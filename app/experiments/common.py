@@ -8,7 +8,7 @@ from typing import Any
 
 from ..config import size_sweep
 from ..errors import ConfigError
-from ..knobs import KIND_SIZE, KIND_STR, Knob
+from ..knobs import KIND_SIZE, KIND_STR, Knob, parse_int, parse_list
 
 MAX_SIZE = 1 << 30
 MAX_INLINE = 512  # bytes of inline payload a WQE may carry here (ds stays within 6 bits)
@@ -96,3 +96,20 @@ def rate_results(res: Any, size: int, destinations: int) -> dict[str, Any]:
         "gbps": res.messages * size / s / 1e9 if s > 0 else 0.0,
         "destinations": destinations,
     }
+
+
+def list_text(values: Any) -> str:
+    """A list knob's value as typed: the command line's tuple, or a sweep file's list or text."""
+    return values if isinstance(values, str) else ",".join(map(str, values))
+
+
+def int_list(knob: Knob, name: str, values: Any, lo: int, hi: int) -> tuple[int, ...]:
+    """A list knob's integers, each in lo..hi, or refused naming the field."""
+    label = knob.label(name)
+    allowed = f"a comma-separated list of integers in {lo}..{hi}"
+    items = parse_list(list_text(values), label, f"integers in {lo}..{hi}")
+    out = tuple(parse_int(v, label, allowed) for v in items)
+    bad = [v for v in out if not lo <= v <= hi]
+    if bad:
+        raise ConfigError(label, ",".join(items), f"{allowed} ({bad[0]} is not)")
+    return out

@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import ConfigError, UnsupportedError, ValidationError
-from ..knobs import KIND_STR, Knob, parse_int, parse_list
+from ..knobs import KIND_STR, Knob
 from ..submit.base import KernelCostWork, Shape
 from ..submit.work import KC_BUILDS, KC_CALLERS, KC_VARIANTS
-from .common import QPS, field
+from .common import QPS, field, int_list
 from .registry import Column, Experiment, PointResult, register
 
 if TYPE_CHECKING:
@@ -79,18 +79,6 @@ STREAM_STEPS = Knob("--stream-steps", "loads per live value and thread (stream c
 LAUNCHES = Knob("--launches", "timed launches per pass", lo=1, hi=10000)
 PAIRS = Knob("--pairs", "paired passes (reference, variant) per point; the median is reported",
              lo=1, hi=1000)  # fmt: skip
-
-
-def _ints(knob: Knob, name: str, values: Any, lo: int, hi: int) -> tuple[int, ...]:
-    label = knob.label(name)
-    allowed = f"a comma-separated list of integers in {lo}..{hi}"
-    text = values if isinstance(values, str) else ",".join(map(str, values))
-    items = parse_list(text, label, f"integers in {lo}..{hi}")
-    out = tuple(parse_int(v, label, allowed) for v in items)
-    bad = [v for v in out if not lo <= v <= hi]
-    if bad:
-        raise ConfigError(label, ",".join(items), f"{allowed} ({bad[0]} is not)")
-    return out
 
 
 @dataclass(frozen=True)
@@ -135,15 +123,15 @@ class KernelCostParams:
 
     @property
     def live_grid(self) -> tuple[int, ...]:
-        return _ints(LIVE, "live", self.live, 1, MAX_LIVE)
+        return int_list(LIVE, "live", self.live, 1, MAX_LIVE)
 
     @property
     def per_block_grid(self) -> tuple[int, ...]:
-        return _ints(PER_BLOCK, "per_block", self.per_block, 0, MAX_PER_BLOCK)
+        return int_list(PER_BLOCK, "per_block", self.per_block, 0, MAX_PER_BLOCK)
 
     @property
     def size_grid(self) -> tuple[int, ...]:
-        return _ints(MSG_SIZE, "msg_size", self.msg_size, 8, MAX_MSG)
+        return int_list(MSG_SIZE, "msg_size", self.msg_size, 8, MAX_MSG)
 
     def steps(self, caller: str) -> int:
         return self.compute_steps if caller == "compute" else self.stream_steps

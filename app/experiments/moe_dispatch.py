@@ -42,11 +42,11 @@ import numpy as np
 from ..errors import ConfigError, UnsupportedError, ValidationError
 from ..fabric import registry as providers
 from ..fabric.base import host_view
-from ..knobs import KIND_STR, Knob, build, parse_float, parse_int, parse_list
+from ..knobs import KIND_STR, Knob, build, parse_float, parse_list
 from ..moe import routing as rt
 from ..submit.base import Buffer, DispatchPlan, DispatchWork, Shape
 from ..submit.work import COUNT_WORD_BYTES, DISPATCH_BACKENDS
-from .common import ITERS, WARMUP, field
+from .common import ITERS, WARMUP, field, int_list, list_text
 from .registry import Column, Experiment, PointResult, register
 
 if TYPE_CHECKING:
@@ -92,22 +92,6 @@ WAIT_US = Knob(
 )
 
 
-def _text(values: Any) -> str:
-    """A list knob's value as typed: the command line's tuple, or a sweep file's list or text."""
-    return values if isinstance(values, str) else ",".join(map(str, values))
-
-
-def _ints(knob: Knob, name: str, values: tuple[str, ...], lo: int, hi: int) -> tuple[int, ...]:
-    label = knob.label(name)
-    allowed = f"a comma-separated list of integers in {lo}..{hi}"
-    items = parse_list(_text(values), label, f"integers in {lo}..{hi}")
-    out = tuple(parse_int(v, label, allowed) for v in items)
-    bad = [v for v in out if not lo <= v <= hi]
-    if bad:
-        raise ConfigError(label, ",".join(items), f"{allowed} ({bad[0]} is not)")
-    return out
-
-
 @dataclass(frozen=True)
 class MoeDispatchParams:
     tokens: tuple[str, ...] = field(TOKENS, tuple(str(1 << i) for i in range(9)))
@@ -131,7 +115,7 @@ class MoeDispatchParams:
         if max(topk) > self.experts:
             raise ConfigError(
                 TOPK.label("topk"),
-                _text(self.topk),
+                list_text(self.topk),
                 f"at most --experts ({self.experts}): top-k picks distinct experts "
                 f"({max(topk)} is more)",
             )
@@ -142,22 +126,22 @@ class MoeDispatchParams:
 
     @property
     def token_grid(self) -> tuple[int, ...]:
-        return _ints(TOKENS, "tokens", self.tokens, 1, MAX_TOKENS)
+        return int_list(TOKENS, "tokens", self.tokens, 1, MAX_TOKENS)
 
     @property
     def topk_grid(self) -> tuple[int, ...]:
-        return _ints(TOPK, "topk", self.topk, 1, MAX_TOPK)
+        return int_list(TOPK, "topk", self.topk, 1, MAX_TOPK)
 
     @property
     def sm_cap_grid(self) -> tuple[int, ...]:
-        return _ints(SM_CAP, "sm_cap", self.sm_cap, 1, MAX_SM_CAP)
+        return int_list(SM_CAP, "sm_cap", self.sm_cap, 1, MAX_SM_CAP)
 
     @property
     def wait_grid(self) -> tuple[float | None, ...]:
         if self.wait_us is None:
             return (None,)
         label = WAIT_US.label("wait_us")
-        items = parse_list(_text(self.wait_us), label, "waits in µs")
+        items = parse_list(list_text(self.wait_us), label, "waits in µs")
         out = tuple(parse_float(v, label) for v in items)
         bad = [v for v in out if not 0 <= v <= MAX_WAIT_US]
         if bad:
@@ -287,7 +271,7 @@ class MoeDispatch(Experiment):
         if sms is not None and max(p.sm_cap_grid) > sms:
             raise ConfigError(
                 SM_CAP.label("sm_cap"),
-                _text(p.sm_cap),
+                list_text(p.sm_cap),
                 f"at most the GPU's {sms} SMs ({max(p.sm_cap_grid)} is more)",
             )
         self._world = t.size
