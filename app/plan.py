@@ -20,7 +20,7 @@ from .experiments.context import Layout, plan_layout
 from .experiments.registry import Experiment
 from .fabric import registry as providers
 from .fabric.base import Posting
-from .fabric.registry import FabricPlan, Provider
+from .fabric.registry import FabricPlan, Provider, QueueOptions
 from .knobs import build, knob_fields
 from .patterns import max_neighbours
 from .platform import LazyProbes
@@ -79,6 +79,14 @@ class RunPlan:
     def dct_count(self) -> int:
         return (self.cfg.dcts or DEFAULT_DCTS) if self.uses_dc else 0
 
+    def queue_options(self) -> QueueOptions:
+        """The submitter's QueueOptions, less the GPI queues' room when no experiment of the run
+        creates GPI queues (a provider sizing its memory up front would reserve it for nothing)."""
+        qo = self.submitter.queue_options(self.submitter_params, self.cfg.sq_depth)
+        if qo.gpis and not any(e.uses_gpi_queues() for e in self.experiments):
+            qo = dataclasses.replace(qo, gpis=())
+        return qo
+
     def fabric_plan(self, topo: Any, neighbours: int, layout: Layout) -> FabricPlan:
         """What bring-up creates on a rank with `neighbours` peers, its landing `layout`
         computed once (RunPlan.layout) and passed down."""
@@ -95,7 +103,7 @@ class RunPlan:
             progress=self.cfg.progress,
             autonomous_progress=not self.submitter.cpu_progress,
             mr_domain="host-mapped" if self.submitter.needs_gpu else None,
-            queue_options=self.submitter.queue_options(self.submitter_params, self.cfg.sq_depth),
+            queue_options=self.queue_options(),
             params=self.provider_params,
         )
 

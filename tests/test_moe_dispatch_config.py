@@ -195,3 +195,18 @@ def test_list_knobs_from_a_sweep_file_as_lists_or_text() -> None:
     p = moe_dispatch.MoeDispatchParams(tokens=[1, 16], wait_us="0,4.5", sm_cap=(128,))
     assert p.token_grid == (1, 16) and p.wait_grid == (0.0, 4.5) and p.sm_cap_grid == (128,)
     assert moe_dispatch.MoeDispatchParams(tokens="16").token_grid == (16,)
+
+
+def test_the_plan_reserves_gpi_room_only_for_the_gpi_backends() -> None:
+    """mini-gda asks for room for one GPI queue a rank; the plan keeps it only when the run's
+    backends post into GPI queues (the emulated NIC sizes its segment from it)."""
+    from gicbench.plan import make_plan
+
+    def gpis(backends: tuple[str, ...]) -> tuple:
+        cfg = RunConfig.build(experiments=["moe-dispatch"], submitter="gpu", backend=backends,
+                              landing_bytes=256 << 20)  # fmt: skip
+        return make_plan(cfg, here=False).queue_options().gpis
+
+    assert gpis(("gdaki", "free-flow")) == ()
+    assert len(gpis(("gdaki", "gpi"))) == 1
+    assert len(gpis(("gpi-mc",))) == 1

@@ -45,7 +45,7 @@ from ..fabric.base import host_view
 from ..knobs import KIND_STR, Knob, build, parse_float, parse_list
 from ..moe import routing as rt
 from ..submit.base import Buffer, DispatchPlan, DispatchWork, Shape
-from ..submit.work import COUNT_WORD_BYTES, DISPATCH_BACKENDS
+from ..submit.work import COUNT_WORD_BYTES, DISPATCH_BACKENDS, GPI_BACKENDS
 from .common import ITERS, WARMUP, field, int_list, list_text
 from .registry import Column, Experiment, PointResult, register
 
@@ -239,6 +239,9 @@ class MoeDispatch(Experiment):
         # apart from the next, which gpi-mc's fan-out descriptors count in slots of the stride.
         unit = math.lcm(COUNT_WORD_BYTES, self.slot_bytes)
         return -(-max(share, self.slice_bytes) // unit) * unit
+
+    def uses_gpi_queues(self) -> bool:
+        return any(b in GPI_BACKENDS for b in self.params.backend)
 
     # ---- checks ----------------------------------------------------------------------------
     def check(self) -> None:

@@ -114,6 +114,11 @@ class Experiment(ABC):
         posts through post_send refuses it), or None."""
         return None
 
+    def uses_gpi_queues(self) -> bool:
+        """Whether this configuration's loops create GPI queues after bring-up (docs/gpi.md):
+        only then does the plan keep the room a submitter asks for them."""
+        return False
+
     # What bring-up must provide.
     @property
     def lanes_per_peer(self) -> int:

@@ -254,6 +254,7 @@ def cycle_lane_writes(
 # mlx5 WQEs with a GPU doorbell (gdaki) or a host-forwarded one (free-flow), and the GPI
 # descriptor queue with one WRITE per (token, expert) (gpi) or one FANOUT per token (gpi-mc).
 DISPATCH_BACKENDS = ("gdaki", "free-flow", "gpi", "gpi-mc")
+GPI_BACKENDS = ("gpi", "gpi-mc")  # the backends that post into a GPI queue (docs/gpi.md)
 COUNT_WORD_BYTES = 8  # each landing slice's count word: (tokens received + 1), 0 until signalled
 
 

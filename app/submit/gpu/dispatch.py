@@ -37,7 +37,14 @@ from ...fabric.base import host_view
 from ...fabric.emu.gpi_format import OFF_CI, OFF_ERRORS, OFF_PI
 from ...moe import routing
 from ..gpu_runtime.device_map import stage
-from ..work import COUNT_WORD_BYTES, DISPATCH_BACKENDS, DispatchResult, DispatchWork, Lane
+from ..work import (
+    COUNT_WORD_BYTES,
+    DISPATCH_BACKENDS,
+    GPI_BACKENDS,
+    DispatchResult,
+    DispatchWork,
+    Lane,
+)
 from . import build, lanes, status
 
 if TYPE_CHECKING:
@@ -76,7 +83,7 @@ def refusals(provider: str, provider_params: Any) -> dict[str, str | None]:
             "free-flow: the host thread that rings stores the doorbell record and the doorbell, "
             "which --queues device keeps in GPU memory (use --queues host)"
         )
-    for b in ("gpi", "gpi-mc"):
+    for b in GPI_BACKENDS:
         if provider != "emu":
             out[b] = (
                 f"{b}: GPI descriptor queues exist only on the emulated NIC (--provider emu); "
@@ -205,7 +212,7 @@ def layout(work: DispatchWork) -> Layout:
         raise ConfigError("slot_bytes", sb, f"{plan.token_bytes} (2 x hidden)")
     if not 1 <= k <= MAX_TOPK:
         raise ConfigError("topk", k, f"1..{MAX_TOPK} with --submitter gpu (one warp a token)")
-    if plan.backend in ("gpi", "gpi-mc") and el + 2 > MAX_WINDOWS:
+    if plan.backend in GPI_BACKENDS and el + 2 > MAX_WINDOWS:
         raise ConfigError(
             "experts",
             E,
@@ -459,7 +466,7 @@ def run(sub: GpuSubmitter, work: DispatchWork) -> DispatchResult:
         )
         keep += [*dev, sent, self_dev]
         nwin = el + 1 + (lay.fan.groups if lay.fan else 1)
-        gpi = _Gpi(sub, nwin) if backend in ("gpi", "gpi-mc") else None
+        gpi = _Gpi(sub, nwin) if backend in GPI_BACKENDS else None
         if gpi is not None:
             gpi.windows(work, lay)
         a = np.zeros(len(ARGS), dtype=np.uint64)
