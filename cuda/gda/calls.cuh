@@ -99,14 +99,21 @@ __device__ inline bool try_reap(const Ctl& c, int li, const Lane& l, QpState* s,
 }
 
 // Wait until the WQEBBs below `end` may be written: everything below end - SQ size retired.
-__device__ inline bool wait_room(const Ctl& c, int li, const Lane& l, QpState* s, uint32_t end,
-                          uint64_t& reaped) {
+// `seen`: the retired index the wait ended on (a caller may skip the next wait while that
+// already leaves room: retirement only moves forward).
+__device__ inline bool wait_room_seen(const Ctl& c, int li, const Lane& l, QpState* s,
+                                      uint32_t end, uint64_t& reaped, uint32_t& seen) {
   Wait w(c);
-  while (static_cast<int32_t>(end - ld_acquire_gpu32(&s->retired)) >
+  while (static_cast<int32_t>(end - (seen = ld_acquire_gpu32(&s->retired))) >
          static_cast<int32_t>(l.wqebbs())) {
     if (!try_reap(c, li, l, s, reaped) || !w.tick(li, &l, s)) return false;
   }
   return true;
+}
+__device__ inline bool wait_room(const Ctl& c, int li, const Lane& l, QpState* s, uint32_t end,
+                          uint64_t& reaped) {
+  uint32_t seen;
+  return wait_room_seen(c, li, l, s, end, reaped, seen);
 }
 
 // Wait until everything below `end` is retired.

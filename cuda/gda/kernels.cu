@@ -119,18 +119,39 @@ __device__ __forceinline__ uint64_t load_seq(const uint8_t* p) {
   return v;
 }
 
-// Post one write on a lane used by this thread alone; returns the new producer index.
-__device__ __forceinline__ uint32_t post_one(const Lane& l, QpState* s, uint32_t bbs, bool inl,
-                                             const Payload& p, uint64_t raddr, uint64_t laddr) {
-  const uint32_t pi = s->pub;
-  const uint64_t db = build_write(l, pi, raddr, inl, p, laddr, true);
-  if (l[kReady])
-    mark_wqe_ready(l, pi, bbs);
+// Post one signaled write at producer index `pi` on a lane used by this thread alone, from
+// registers only (the lane's columns in `q`, the index kept by the caller, an inline payload
+// staged on chip): the WQE's segment stores, the ordering, the record and the doorbell (or the
+// ready mark). Returns the producer index after it.
+__device__ __forceinline__ uint32_t post_one(const SendQp& q, uint32_t pi, uint32_t bbs, bool inl,
+                                             uint32_t length, const StagedPayload& p) {
+  const uint64_t db = build_write_q(q, pi, q.dst, inl, length, p, q.src_addr, true);
+  if (q.ready)
+    mark_ready(q.ready + (pi & (q.wqebbs - 1)), static_cast<uint64_t>(pi + bbs));
   else
-    publish(l.dbrec(), l.doorbell(), pi + bbs, db);
-  s->pub = pi + bbs;
-  s->resv = pi + bbs;
+    publish(q.dbrec, q.doorbell, pi + bbs, db);
   return pi + bbs;
+}
+
+// The state a one-thread lane's producer keeps in registers, written back after each post
+// (fail() and the next call read it).
+__device__ __forceinline__ void store_pub(QpState* s, uint32_t end) {
+  st_volatile32(&s->pub, end);
+  st_volatile32(&s->resv, end);
+}
+
+// Inline payloads of one WQE staged in shared memory: at most 63 segments a WQE.
+constexpr uint32_t kStageSegs = 64;
+
+// The payload of the next post, ready before its timer starts: inline, staged on chip; pointer,
+// its sequence word stored and made visible to the NIC (the application wrote its buffer before
+// the call: that store is not the mechanism being timed).
+__device__ __forceinline__ StagedPayload ready_payload(uint4* stage, uint8_t* src, uint32_t size,
+                                                       bool inl, uint64_t seq) {
+  if (inl) return stage_inline(stage, src, size, seq);
+  store_seq(src + size - 8, seq);
+  __threadfence_system();
+  return StagedPayload{static_cast<uint32_t>(__cvta_generic_to_shared(stage)), make_uint4(0, 0, 0, 0)};
 }
 
 }  // namespace
@@ -151,8 +172,9 @@ extern "C" __global__ void gda_prepare(const uint64_t* lanes, int nlanes, QpStat
     const uint32_t ci = m5::bswap32(ld_volatile32(l.cq_dbrec() + m5::kCqSetCi)) & 0xffffff;
     s->pub = s->resv = s->retired = pi;
     s->cq_ci = s->cq_pub = ci;
-    s->lock = s->cq_lock = 0;
   }
+  // No kernel runs on the states now: a call that failed may have left a ticket or the CQ lock.
+  s->lock = s->lock_turn = s->cq_lock = 0;
   if (s->cq_pub != s->cq_ci) {  // a call that failed left its record behind
     set_cq_ci(l, s->cq_ci);
     s->cq_pub = s->cq_ci;
@@ -197,24 +219,36 @@ extern "C" __global__ void gda_single_op(const uint64_t* lanes, int nlanes, QpSt
   const uint32_t bbs = write_wqebbs(inl, size, l[kDc] != 0);
   const uint64_t total = static_cast<uint64_t>(warmup) + iters;
   const bool quiet = mode == 1 && scope_all;
+  __shared__ uint4 stage[kStageSegs];
+  if (inl && m5::inline_seg_ds(size) > kStageSegs) {
+    if (t == 0) fail(c, kBadArgs, sel, &l, s);
+    return;
+  }
+  // Thread 0 alone produces on the selected lane: its columns and producer index live in
+  // registers for the whole call (the timed section reads no memory).
+  const SendQp q = load_send_qp(l);
+  uint32_t pub = ld_volatile32(&s->pub);
   for (uint64_t i = 0; i < total; ++i) {
     const uint64_t seq = i + 1;
     uint64_t t0 = 0, c0 = 0, t1 = 0, c1 = 0, reaped = 0;
     uint32_t end = 0;
     bool ok = true;
     if (t == 0) {
-      // Untimed: room for the WQE (the previous one is retired: one outstanding at most).
-      ok = own_room(c, sel, l, s, s->pub + bbs, reaped);
+      // Untimed: room for the WQE (the previous one is retired: one outstanding at most)
+      // and its payload ready.
+      ok = own_room(c, sel, l, s, pub + bbs, reaped);
       if (ok) {
-        if (!inl) store_seq(src + size - 8, seq);  // the NIC reads the payload from memory
+        const StagedPayload p = ready_payload(stage, src, size, inl != 0, seq);
+        compiler_barrier();
         t0 = globaltimer();
         c0 = clock64_now();
-        end = post_one(l, s, bbs, inl != 0, Payload{src, size, inl != 0, seq}, l[kDstAddr],
-                       l[kSrcAddr]);
+        end = post_one(q, pub, bbs, inl != 0, size, p);
         if (mode == 0) {
           t1 = globaltimer();
           c1 = clock64_now();
         }
+        pub = end;
+        store_pub(s, end);
       }
     }
     ok = __shfl_sync(all, ok, 0);  // posted: the helpers' quiet starts now, inside the interval
@@ -285,16 +319,26 @@ extern "C" __global__ void gda_respond(const uint64_t* lanes, QpState* states, u
   QpState* s = state_of(states, l);
   const uint32_t bbs = write_wqebbs(inl, size, l[kDc] != 0);
   const uint8_t* word = watch + size - 8;
+  __shared__ uint4 stage[kStageSegs];
+  if (inl && m5::inline_seg_ds(size) > kStageSegs) {
+    fail(c, kBadArgs, 0, &l, s);
+    return;
+  }
+  const SendQp q = load_send_qp(l);
+  uint32_t pub = ld_volatile32(&s->pub);
   for (uint64_t seq = 1; seq <= count; ++seq) {
     status[kStDone] = seq - 1;
+    uint64_t reaped = 0;
+    // Room and the payload first: the reply goes out as soon as the request is seen.
+    if (!own_room(c, 0, l, s, pub + bbs, reaped)) return;
+    const StagedPayload p = ready_payload(stage, src, size, inl != 0, seq);
     Wait w(c);
-    uint64_t seen, reaped = 0;
+    uint64_t seen;
     while ((seen = load_seq(word)) != seq)
       if (!w.tick(0, &l, s, seen, seq)) return;
-    if (!own_room(c, 0, l, s, s->pub + bbs, reaped)) return;
-    if (!inl) store_seq(src + size - 8, seq);
-    const uint32_t end = post_one(l, s, bbs, inl != 0, Payload{src, size, inl != 0, seq},
-                                  l[kDstAddr], l[kSrcAddr]);
+    const uint32_t end = post_one(q, pub, bbs, inl != 0, size, p);
+    pub = end;
+    store_pub(s, end);
     if (!own_retired(c, 0, l, s, end, reaped)) return;
   }
   status[kStDone] = count;
@@ -338,34 +382,58 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
   uint32_t nwin = 0, last_end = 0;
   uint64_t t_start = warm == 0 ? globaltimer() : 0, t_window = t_start;
   bool ok = true;
+  // The current lane's columns and call constants, loaded when the unit moves to another lane
+  // (never, for a unit on one lane); `known_retired`: a retired index this unit has acquired on
+  // it (retirement only moves forward, so while it leaves room no wait is needed).
+  uint32_t cur = 0xffffffffu, bbs = 0, base = 0, lane_wqes = 0, known_retired = 0;
+  bool known = false, host_db = false;
+  uint64_t slots = 1;
+  SendQp q{};
+  QpState* s = nullptr;
   for (uint64_t b = 0; b < nbatches && ok; ++b) {
     const uint32_t li = first + static_cast<uint32_t>(b % n) * units;
     const Lane l = lane_at(lanes, li);
-    QpState* s = state_of(states, l);
-    const uint32_t bbs = ld_volatile32(&s->bbs);
-    const uint32_t base = ld_volatile32(&s->base);
-    const uint32_t lane_wqes = static_cast<uint32_t>(l[kLaneWqes]);
-    const bool host_db = l[kReady] != 0;
+    if (li != cur) {
+      cur = li;
+      s = state_of(states, l);
+      q = load_send_qp(l);
+      bbs = ld_volatile32(&s->bbs);
+      base = ld_volatile32(&s->base);
+      lane_wqes = static_cast<uint32_t>(l[kLaneWqes]);
+      host_db = q.ready != nullptr;
+      // message slot: the lane's k-th message goes to slot k mod slots of its slice
+      slots = q.region / size > 0 ? q.region / size : 1;
+      known = false;
+    }
     const uint32_t count = static_cast<uint32_t>(total - posted < batch ? total - posted : batch);
-    uint32_t start = 0;
-    // reserve (and, for the lock, take it)
+    uint32_t start = 0, ticket = 0;
+    bool held = false;  // this thread's ticket is served (publish=lock)
+    // reserve (and, for the lock, take it: a ticket lock, served in the order taken, so that no
+    // thread of a warp contending for it starves behind its siblings)
     if (leader) {
       if (pub_mode == 2) {
+        ticket = atomicAdd(&s->lock, 1u);
         Wait w(c);
-        while (atomicCAS(&s->lock, 0u, 1u) != 0u)
+        while (ld_acquire_gpu32(&s->lock_turn) != ticket)
           if (!w.tick(li, &l, s)) {
             ok = false;
             break;
           }
+        held = ok;
         if (ok) {
-          fence_acq_rel_gpu();
           start = ld_volatile32(&s->resv);
           st_volatile32(&s->resv, start + count * bbs);
         }
       } else {
         start = atomicAdd(&s->resv, count * bbs);
       }
-      ok = ok && wait_room(c, li, l, s, start + count * bbs, reaped);
+      const uint32_t need = start + count * bbs;
+      if (ok && !(known && static_cast<int32_t>(need - known_retired) <=
+                               static_cast<int32_t>(q.wqebbs))) {
+        ok = wait_room_seen(c, li, l, s, need, reaped, known_retired);
+        known = ok;
+      }
+      if (!ok && held) st_release_gpu32(&s->lock_turn, ticket + 1);
     }
     if (warp_mode) {
       start = __shfl_sync(mask, start, 0);
@@ -379,12 +447,11 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
       const uint32_t pi = start + j * bbs;
       const uint32_t k = (pi - base) / bbs;  // the lane's WQE number in this call
       const bool sig = (k + 1) % signal_every == 0 || k + 1 == lane_wqes;
-      // message slot: the lane's k-th message goes to slot k mod slots of its slice
-      const uint64_t slots = l[kRegion] / size > 0 ? l[kRegion] / size : 1;
       const uint64_t off = (k % slots) * size;
-      const Payload p{reinterpret_cast<const uint8_t*>(l[kSrcDev]) + off, size, false, 0};
-      db = build_write(l, pi, l[kDstAddr] + off, inl != 0, p, l[kSrcAddr] + off, sig);
-      if (host_db) mark_wqe_ready(l, pi, bbs);  // each builder publishes its own WQE
+      const Payload p{reinterpret_cast<const uint8_t*>(q.src_dev) + off, size, false, 0};
+      db = build_write_q(q, pi, q.dst + off, inl != 0, size, p, q.src_addr + off, sig);
+      if (host_db)  // each builder publishes its own WQE
+        mark_ready(q.ready + (pi & (q.wqebbs - 1)), static_cast<uint64_t>(pi + bbs));
     }
     if (warp_mode && !host_db) {
       db = __shfl_sync(mask, db, (count - 1) % usize);
@@ -404,14 +471,11 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
           }
       }
       if (ok && !host_db) {
-        publish(l.dbrec(), l.doorbell(), end, db);
+        publish(q.dbrec, q.doorbell, end, db);
         st_release_gpu32(&s->pub, end);
         ++doorbells;
       }
-      if (pub_mode == 2) {
-        fence_acq_rel_gpu();
-        atomicExch(&s->lock, 0u);
-      }
+      if (held) st_release_gpu32(&s->lock_turn, ticket + 1);  // the next ticket's turn
       last_end = end;
       const uint64_t before = posted;
       posted += count;

@@ -2,10 +2,11 @@
 //
 // Everything is addressed through device addresses only (the lane table), so the same code drives
 // queues in host memory mapped into the GPU (the emulated NIC's CPU engine) and GPU-resident queues
-// (a CUDA engine, or a real NIC's queues placed in GPU memory). WQEs are written with 32-bit word
-// stores, body first and control segment last; the doorbell value is composed in registers; the
-// record and the doorbell are published with the build-time ordering (ordering.cuh); CQEs are
-// polled by their last word at the matching scope.
+// (a CUDA engine, or a real NIC's queues placed in GPU memory). WQEs are written one 16-byte
+// segment per store, body first and control segment last, from words composed in registers
+// (SendQp: the lane's columns loaded once, not re-read between the stores); the doorbell value
+// is composed in registers; the record and the doorbell are published with the build-time
+// ordering (ordering.cuh); CQEs are polled by their last word at the matching scope.
 #pragma once
 
 #include "gda/ordering.cuh"
@@ -49,12 +50,13 @@ struct QpState {
   uint32_t pub;      // published (rung) up to here
   uint32_t retired;  // every WQEBB below is retired by a CQE
   uint32_t cq_ci;    // CQ consumer index
-  uint32_t lock;     // doorbell lock (publish=lock)
+  uint32_t lock;     // doorbell lock (publish=lock): the next ticket
   uint32_t cq_lock;  // one poller at a time
   uint32_t bbs;      // WQEBBs per WQE of the current call
   uint32_t cq_pub;   // CQ consumer index last stored in the CQ's doorbell record
   uint32_t cq_slack; // consumed CQEs the record may lag by (publish_cq_ci)
-  uint32_t pad[6];   // one 64-byte row (gicbench.submit.gpu.submitter.STATE_WORDS)
+  uint32_t lock_turn; // doorbell lock: the ticket served now (a FIFO lock: no thread starves)
+  uint32_t pad[5];   // one 64-byte row (gicbench.submit.gpu.submitter.STATE_WORDS)
 };
 static_assert(sizeof(QpState) == 64, "QpState is one 64-byte row of the submitter's states");
 
@@ -95,7 +97,7 @@ struct Lane {
   __device__ uint64_t* ready() const { return reinterpret_cast<uint64_t*>(c[kReady]); }
 };
 
-// ---- WQE construction (word stores) ---------------------------------------------------------
+// ---- WQE construction (16-byte segment stores) ------------------------------------------------
 struct Ring {
   uint8_t* buf;
   uint32_t mask;  // bytes - 1
@@ -105,7 +107,54 @@ struct Ring {
   __device__ void put(uint32_t pi, uint32_t byte_in_wqe, uint32_t v) const {
     *word(pi, byte_in_wqe) = v;
   }
+  // Segment `seg` of the WQE at `pi` (16-byte aligned; wraps at the SQ end).
+  __device__ void put_seg(uint32_t pi, uint32_t seg, uint4 v) const {
+    st_global_v4(buf + ((pi * m5::kWqebbBytes + seg * m5::kSegBytes) & mask), v);
+  }
 };
+
+// What building and publishing a write on a lane needs, loaded from the lane table once (one
+// round of independent loads) and then held in registers: nothing between the first WQE store
+// and the doorbell reads memory. The 32-bit keys are kept byte-swapped, as the WQE carries them.
+struct SendQp {
+  uint8_t* sq;
+  uint32_t mask;    // SQ bytes - 1
+  uint32_t wqebbs;
+  uint32_t* dbrec;
+  uint64_t* doorbell;
+  uint64_t* ready;  // --doorbell host: the QP's ready array (nullptr: the GPU rings)
+  uint32_t qpn;
+  uint32_t rkey_be, lkey_be;
+  uint64_t dst, src_addr, src_dev, region;
+  bool dc;
+  uint32_t dc_key_hi_be, dc_key_lo_be, dctn_be, lid_word;
+};
+
+__device__ __forceinline__ SendQp load_send_qp(const Lane& l) {
+  SendQp q;
+  q.sq = l.sq();
+  q.wqebbs = l.wqebbs();
+  q.mask = q.wqebbs * m5::kWqebbBytes - 1;
+  q.dbrec = l.dbrec();
+  q.doorbell = l.doorbell();
+  q.ready = l.ready();
+  q.qpn = l.qpn();
+  q.rkey_be = m5::bswap32(static_cast<uint32_t>(l[kRkey]));
+  q.lkey_be = m5::bswap32(static_cast<uint32_t>(l[kLkey]));
+  q.dst = l[kDstAddr];
+  q.src_addr = l[kSrcAddr];
+  q.src_dev = l[kSrcDev];
+  q.region = l[kRegion];
+  q.dc = l[kDc] != 0;
+  const uint64_t key = l[kDcKey];
+  q.dc_key_hi_be = m5::bswap32(static_cast<uint32_t>(key >> 32));
+  q.dc_key_lo_be = m5::bswap32(static_cast<uint32_t>(key));
+  q.dctn_be = m5::bswap32(static_cast<uint32_t>(l[kDctn]) | m5::kAvExt);
+  // stat_rate_sl = fl_mlid = 0, rlid big-endian in bytes 14..15
+  const uint32_t lid = static_cast<uint32_t>(l[kLid]) & 0xffff;
+  q.lid_word = ((lid >> 8) & 0xff) << 16 | (lid & 0xff) << 24;
+  return q;
+}
 
 // Where a write's payload comes from.
 struct Payload {
@@ -129,6 +178,23 @@ struct Payload {
       if (i + k < length) w |= static_cast<uint32_t>(byte(i + k)) << (8 * k);
     return w;
   }
+  // The inline segments' words: the first segment's three after the header, then segment k
+  // (k >= 1) whole (payload bytes 16k-4 .. 16k+12).
+  __device__ uint4 head() const { return make_uint4(0, word(0), word(4), word(8)); }
+  __device__ uint4 seg(uint32_t k) const {
+    const uint32_t i = 16 * k - 4;
+    return make_uint4(word(i), word(i + 4), word(i + 8), word(i + 12));
+  }
+};
+
+// An inline payload staged on chip before the timed build: its first segment's words in
+// registers, the rest in shared memory laid out as the segments are (payload word j at word
+// j + 1, so segment k is one 16-byte shared load). stage_inline fills it.
+struct StagedPayload {
+  uint32_t segs;  // shared-window address of the staged segments
+  uint4 first;    // .y .z .w: payload words 0..2 (.x: the header's place)
+  __device__ uint4 head() const { return first; }
+  __device__ uint4 seg(uint32_t k) const { return ld_shared_v4(segs + k * m5::kSegBytes); }
 };
 
 // Segments of one RDMA write (RC or DC with a full AV), inline or pointer payload.
@@ -140,50 +206,62 @@ __device__ __forceinline__ uint32_t write_wqebbs(bool inl, uint32_t len, bool dc
   return ds > m5::kDsMask ? 0 : m5::ds_to_wqebbs(ds);
 }
 
-// Build the write at producer index `pi` (body first, ctrl last); returns the doorbell value
-// (the first 8 bytes of its control segment), composed in registers.
+// Build the write at producer index `pi` from registers: body segments first, the control
+// segment last, each one 16-byte store; returns the doorbell value (the first 8 bytes of its
+// control segment). `P`: Payload (read from memory as it is stored) or StagedPayload (on chip).
+template <class P>
+__device__ __forceinline__ uint64_t build_write_q(const SendQp& q, uint32_t pi, uint64_t raddr,
+                                                  bool inl, uint32_t length, const P& p,
+                                                  uint64_t laddr, bool signaled) {
+  const Ring r{q.sq, q.mask};
+  uint32_t seg = 1;  // after ctrl
+  if (q.dc) {
+    r.put_seg(pi, seg, make_uint4(q.dc_key_hi_be, q.dc_key_lo_be, q.dctn_be, q.lid_word));
+    r.put_seg(pi, seg + 1, make_uint4(0, 0, 0, 0));
+    r.put_seg(pi, seg + 2, make_uint4(0, 0, 0, 0));
+    seg += m5::kDsAvFull;
+  }
+  r.put_seg(pi, seg++,
+            make_uint4(m5::bswap32(static_cast<uint32_t>(raddr >> 32)),
+                       m5::bswap32(static_cast<uint32_t>(raddr)), q.rkey_be, 0));
+  if (inl) {
+    uint4 h = p.head();
+    h.x = m5::bswap32(length | m5::kInlineFlag);
+    r.put_seg(pi, seg, h);
+    const uint32_t nseg = m5::inline_seg_ds(length);
+    for (uint32_t k = 1; k < nseg; ++k) r.put_seg(pi, seg + k, p.seg(k));
+    seg += nseg;
+  } else {
+    r.put_seg(pi, seg++,
+              make_uint4(m5::bswap32(length), q.lkey_be,
+                         m5::bswap32(static_cast<uint32_t>(laddr >> 32)),
+                         m5::bswap32(static_cast<uint32_t>(laddr))));
+  }
+  const uint32_t w0 = m5::bswap32(((pi & 0xffff) << 8) | m5::kOpRdmaWrite);
+  const uint32_t w1 = m5::bswap32((q.qpn << 8) | (seg & m5::kDsMask));
+  compiler_barrier();  // the body is emitted before the control segment
+  r.put_seg(pi, 0, make_uint4(w0, w1, static_cast<uint32_t>(signaled ? m5::kCqUpdate : 0) << 24, 0));
+  return (static_cast<uint64_t>(w1) << 32) | w0;
+}
+
+// Build the write at producer index `pi` of lane `l` (the lane's columns loaded first).
 __device__ __forceinline__ uint64_t build_write(const Lane& l, uint32_t pi, uint64_t raddr,
                                                 bool inl, const Payload& p, uint64_t laddr,
                                                 bool signaled) {
-  const Ring r{l.sq(), l.wqebbs() * m5::kWqebbBytes - 1};
-  uint32_t off = m5::kSegBytes;  // after ctrl
-  if (l[kDc]) {
-    const uint64_t key = l[kDcKey];
-    r.put(pi, off + 0, m5::bswap32(static_cast<uint32_t>(key >> 32)));
-    r.put(pi, off + 4, m5::bswap32(static_cast<uint32_t>(key)));
-    r.put(pi, off + 8, m5::bswap32(static_cast<uint32_t>(l[kDctn]) | m5::kAvExt));
-    // stat_rate_sl = fl_mlid = 0, rlid big-endian in bytes 14..15
-    const uint32_t lid = static_cast<uint32_t>(l[kLid]) & 0xffff;
-    r.put(pi, off + 12, ((lid >> 8) & 0xff) << 16 | (lid & 0xff) << 24);
-    for (uint32_t b = 16; b < m5::kAvFullBytes; b += 4) r.put(pi, off + b, 0);
-    off += m5::kAvFullBytes;
-  }
-  r.put(pi, off + 0, m5::bswap32(static_cast<uint32_t>(raddr >> 32)));
-  r.put(pi, off + 4, m5::bswap32(static_cast<uint32_t>(raddr)));
-  r.put(pi, off + 8, m5::bswap32(static_cast<uint32_t>(l[kRkey])));
-  r.put(pi, off + 12, 0);
-  off += m5::kSegBytes;
-  if (inl) {
-    r.put(pi, off, m5::bswap32(p.length | m5::kInlineFlag));
-    const uint32_t total = m5::inline_seg_ds(p.length) * m5::kSegBytes - 4;
-    for (uint32_t i = 0; i < total; i += 4) r.put(pi, off + 4 + i, p.word(i));
-    off += total + 4;
-  } else {
-    r.put(pi, off + 0, m5::bswap32(p.length));
-    r.put(pi, off + 4, m5::bswap32(static_cast<uint32_t>(l[kLkey])));
-    r.put(pi, off + 8, m5::bswap32(static_cast<uint32_t>(laddr >> 32)));
-    r.put(pi, off + 12, m5::bswap32(static_cast<uint32_t>(laddr)));
-    off += m5::kSegBytes;
-  }
-  const uint32_t ds = off / m5::kSegBytes;
-  const uint32_t w0 = m5::bswap32(((pi & 0xffff) << 8) | m5::kOpRdmaWrite);
-  const uint32_t w1 = m5::bswap32((l.qpn() << 8) | (ds & m5::kDsMask));
-  r.put(pi, 8, static_cast<uint32_t>(signaled ? m5::kCqUpdate : 0) << 24);
-  r.put(pi, 12, 0);
-  compiler_barrier();  // the body is emitted before the control words
-  r.put(pi, 4, w1);
-  r.put(pi, 0, w0);
-  return (static_cast<uint64_t>(w1) << 32) | w0;
+  return build_write_q(load_send_qp(l), pi, raddr, inl, p.length, p, laddr, signaled);
+}
+
+// Stage an inline payload of `length` bytes (>= 8) from `src`, its last 8 bytes replaced by
+// `seq`, into `segs` (shared memory, inline_seg_ds(length) segments), zero-padded to the end of
+// its last segment; returns it with the first segment's words already in registers.
+__device__ __forceinline__ StagedPayload stage_inline(uint4* segs, const uint8_t* src,
+                                                      uint32_t length, uint64_t seq) {
+  uint8_t* b = reinterpret_cast<uint8_t*>(segs) + 4;  // payload word j at word j + 1
+  const uint32_t padded = m5::inline_seg_ds(length) * m5::kSegBytes - 4;
+  for (uint32_t i = 0; i < padded; ++i)
+    b[i] = i >= length ? 0 : i >= length - 8 ? static_cast<uint8_t>(seq >> (8 * (i - (length - 8))))
+                                             : src[i];
+  return StagedPayload{static_cast<uint32_t>(__cvta_generic_to_shared(segs)), segs[0]};
 }
 
 // ---- completion ------------------------------------------------------------------------------

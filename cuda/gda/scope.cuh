@@ -54,6 +54,16 @@ __device__ __forceinline__ uint32_t ld_relaxed_sys32(const void* p) {
   return v;
 }
 
+// 16 bytes of shared memory at shared-window address `sa` (a staged WQE segment).
+__device__ __forceinline__ uint4 ld_shared_v4(uint32_t sa) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(sa)
+               : "memory");
+  return v;
+}
+
 // ---- stores --------------------------------------------------------------------------------------
 __device__ __forceinline__ void st_volatile32(void* p, uint32_t v) {
   asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
@@ -72,6 +82,14 @@ __device__ __forceinline__ void st_release_sys32(void* p, uint32_t v) {
 }
 __device__ __forceinline__ void st_release_sys64(void* p, uint64_t v) {
   asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+// One 16-byte store (a WQE segment): the widest store either placement of an SQ takes (GPU
+// memory or host memory mapped across PCIe); p is 16-byte aligned. Weak: the ordering before the
+// doorbell is what orders it.
+__device__ __forceinline__ void st_global_v4(void* p, uint4 v) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
+               "r"(v.w)
+               : "memory");
 }
 __device__ __forceinline__ void st_relaxed_gpu32(void* p, uint32_t v) {
   asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
