@@ -17,9 +17,12 @@ def raise_for(st: np.ndarray, rank: int, what: str, timeout_s: float, total: int
     code = int(st[CODE])
     if code == OK:
         return
+    # `total`: the operations of the whole call (msg-rate: every thread's messages, warm-up
+    # included), which is what the producer index counts towards (in WQEBBs, from the call's start).
     where = (
         f"rank {rank}, {what} (GPU), lane {int(st[LANE])}, QP 0x{int(st[QPN]):06x}: SQ producer "
-        f"index {int(st[PI])}, retired {int(st[RETIRED])}, CQ consumer index {int(st[CQ_CI])}"
+        f"index {int(st[PI])}, retired {int(st[RETIRED])}, CQ consumer index {int(st[CQ_CI])}; "
+        f"{total} operations in the call"
     )
     failure = LoopFailure(
         kind=KINDS.get(code, f"status {code}"),
