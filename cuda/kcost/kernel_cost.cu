@@ -1,6 +1,6 @@
 // kernel-cost's caller kernels (the paper, arXiv 2610.01380, §4.3.2, Fig. 9, Appendix D.2): a
 // fixed amount of useful work in a fixed launch shape, with or without mini-gda's communication
-// call compiled in. Build-time choices (the launcher compiles one cubin per combination, nvcc):
+// call compiled in (the path's: kcost/path.cuh). Build-time choices (the launcher compiles one cubin per combination, nvcc):
 //
 //   KC_CALLER    0 compute: KC_LIVE independent FMA chains per thread (v = v * a + b)
 //                1 stream: KC_LIVE accumulators per thread fed by coalesced loads of a large
@@ -9,6 +9,7 @@
 //   KC_COMM      0: no communication code at all (the reference); 1: the call is compiled in
 //   KC_SEPARATE  0: the call's body inlined into the caller; 1: a non-inlined call to a
 //                separately compiled function (relocatable device code, send.cu)
+//   KC_PATH      0 mini-gda, 1 mini-proxy (GPU producers), 2 DOCA GPUNetIO
 //
 // The variant is a run-time argument so the compiler cannot drop the call: 1 code only (the
 // branch is compiled in and never taken), 2 send then compute (thread 0 posts each message and
@@ -20,7 +21,7 @@
 // The work is exact in FP32 so the launcher checks every thread's output against a closed form:
 // compute runs with a = 1, b = 1 (run-time values: the FMAs are issued), stream reads
 // in[x] = x & 7 (small integers; sums stay below 2^24).
-#include "kcost/send.cuh"
+#include "kcost/path.cuh"
 
 #ifndef KC_CALLER
 #define KC_CALLER 0
@@ -94,16 +95,17 @@ extern "C" __global__ void kc_caller(const float* __restrict__ in, uint64_t in_m
 }
 
 #if KC_COMM
-// After a timed launch, untimed: one thread per lane waits until everything posted is retired
-// (the completion drain the paper excludes from kernel time).
+// After a timed launch, untimed: one thread per unit of the path (a lane, a ring, a QP) waits
+// until everything posted is retired (the completion drain the paper excludes from kernel time).
 extern "C" __global__ void kc_drain(const SendArgs* send) {
-  using namespace gicbench::gda;
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= send->nlanes) return;
-  const Ctl c{send->status, send->abort, send->timeout_ns};
-  const Lane l = lane_at(send->lanes, i);
-  QpState* s = state_of(send->states, l);
-  uint64_t reaped = 0;
-  wait_retired(c, i, l, s, s->pub, reaped);
+  drain_body(send, static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x));
 }
+#if KC_PATH == 2
+// The WQE slots each QP has reserved so far (DOCA's index in its QP structure): read before and
+// after a call, the difference is what the call posted on it.
+extern "C" __global__ void kc_posted(const SendArgs* send, uint64_t* out) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < static_cast<int>(send->nqps)) out[i] = posted_on(send, i);
+}
+#endif
 #endif

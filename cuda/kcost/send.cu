@@ -1,7 +1,7 @@
 // The separately compiled build of kernel-cost's communication call (KC_SEPARATE=1): the same
-// body as the inlined build (send.cuh), behind a non-inlined function in its own translation
-// unit, linked into the caller's cubin by nvcc's device link.
-#include "kcost/send.cuh"
+// body as the inlined build (the path's header, kcost/path.cuh), behind a non-inlined function
+// in its own translation unit, linked into the caller's cubin by nvcc's device link.
+#include "kcost/path.cuh"
 
 namespace gicbench {
 namespace kcost {

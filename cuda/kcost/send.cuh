@@ -3,16 +3,11 @@
 // waits for its completion. WQEs come from the one encoder (gda/queue.cuh: build_write), the
 // doorbell from the build's ordering (gda/ordering.cuh), waits from gda/calls.cuh.
 //
-// Built two ways (KC_SEPARATE): inlined into the caller (this header's body, forced inline), or
-// separately compiled (cuda/kcost/send.cu, relocatable device code) so the caller makes a real,
-// non-inlined ABI call and its live values must survive it.
+// kcost/path.cuh picks this header (KC_PATH 0) and declares the call over send_body, inlined or
+// separately compiled (KC_SEPARATE).
 #pragma once
 
 #include "gda/calls.cuh"
-
-#ifndef KC_SEPARATE
-#define KC_SEPARATE 0
-#endif
 
 namespace gicbench {
 namespace kcost {
@@ -75,16 +70,17 @@ __device__ __forceinline__ bool send_body(const SendArgs* a, int block, uint32_t
   return ok;
 }
 
-#if KC_SEPARATE
-// Defined in cuda/kcost/send.cu; the caller links against it (nvcc -rdc=true, then -dlink).
-extern "C" __device__ __noinline__ bool kc_send(const SendArgs* a, int block, uint32_t k,
-                                                int wait);
-#else
-extern "C" __device__ __forceinline__ bool kc_send(const SendArgs* a, int block, uint32_t k,
-                                                   int wait) {
-  return send_body(a, block, k, wait);
+// After a timed launch, untimed: one thread per lane waits until everything posted is retired
+// (the completion drain the paper excludes from kernel time).
+__device__ __forceinline__ void drain_body(const SendArgs* a, int i) {
+  using namespace gda;
+  if (i >= a->nlanes) return;
+  const Ctl c{a->status, a->abort, a->timeout_ns};
+  const Lane l = lane_at(a->lanes, i);
+  QpState* s = state_of(a->states, l);
+  uint64_t reaped = 0;
+  wait_retired(c, i, l, s, s->pub, reaped);
 }
-#endif
 
 }  // namespace kcost
 }  // namespace gicbench
