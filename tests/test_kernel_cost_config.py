@@ -4,6 +4,8 @@ the field, the checks across knobs, the points, and the landing each sent messag
 
 from __future__ import annotations
 
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -17,10 +19,16 @@ from gicbench.experiments.context import Layout
 from gicbench.experiments.kernel_cost import KernelCost, KernelCostParams
 from gicbench.patterns import traffic
 from gicbench.submit.base import NoParams, Shape, Submitter
+from gicbench.submit.doca import kernel_cost as dk
+from gicbench.submit.doca.params import DocaParams
 from gicbench.submit.doca.submitter import DocaSubmitter
 from gicbench.submit.gpu.params import GpuParams
 from gicbench.submit.gpu.submitter import GpuSubmitter
+from gicbench.submit.proxy import kernel_cost as pk
+from gicbench.submit.proxy.params import ProxyParams
 from gicbench.submit.proxy.submitter import ProxySubmitter
+
+CUDA = Path(__file__).resolve().parents[1] / "cuda"
 
 
 def test_listed_with_its_knobs() -> None:
@@ -42,11 +50,89 @@ def test_refused_here_before_anything_exists(capsys, tmp_path) -> None:
     assert not out.exists()
 
 
-def test_mini_proxy_and_doca_are_refused_by_name() -> None:
+@pytest.fixture
+def gpu_probe(monkeypatch):
+    """ProxyParams(producer="gpu") asks for a GPU as it is built: say there is one."""
+    from gicbench import platform
+
+    monkeypatch.setattr(platform, "probe_cupy", lambda: SimpleNamespace(ok=True, detail=""))
+
+
+def test_mini_proxy_knobs_its_path_cannot_run_are_refused_by_name(gpu_probe) -> None:
     cfg = RunConfig.build(experiments=["kernel-cost"])
-    for sub, what in ((ProxySubmitter, "mini-proxy"), (DocaSubmitter, "DOCA GPUNetIO")):
-        with pytest.raises(UnsupportedError, match=rf"{what} path .* is not built yet"):
-            KernelCost.from_config(cfg, sub, sub.Params())
+    with pytest.raises(UnsupportedError, match=r"mini-proxy path is GPU producers.*--producer gpu"):
+        KernelCost.from_config(cfg, ProxySubmitter, ProxyParams())
+    with pytest.raises(UnsupportedError, match="--handoff baseline: every ring is shared"):
+        KernelCost.from_config(cfg, ProxySubmitter, ProxyParams(producer="gpu", handoff="tuned"))
+    ok = ProxyParams(producer="gpu", handoff="baseline", workers=4, rings=32)
+    assert isinstance(KernelCost.from_config(cfg, ProxySubmitter, ok), KernelCost)
+
+
+def test_mini_proxy_points_are_checked_against_its_workers(gpu_probe) -> None:
+    exp = _experiment()
+    pts = [("kernel-cost", p) for p in exp.points()]
+    # the rate loops' one-ring-per-lane rule is not kernel-cost's: 32 rings carry 528 lanes
+    ProxySubmitter.check_points(ProxyParams(producer="gpu", workers=4, rings=32), pts)
+    few = [("kernel-cost", {**p, "qps": 2}) for _, p in pts]
+    with pytest.raises(ConfigError, match="--workers 4 with --qps 2: every worker owns lanes"):
+        ProxySubmitter.check_points(ProxyParams(producer="gpu", workers=4), few)
+
+
+def test_mini_proxy_placement_keeps_a_ring_to_its_lanes_worker() -> None:
+    for lanes, workers, rings in ((528, 4, 32), (32, 4, 32), (4, 4, 32), (7, 3, 8), (5, 1, 1)):
+        per = pk.ring_messages(528, lanes, workers, rings, 2)
+        assert sum(per) == 528 * 2
+        for b in range(528):
+            r = pk.ring_of(b, lanes, workers, rings)
+            assert 0 <= r < rings and r % workers == b % lanes % workers  # the worker owns both
+    # workers dividing rings: block b's ring is b mod R, so 528 blocks fill all 32 rings
+    assert [pk.ring_of(b, 528, 4, 32) for b in range(64)] == [b % 32 for b in range(64)]
+    assert pk.kc_rings(ProxyParams()) == pk.KC_RINGS == 32
+
+
+def test_mini_proxy_send_args_bytes_at_the_headers_offsets() -> None:
+    b = pk.send_args(0x11, 0x22, 0x33, 0x44, 123, 32, 4, 528, 1024, 7168)
+    assert b.nbytes == pk.SEND_ARGS_BYTES
+    assert tuple(b[:40].view(np.uint64)) == (0x11, 0x22, 0x33, 0x44, 123)
+    assert tuple(b[40:64].view(np.uint32)) == (32, 4, 528, 1024, 7168, 0)
+    text = (CUDA / "kcost" / "send_proxy.cuh").read_text()
+    assert f"sizeof(SendArgs) == {pk.SEND_ARGS_BYTES}" in text
+
+
+def test_doca_knobs_its_path_cannot_run_are_refused_by_name() -> None:
+    cfg = RunConfig.build(experiments=["kernel-cost"])
+    with pytest.raises(UnsupportedError, match="one thread's put per message: use --doca-scope"):
+        KernelCost.from_config(cfg, DocaSubmitter, DocaParams(doca_scope="warp"))
+    with pytest.raises(UnsupportedError, match="does not ring BlueFlame"):
+        KernelCost.from_config(cfg, DocaSubmitter, DocaParams(doca_handler="gpu-sm-bf"))
+    for handler in ("gpu-sm-db", "gpu-sm-no-dbr", "cpu-proxy", "cpu-proxy-free-flow"):
+        got = KernelCost.from_config(cfg, DocaSubmitter, DocaParams(doca_handler=handler))
+        assert isinstance(got, KernelCost)
+
+
+def test_doca_points_sharing_a_qp_need_gpu_sharing() -> None:
+    pts = [("kernel-cost", p) for p in _experiment().points()]
+    DocaSubmitter.check_points(DocaParams(), pts)  # one QP per block: exclusive is enough
+    shared = [("kernel-cost", p) for p in _experiment(qps=8, blocks=64).points()]
+    with pytest.raises(UnsupportedError, match="--doca-sharing exclusive with --qps 8 for 64"):
+        DocaSubmitter.check_points(DocaParams(), shared)
+    DocaSubmitter.check_points(DocaParams(doca_sharing="gpu"), shared)
+    # the residency run sends nothing: any sharing
+    dormant = _experiment(blocks_per_sm=8, qps=8, variant=("none", "code-only"),
+                          per_block=("0",))  # fmt: skip
+    DocaSubmitter.check_points(DocaParams(), [("kernel-cost", p) for p in dormant.points()])
+    every = [("kernel-cost", p) for p in _experiment(blocks_per_sm=8, qps=8).points()]
+    with pytest.raises(UnsupportedError, match="N per SM of blocks"):
+        DocaSubmitter.check_points(DocaParams(), every)
+
+
+def test_doca_send_args_bytes_at_the_headers_offsets() -> None:
+    b = dk.send_args(0x11, 0x22, 0x33, 456, 528, 8)
+    assert b.nbytes == dk.SEND_ARGS_BYTES
+    assert tuple(b[:32].view(np.uint64)) == (0x11, 0x22, 0x33, 456)
+    assert tuple(b[32:40].view(np.uint32)) == (528, 8)
+    text = (CUDA / "kcost" / "send_doca.cuh").read_text()
+    assert f"sizeof(SendArgs) == {dk.SEND_ARGS_BYTES}" in text
 
 
 def test_mini_gda_refuses_the_host_doorbell() -> None:
@@ -74,10 +160,16 @@ def test_mini_gda_refuses_the_host_doorbell() -> None:
         (["--pairs", "0"], "pairs (--pairs)", "1 <= pairs"),
         (["--launches", "0"], "launches (--launches)", "1 <= launches"),
         (["--blocks-per-sm", "0"], "blocks_per_sm (--blocks-per-sm)", "1 <= blocks_per_sm"),
-        (["--live", "224", "--compute-steps", "74892"], "compute_steps (--compute-steps)",
-         "at most 74891 with --live up to 224"),
-        (["--live", "224", "--stream-steps", "10700"], "stream_steps (--stream-steps)",
-         "at most 10699 with --live up to 224"),
+        (
+            ["--live", "224", "--compute-steps", "74892"],
+            "compute_steps (--compute-steps)",
+            "at most 74891 with --live up to 224",
+        ),
+        (
+            ["--live", "224", "--stream-steps", "10700"],
+            "stream_steps (--stream-steps)",
+            "at most 10699 with --live up to 224",
+        ),
     ],
 )
 def test_bad_knobs_are_refused(capsys, args: list[str], field: str, allowed: str) -> None:
@@ -191,8 +283,17 @@ class _Sub:
             posted[0] += 1
         ns = np.full((work.pairs, work.launches), 1000, dtype=np.int64)
         res = KernelResources(40, 0, 0, 0, 0, 4)
-        return KernelCostResult(ns * 5 // 4, ns, res, KernelResources(28, 0, 0, 0, 0, 8), out,
-                                posted, work.blocks, runs, {"sm_clock_hz": 1.98e9})
+        return KernelCostResult(
+            ns * 5 // 4,
+            ns,
+            res,
+            KernelResources(28, 0, 0, 0, 0, 8),
+            out,
+            posted,
+            work.blocks,
+            runs,
+            {"sm_clock_hz": 1.98e9},
+        )
 
 
 class _RunCtx:
@@ -241,6 +342,17 @@ def test_the_plan_for_mini_gda_sizes_a_lane_slice_per_block() -> None:
     big = RunConfig.build(experiments=["kernel-cost"], submitter="gpu", per_block=("64",))
     with pytest.raises(ConfigError, match=r"landing_bytes \(--landing-bytes\)"):
         make_plan(big, here=False).layout(2)
-    for name in ("proxy", "doca"):
-        with pytest.raises(UnsupportedError, match="not built yet"):
-            make_plan(RunConfig.build(experiments=["kernel-cost"], submitter=name), here=False)
+    with pytest.raises(UnsupportedError, match="mini-proxy path is GPU producers"):
+        make_plan(RunConfig.build(experiments=["kernel-cost"], submitter="proxy"), here=False)
+
+
+def test_the_plans_for_mini_proxy_and_doca(gpu_probe) -> None:
+    """Both paths plan as mini-gda's (a lane slice per block's messages), with their own knobs."""
+    from gicbench.plan import make_plan
+
+    proxy = make_plan(RunConfig.build(experiments=["kernel-cost"], submitter="proxy",
+                                      producer="gpu", handoff="baseline", workers=4, rings=32,
+                                      qps=32), here=False)  # fmt: skip
+    assert proxy.lanes == 32 and proxy.layout(2).lane_bytes >= 16 * 7168
+    doca = make_plan(RunConfig.build(experiments=["kernel-cost"], submitter="doca"), here=False)
+    assert doca.lanes == 528 and doca.layout(2).lane_bytes == 16 * 7168

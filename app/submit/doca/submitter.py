@@ -34,7 +34,16 @@ from ..failures import CQE_ERROR, TIMEOUT, LoopFailure, raise_failure
 from ..gpu_runtime import smclock
 from ..gpu_runtime.device import rank_device
 from ..gpu_runtime.device_map import DeviceMap, stage
-from ..work import LATENCY_MODES, Lane, LatencyWork, RateResult, RateWork, RespondWork
+from ..work import (
+    LATENCY_MODES,
+    KernelCostResult,
+    KernelCostWork,
+    Lane,
+    LatencyWork,
+    RateResult,
+    RateWork,
+    RespondWork,
+)
 from .layout import (
     ENOSEQ,
     LANE_DTYPE,
@@ -77,6 +86,10 @@ def op_for(payload: str, size: int) -> Op:
 
 def refusal(params: DocaParams, exp: str, point: Mapping[str, Any]) -> str | None:
     """Why `point` of `exp` cannot run with these knobs, else None (pre-flight)."""
+    if exp == "kernel-cost":  # its own call: DOCA's put from one thread (kernel_cost.py)
+        from .kernel_cost import point_refusal
+
+        return point_refusal(params, point)
     h, e = params.nic_handler, params.exec_scope
     if point.get("transport", "rc") != "rc":
         return "transport (--transport) dc: DOCA's one-sided verbs build no DC address vector (rc)"
@@ -144,7 +157,7 @@ class DocaSubmitter(Submitter):
         "DOCA GPUNetIO device verbs (GDAKI: NVSHMEM/NCCL GIN's GPU-initiated path) on "
         "gicbench's queues; every NIC handler"
     )
-    shapes = frozenset({Shape.LATENCY, Shape.RESPOND, Shape.RATE})
+    shapes = frozenset({Shape.LATENCY, Shape.RESPOND, Shape.RATE, Shape.KERNEL_COST})
     posting = (Posting.MLX5_QUEUES.value,)
     needs_gpu = True
     cpu_progress = False
@@ -153,9 +166,9 @@ class DocaSubmitter(Submitter):
 
     @classmethod
     def kernel_cost_refusal(cls, params: Any) -> str | None:
-        return ("kernel-cost's DOCA GPUNetIO path (one QP per block through its device verbs "
-                "inside the caller kernel) is not built yet; run it with --submitter gpu "
-                "(mini-gda)")
+        from .kernel_cost import refusal as kernel_cost_refusal
+
+        return kernel_cost_refusal(params)
 
     @classmethod
     def availability(cls, probes: Mapping[str, Probe]) -> str | None:
@@ -507,6 +520,12 @@ class DocaSubmitter(Submitter):
             doorbells=int(c1.get("doorbells", 0)) - int(c0.get("doorbells", 0)),
             cqes=int(c1.get("cqes", 0)) - int(c0.get("cqes", 0)),
         )
+
+    def kernel_cost(self, work: KernelCostWork) -> KernelCostResult:
+        """Caller kernels with DOCA's put built in (kernel_cost.py), on the lanes' QPs."""
+        from .kernel_cost import run
+
+        return run(self, work)
 
     def point_details(self) -> dict[str, Any]:
         return dict(self.details)

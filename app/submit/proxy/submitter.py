@@ -20,6 +20,8 @@ from ..gpu_runtime.device import rank_device
 from ..native_lanes import lane_table
 from ..work import (
     MODE_CODES,
+    KernelCostResult,
+    KernelCostWork,
     LatencyWork,
     LoadedResult,
     LoadedWork,
@@ -135,16 +137,18 @@ class ProxySubmitter(Submitter):
     name = "proxy"
     summary = "mini-proxy: producers fill host rings, pinned CPU workers post chains of WQEs"
     shapes = frozenset(
-        {Shape.LATENCY, Shape.RESPOND, Shape.RATE, Shape.LOADED, Shape.PROXY_RATE}
-    )
+        {Shape.LATENCY, Shape.RESPOND, Shape.RATE, Shape.LOADED, Shape.PROXY_RATE,
+         Shape.KERNEL_COST}
+    )  # fmt: skip
     posting = (Posting.MLX5_QUEUES.value, Posting.POST_SEND.value)
     Params = ProxyParams
     point_headers: ClassVar[dict[str, str]] = {"workers": "T", "rings": "R"}
 
     @classmethod
     def kernel_cost_refusal(cls, params: Any) -> str | None:
-        return ("kernel-cost's mini-proxy path (GPU producers into 4 workers' 32 rings inside "
-                "the caller kernel) is not built yet; run it with --submitter gpu (mini-gda)")
+        from .kernel_cost import refusal as kernel_cost_refusal
+
+        return kernel_cost_refusal(params)
 
     @classmethod
     def availability(cls, probes: Mapping[str, Probe]) -> str | None:
@@ -162,6 +166,13 @@ class ProxySubmitter(Submitter):
         one per ring."""
         max_length = int(_native_proxy().MAX_LENGTH)  # a descriptor's length field
         for exp, pt in points:
+            if exp == "kernel-cost":  # its own placement (kernel_cost.py), no rate loop's rings
+                from .kernel_cost import point_refusal
+
+                why = point_refusal(params, pt)
+                if why is not None:
+                    raise ConfigError("workers (--workers)", params.workers, why)
+                continue
             batch, size = int(pt.get("batch", 1)), int(pt.get("size", 8))
             if size > max_length:
                 raise ConfigError(
@@ -481,6 +492,12 @@ class ProxySubmitter(Submitter):
             probe_ns=int(stats["probe_ns"]),
             details=worker_fields(eng.stats, self.params.precondition),
         )
+
+    def kernel_cost(self, work: KernelCostWork) -> KernelCostResult:
+        """Caller kernels with mini-proxy's call built in (kernel_cost.py): GPU producers."""
+        from .kernel_cost import run
+
+        return run(self, work)
 
     def point_details(self) -> dict[str, Any]:
         """Where the last engine's workers ran and their clock (workers.py), for every shape.
