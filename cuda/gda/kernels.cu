@@ -385,7 +385,11 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
   // The current lane's columns and call constants, loaded when the unit moves to another lane
   // (never, for a unit on one lane); `known_retired`: a retired index this unit has acquired on
   // it (retirement only moves forward, so while it leaves room no wait is needed).
-  uint32_t cur = 0xffffffffu, bbs = 0, base = 0, lane_wqes = 0, known_retired = 0;
+  // A lane this unit alone posts to (units <= lanes) needs no atomic reservation and no
+  // hand-off: its reservation index is the unit's, kept in `own_resv` and written back with plain
+  // stores for the drain, the diagnostics and the next call.
+  const bool owned = units <= L;
+  uint32_t cur = 0xffffffffu, bbs = 0, base = 0, lane_wqes = 0, known_retired = 0, own_resv = 0;
   bool known = false, host_db = false;
   uint64_t slots = 1;
   SendQp q{};
@@ -404,6 +408,7 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
       // message slot: the lane's k-th message goes to slot k mod slots of its slice
       slots = q.region / size > 0 ? q.region / size : 1;
       known = false;
+      if (owned && leader) own_resv = ld_volatile32(&s->resv);
     }
     const uint32_t count = static_cast<uint32_t>(total - posted < batch ? total - posted : batch);
     uint32_t start = 0, ticket = 0;
@@ -424,6 +429,10 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
           start = ld_volatile32(&s->resv);
           st_volatile32(&s->resv, start + count * bbs);
         }
+      } else if (owned) {
+        start = own_resv;
+        own_resv = start + count * bbs;
+        st_volatile32(&s->resv, own_resv);
       } else {
         start = atomicAdd(&s->resv, count * bbs);
       }
@@ -448,7 +457,7 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
       const uint32_t k = (pi - base) / bbs;  // the lane's WQE number in this call
       const bool sig = (k + 1) % signal_every == 0 || k + 1 == lane_wqes;
       const uint64_t off = (k % slots) * size;
-      const Payload p{reinterpret_cast<const uint8_t*>(q.src_dev) + off, size, false, 0};
+      const ConstPayload p{reinterpret_cast<const uint8_t*>(q.src_dev) + off, size};
       db = build_write_q(q, pi, q.dst + off, inl != 0, size, p, q.src_addr + off, sig);
       if (host_db)  // each builder publishes its own WQE
         mark_ready(q.ready + (pi & (q.wqebbs - 1)), static_cast<uint64_t>(pi + bbs));
@@ -461,8 +470,11 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
     if (leader) {
       if (host_db) {
         // the host thread rings: no hand-off; pub only feeds diagnostics (the furthest end)
-        atomicMax(&s->pub, end);  // doorbells: the host thread counts the rings
-      } else if (pub_mode != 2) {  // hand-off: publish after every earlier reservation
+        if (owned)
+          st_volatile32(&s->pub, end);
+        else
+          atomicMax(&s->pub, end);  // doorbells: the host thread counts the rings
+      } else if (pub_mode != 2 && !owned) {  // hand-off: after every earlier reservation
         Wait w(c);
         while (ld_acquire_gpu32(&s->pub) != start)
           if (!w.tick(li, &l, s)) {
@@ -472,7 +484,10 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
       }
       if (ok && !host_db) {
         publish(q.dbrec, q.doorbell, end, db);
-        st_release_gpu32(&s->pub, end);
+        if (owned)
+          st_volatile32(&s->pub, end);  // read by no other thread of this kernel
+        else
+          st_release_gpu32(&s->pub, end);  // the next reservation's hand-off
         ++doorbells;
       }
       if (held) st_release_gpu32(&s->lock_turn, ticket + 1);  // the next ticket's turn

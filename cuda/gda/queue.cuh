@@ -187,6 +187,27 @@ struct Payload {
   }
 };
 
+// A payload nothing writes while the kernel runs (msg-rate's device copy of the source slices,
+// staged before the call): read through the read-only path, so its loads need not wait behind
+// the WQE stores before them.
+struct ConstPayload {
+  const uint8_t* src;
+  uint32_t length;
+  __device__ uint32_t word(uint32_t i) const {
+    if (i + 4 <= length && (reinterpret_cast<unsigned long long>(src + i) & 3) == 0)
+      return __ldg(reinterpret_cast<const unsigned int*>(src + i));
+    uint32_t w = 0;
+    for (uint32_t k = 0; k < 4; ++k)
+      if (i + k < length) w |= static_cast<uint32_t>(__ldg(src + i + k)) << (8 * k);
+    return w;
+  }
+  __device__ uint4 head() const { return make_uint4(0, word(0), word(4), word(8)); }
+  __device__ uint4 seg(uint32_t k) const {
+    const uint32_t i = 16 * k - 4;
+    return make_uint4(word(i), word(i + 4), word(i + 8), word(i + 12));
+  }
+};
+
 // An inline payload staged on chip before the timed build: its first segment's words in
 // registers, the rest in shared memory laid out as the segments are (payload word j at word
 // j + 1, so segment k is one 16-byte shared load). stage_inline fills it.
@@ -214,6 +235,8 @@ __device__ __forceinline__ uint64_t build_write_q(const SendQp& q, uint32_t pi, 
                                                   bool inl, uint32_t length, const P& p,
                                                   uint64_t laddr, bool signaled) {
   const Ring r{q.sq, q.mask};
+  uint4 h = make_uint4(0, 0, 0, 0);
+  if (inl) h = p.head();  // loaded before the first store (it may not pass one)
   uint32_t seg = 1;  // after ctrl
   if (q.dc) {
     r.put_seg(pi, seg, make_uint4(q.dc_key_hi_be, q.dc_key_lo_be, q.dctn_be, q.lid_word));
@@ -225,7 +248,6 @@ __device__ __forceinline__ uint64_t build_write_q(const SendQp& q, uint32_t pi, 
             make_uint4(m5::bswap32(static_cast<uint32_t>(raddr >> 32)),
                        m5::bswap32(static_cast<uint32_t>(raddr)), q.rkey_be, 0));
   if (inl) {
-    uint4 h = p.head();
     h.x = m5::bswap32(length | m5::kInlineFlag);
     r.put_seg(pi, seg, h);
     const uint32_t nseg = m5::inline_seg_ds(length);
