@@ -7,7 +7,8 @@
 // gda_single_op  one write at a time: issue, put+completion (selected QP or all), round trip
 // gda_respond    the far side of the round trip
 // gda_msg_rate   many writes outstanding: publication per thread (slot handoff in reservation
-//                order), per warp (cooperative), or under one doorbell lock per WQE
+//                order on a shared QP, none on a QP the thread owns), per warp (cooperative), or
+//                under one doorbell lock per WQE (a FIFO ticket lock)
 // gda_clock      clock64 against globaltimer: the effective SM clock
 //
 // Every wait checks a deadline (globaltimer) and a host abort word, and stops when another thread
