@@ -144,9 +144,11 @@ def report(probes: dict, gda: dict, queues: str, placements: list[str]) -> str:
         "",
         "| ordering | "
         + " | ".join(f"probe {w} single (ns) | probe {w} pipelined (ns/op)" for w in placements)
-        + " | mini-gda issue (ns) | mini-gda / probe | paper (ns) | paper / none |",
-        "|---" * (5 + 2 * len(placements)) + "|",
+        + " | mini-gda issue (ns) | mini-gda / probe | mini-gda / none"
+        + " | paper (ns) | paper / none |",
+        "|---" * (6 + 2 * len(placements)) + "|",
     ]
+    none = gda.get(("none", "inline"), {}).get("p50_us")
     for o in ORDERINGS:
         cells = []
         for w in placements:
@@ -158,8 +160,10 @@ def report(probes: dict, gda: dict, queues: str, placements: list[str]) -> str:
         base = probes.get(o, {}).get(f"{place} single", {}).get("p50_ns")
         ratio = g_ns / base if g_ns is not None and base else None
         paper = TABLE4[o][0] * 1e3
+        vs_none = g_ns / (none * 1e3) if g_ns is not None and none else None
         cells += [_f(g_ns, ".0f") if "error" not in g else "failed", _f(ratio, ".2f"),
-                  f"{paper:.0f}", f"{paper / (TABLE4['none'][0] * 1e3):.2f}"]  # fmt: skip
+                  _f(vs_none, ".2f"), f"{paper:.0f}",
+                  f"{paper / (TABLE4['none'][0] * 1e3):.2f}"]  # fmt: skip
         lines.append(f"| {o} | " + " | ".join(cells) + " |")
     inl, ptr = gda.get(("gpu-fence", "inline"), {}), gda.get(("gpu-fence", "pointer"), {})
     if "p50_us" in inl and "p50_us" in ptr:
@@ -184,6 +188,7 @@ def main() -> int:
     ap.add_argument("--probe-only", action="store_true", help="the probe alone, no mini-gda runs")
     ap.add_argument("--run-timeout", type=float, default=60.0, help="seconds per mini-gda run")
     ap.add_argument("--json", type=Path, help="write the figures here too")
+    ap.add_argument("--md", type=Path, help="write the Markdown report here too")
     a = ap.parse_args()
     placements = [p for p in a.placements.split(",") if p]
     bad = [p for p in placements if p not in ("gpu", "host")]
@@ -201,6 +206,8 @@ def main() -> int:
                                                  a.run_timeout)  # fmt: skip
     text = report(probes, gda, a.queues, placements)
     print(text)
+    if a.md:
+        a.md.write_text(text + "\n")
     if a.json:
         a.json.write_text(json.dumps({
             "probe": probes,
