@@ -88,7 +88,8 @@ def test_single_op_every_ordering_lands_and_counts(world, ordering: str) -> None
 )  # fmt: skip
 def test_msg_rate_publication_modes_land_every_slot(world, publish, threads, batch, nlanes) -> None:
     fs, lanes, src, dst = _lanes(world, nlanes)
-    sub = _submitter(fs, "gpu-fence", publish)
+    ordering = "gpu-fence"
+    sub = _submitter(fs, ordering, publish)
     try:
         size, per_thread, warm = 8, 300, 10
         res = sub.rate(RateWork(lanes, threads, batch, size, True, per_thread, warm, 30))
@@ -102,7 +103,11 @@ def test_msg_rate_publication_modes_land_every_slot(world, publish, threads, bat
                 host_view(src.addr + i * SLICE, k)
             ), f"lane {i}"
         c = fs[0].counters()
-        assert c["stale_wqes"] == 0 and c["dbrec_lag"] == 0
+        assert c["stale_wqes"] == 0, c
+        # gpu-fence orders the WQEs before the record, not the record before the doorbell: the
+        # engine may see a doorbell ahead of its record (counted; served once the record lands)
+        if ordering not in RECORD_UNORDERED_ORDERINGS:
+            assert c["dbrec_lag"] == 0, c
         # the queue state carries over: a second call on the same QPs
         res = sub.rate(RateWork(lanes, threads, batch, size, False, 50, 0, 10))
         assert res.messages == 50 * threads

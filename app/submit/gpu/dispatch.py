@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...cuda_host import cuda_dir, device_pointer
+from ...cuda_host import cuda_dir, device_pointer, note_stuck_kernel
 from ...errors import CompletionTimeout, ConfigError, FabricError, UnsupportedError
 from ...fabric.base import host_view
 from ...fabric.emu.gpi_format import OFF_CI, OFF_ERRORS, OFF_PI
@@ -374,15 +374,38 @@ def fetch_region(sub: GpuSubmitter, lanes_n: int) -> Any:
     return mr
 
 
-def _wait(sub: GpuSubmitter, ev: Any) -> None:
-    """Wait for `ev` without blocking signals: a signal sets the abort word the kernels poll."""
+STUCK_GRACE_S = 2.0  # past the call's timeout: the abort word's turn, then the kernel is stuck
+
+
+def _wait(sub: GpuSubmitter, ev: Any, what: str, diagnose: Any) -> None:
+    """Wait for `ev` without blocking signals: a signal sets the abort word the kernels poll.
+    Every device wait has its own deadline, so kernels still running past the call's timeout
+    have a wait that does not check it: the abort word is set; a kernel that still runs after
+    that is left on the GPU (note_stuck_kernel) and the call fails with `diagnose()`'s state,
+    never a hang."""
+    limit = sub.timeout_ns / 1e9 + STUCK_GRACE_S
+    deadline = time.monotonic() + limit
     try:
         while not ev.done:
+            if time.monotonic() > deadline:
+                break
             time.sleep(20e-6)
+        else:
+            return
     except BaseException:
         sub._abort[0] = 1
         ev.synchronize()
         raise
+    sub._abort[0] = 1
+    stop = time.monotonic() + STUCK_GRACE_S
+    while not ev.done and time.monotonic() < stop:
+        time.sleep(1e-3)
+    stopped = "stopped when aborted" if ev.done else "did not stop when aborted (left running)"
+    if not ev.done:
+        note_stuck_kernel(what)
+    raise CompletionTimeout(
+        f"rank {sub.rank}: {what} still running {limit:.1f} s after launch, {stopped}; {diagnose()}"
+    )
 
 
 def calibrate(sub: GpuSubmitter, k: dict[str, Any], stream: Any) -> float:
@@ -542,6 +565,20 @@ def run(sub: GpuSubmitter, work: DispatchWork) -> DispatchResult:
     grid = (n + 127) // 128
     abort = np.uint64(sub._abort_dev)
 
+    def diagnose() -> str:
+        """What host memory says while a kernel may still run (nothing read from the GPU)."""
+        parts = []
+        if gpi is not None:
+            st = sub.fabric.gpi_status(gpi.q)
+            parts.append(f"GPI queue {gpi.q.num:#x}: ci {st['ci']}, errors {st['errors']}, "
+                         f"last error {st['last_error']}")  # fmt: skip
+        for lane in work_lanes[:8]:
+            rec = int.from_bytes(host_view(lane.qp.sq.dbrec + 4, 4).tobytes(), "big") & 0xFFFF
+            parts.append(f"QP {lane.qp.qpn:#x}: doorbell record {rec}")
+        c = sub.fabric.counters()
+        parts.append(", ".join(f"{k} {c[k]}" for k in ("wqes", "doorbells", "errors") if k in c))
+        return "; ".join(parts)
+
     def finish() -> None:  # the CQ records up to date however the call ends
         if n:
             with stream:
@@ -571,7 +608,7 @@ def run(sub: GpuSubmitter, work: DispatchWork) -> DispatchResult:
                                np.uint64(sb), np.uint64(sub.timeout_ns), sub.status,
                                abort))  # fmt: skip
                 evs[3].record()
-            _wait(sub, evs[3])
+            _wait(sub, evs[3], f"{what} iteration {i}", diagnose)
             status.raise_for(sub.status.get(), r, what, sub.timeout_ns / 1e9, total)
             if i >= plan.warmup:
                 j = i - plan.warmup
@@ -584,7 +621,7 @@ def run(sub: GpuSubmitter, work: DispatchWork) -> DispatchResult:
                 drain = (tab, np.int32(n), sub.states, np.uint64(sub.timeout_ns), sub.status, abort)
                 k["moe_drain"]((grid,), (128,), drain)
                 evs[3].record()
-            _wait(sub, evs[3])
+            _wait(sub, evs[3], f"{what} drain", diagnose)
             status.raise_for(sub.status.get(), r, f"{what} drain", sub.timeout_ns / 1e9, total)
         rings = fwd.rings() if fwd is not None else 0
     if gpi is not None:
