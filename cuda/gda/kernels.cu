@@ -240,6 +240,7 @@ extern "C" __global__ void gda_single_op(const uint64_t* lanes, int nlanes, QpSt
       ok = own_room(c, sel, l, s, pub + bbs, reaped);
       if (ok) {
         const StagedPayload p = ready_payload(stage, src, size, inl != 0, seq);
+        drain_before_timing();
         compiler_barrier();
         t0 = globaltimer();
         c0 = clock64_now();

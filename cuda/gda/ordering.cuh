@@ -131,6 +131,12 @@ __device__ __forceinline__ void acquire_after_hit() {
   }
 }
 
+// Before a timed publication (single-op issue): the stores this thread made before it (the last
+// op's completion bookkeeping: state words, the CQ record, its samples) performed at the
+// ordering's scope, so the timed ordering waits for this op's stores alone, as the bare probe's
+// idle before each op lets it (bench/gda_probe.py). Adds ordering; none stays fence-free.
+__device__ __forceinline__ void drain_before_timing() { acquire_after_hit(); }
+
 // The CQE's last word (wqe_counter BE16, signature, op_own), loaded at the polling scope.
 __device__ __forceinline__ uint32_t poll_word(const void* p) {
   if constexpr (kOrdering == kNone) {
