@@ -4,15 +4,19 @@
 # the CUDA engine and every ordering's module once; bench/gda_probe.py on GPU-memory queues
 # (--engine cuda --queues device) and on the CPU engine's host-mapped queues; the lock
 # publication that used to time out (32 threads, one QP); the gpu-marked lock tests.
-#   bash bench/gda_probe.sh          (results in $OUT: gda_probe_*.md/json, summary.txt)
+#   bash bench/gda_probe.sh          (results in $OUT: gda_probe_*.md/json, summary.txt; the
+#                                     whole call within DEADLINE_S, default 190 s)
 set -u
 OUTDIR=${OUT:-/tmp/gda-probe}; mkdir -p "$OUTDIR"
 S="$OUTDIR/summary.txt"; : > "$S"
 export PYTHONUNBUFFERED=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
   OMPI_MCA_rmaps_base_oversubscribe=1 PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe \
   CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
+DEADLINE=$((SECONDS + ${DEADLINE_S:-190}))  # the whole call, whatever each step may take
 step() {  # step NAME SECONDS CMD...: output to $OUTDIR/NAME.log, rc and time to summary.txt
   local name=$1 t=$2 t0=$SECONDS; shift 2
+  local left=$((DEADLINE - SECONDS)); [ "$left" -lt "$t" ] && t=$left
+  if [ "$t" -le 5 ]; then echo "== $name: skipped (deadline)" >> "$S"; return; fi
   timeout -k 3 "$t" "$@" > "$OUTDIR/$name.log" 2>&1; local rc=$?
   echo "== $name rc=$rc $((SECONDS - t0)) s" >> "$S"
   [ $rc -eq 0 ] || tail -6 "$OUTDIR/$name.log" | sed 's/^/   /' >> "$S"
