@@ -32,6 +32,26 @@ HEADERS = {
 }  # fmt: skip
 
 
+def path_of(agg: pd.DataFrame) -> tuple[str, str]:
+    """(the run's path, what it was run with): the submitter's path name (PATHS) and, where the
+    points recorded them, mini-proxy's workers and rings or DOCA's handler and sharing."""
+    submitter = str((agg.attrs.get("manifest") or {}).get("submitter") or "gpu")
+    name = PATHS.get(submitter, submitter)
+    t = agg[agg["experiment"] == EXPERIMENT] if "experiment" in agg.columns else agg
+
+    def first(col: str) -> Any:
+        vals = t[col].dropna().unique() if col in t.columns else []
+        return vals[0] if len(vals) == 1 else None
+
+    parts = []
+    if first("workers") is not None and first("rings") is not None:
+        parts.append(f"GPU producers, {int(first('workers'))} workers, {int(first('rings'))} rings")
+    for col, what in (("doca_handler", "handler"), ("doca_sharing", "sharing")):
+        if first(col) is not None:
+            parts.append(f"{what} {first(col)}")
+    return name, ", ".join(parts)
+
+
 def rows(agg: pd.DataFrame) -> pd.DataFrame:
     """kernel-cost's aggregated rows, one per point (its keys, loss, times, resources)."""
     t = agg[agg["experiment"] == EXPERIMENT] if "experiment" in agg.columns else agg

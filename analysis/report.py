@@ -357,8 +357,8 @@ def _kernel_cost(agg: pd.DataFrame, plot_dir: Path, section: Section) -> None:
         section.lines.append("No kernel-cost points.")
         return
     bars = kernel_cost.bars(table)
-    submitter = agg.attrs.get("manifest", {}).get("submitter")
-    path = kernel_cost.PATHS.get(str(submitter), str(submitter or "mini-gda"))
+    path, how = kernel_cost.path_of(agg)
+    section.lines += [f"Path: {path}" + (f" ({how})" if how else "") + ".", ""]
     if not bars.empty:
         what = (f"{bars.attrs['per_block']} messages of {bars.attrs['size']} B per block"
                 if bars.attrs["size"] else f"{bars.attrs['per_block']} messages per block")

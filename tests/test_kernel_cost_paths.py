@@ -181,3 +181,31 @@ def test_ptx_carries_the_call_behind_a_run_time_branch(tmp_path: Path, path: str
     assert re.search(r"call(\.uni)?[^;]*kc_send", sep)  # a real call to the other unit
     assert ".extern .func" in sep_ptx and "kc_send" in sep_ptx
     assert not re.search(MARKS[path], sep)  # the body is not here
+
+
+# ---- the analysis names the path -----------------------------------------------------------------
+def _agg(submitter: str, **cols: Any) -> Any:
+    import pandas as pd
+
+    agg = pd.DataFrame({"experiment": ["kernel-cost"] * 2, **cols})
+    agg.attrs["manifest"] = {"submitter": submitter}
+    return agg
+
+
+def test_the_analysis_names_the_path_and_how_it_ran() -> None:
+    from gicbench.analysis import kernel_cost as akc
+
+    assert akc.path_of(_agg("gpu")) == ("mini-gda", "")
+    assert akc.path_of(_agg("proxy", workers=[4.0, 4.0], rings=[32.0, 32.0])) == (
+        "mini-proxy", "GPU producers, 4 workers, 32 rings")  # fmt: skip
+    how = akc.path_of(_agg("doca", doca_handler=["cpu-proxy"] * 2, doca_sharing=["gpu"] * 2))
+    assert how == ("DOCA GPUNetIO", "handler cpu-proxy, sharing gpu")
+
+
+def test_the_report_says_which_path(tmp_path: Path) -> None:
+    from experiment_runs import kernel_cost_points, write_run
+
+    from gicbench.analysis.report import write_report
+
+    run = write_run(tmp_path / "run", kernel_cost_points())
+    assert "Path: mini-gda" in write_report(run, failures=[]).read_text()

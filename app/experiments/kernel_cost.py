@@ -23,8 +23,11 @@ Validation: every thread's output against its closed form (the work is exact in 
 step changes it), the WQEs each QP carried against what the variant posts, and (the harness,
 from `expected_landing`) every message's bytes at the target.
 
-Paths: the submitter is the path. mini-gda (`--submitter gpu`) is built; mini-proxy's and DOCA
-GPUNetIO's are refused by name, not built yet.
+Paths: the submitter is the path (its kernel_cost loop and its call in cuda/kcost/path.cuh):
+mini-gda (`--submitter gpu`, one QP per block), mini-proxy's GPU producers (`--submitter proxy
+--producer gpu`, descriptors into --rings host rings drained by --workers) and DOCA GPUNetIO
+(`--submitter doca`, doca_gpu_dev_verbs_put on the block's QP). Knobs a path cannot run with are
+refused by name before the shape check (Submitter.kernel_cost_refusal).
 """
 
 from __future__ import annotations
@@ -181,7 +184,8 @@ class KernelCost(Experiment):
     @classmethod
     def from_config(cls, cfg: RunConfig, submitter: type[Submitter],
                     submitter_params: Any) -> Experiment:  # fmt: skip
-        """A path the submitter has not built is refused by name, before the shape check."""
+        """Knobs the submitter's path cannot run with are refused by name, before the shape
+        check."""
         why = submitter.kernel_cost_refusal(submitter_params)
         if why is not None:
             raise UnsupportedError(f"experiment kernel-cost: {why}")
