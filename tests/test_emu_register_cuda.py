@@ -76,3 +76,24 @@ def test_neighbouring_host_mapped_regions_are_registered_once_each_page(fake_cud
     finally:
         f.close()
     assert fake_cuda.spans == []  # close() unregistered every span
+
+
+def test_a_gpi_queue_created_after_register_cuda_is_mapped_too(fake_cuda) -> None:
+    """MoE dispatch creates its GPI queue when its first point runs, after bring-up mapped the
+    queue arena: the arena's new pages are registered then, so a kernel can reach the queue
+    (on the H200 an unmapped queue left the send kernel unable to stop)."""
+    f = EmuFabric(0, 1, "rc-" + uuid.uuid4().hex[:8], segment_bytes=8 << 20)
+    try:
+        f.create_qp(f.create_cq(64), 64)
+        out = f.register_cuda()
+        host, dev, _ = out["queue_arena"]
+        q = f.create_gpi(4096, ncounters=1, nwindows=16)
+        for addr in (q.base, q.ring, q.ring + 4096 * 64 - 1):
+            assert fake_cuda.hostGetDevicePointer(addr, 0) == dev + (addr - host)
+        spans = sorted(fake_cuda.spans)
+        assert len(spans) == 2 and all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
+        f.create_gpi(16, ncounters=1, nwindows=1)  # fits in pages mapped already, or maps more
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(sorted(fake_cuda.spans)))
+    finally:
+        f.close()
+    assert fake_cuda.spans == []

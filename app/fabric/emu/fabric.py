@@ -184,6 +184,10 @@ _CUDA_HOST_REGISTER_PORTABLE = 0x01
 _CUDA_HOST_REGISTER_MAPPED = 0x02
 
 
+def _page_up(addr: int, page: int = 4096) -> int:
+    return -(-addr // page) * page
+
+
 def page_spans(ranges: list[tuple[int, int]], page: int = 4096) -> list[tuple[int, int]]:
     """The pages covering (address, length) ranges as disjoint [lo, hi) spans, sorted: ranges
     sharing or touching a page are merged."""
@@ -287,6 +291,7 @@ class EmuFabric(Fabric):
         self._cuda_registered: int = 0  # host address registered with CUDA (0 = none)
         self._mr_len: dict[int, int] = {}
         self._cuda_ranges: list[int] = []  # host addresses registered with CUDA
+        self._cuda_arena_end = 0  # end of the queue arena's pages registered so far
         self._dev_objs: dict[int, tuple[int, int, int]] = {}  # QP slot -> GPU ring, dbrec, db
         self._devcq: dict[int, int] = {}  # CQN -> its DevCq (GPU memory)
         self._gpis: dict[int, GpiQueue] = {}
@@ -660,7 +665,33 @@ class EmuFabric(Fabric):
             num, base, ring, n = self._live().create_gpi(depth, ncounters, nwindows, pd)
         q = GpiQueue(num, n, base, ring, ncounters, nwindows, pd, dom)
         self._gpis[num] = q
+        self._map_late_queues()
         return q
+
+    def _map_late_queues(self) -> None:
+        """A queue created after register_cuda(): the queue arena's new pages are registered
+        and mapped too, so a GPU kernel reaches it at the arena's device address plus its
+        offset. That holds where CUDA maps the new range right after the first (it maps
+        registered host memory at the host's own address on the machines gicbench runs on);
+        anything else is refused rather than handing a kernel an unmapped address."""
+        if not self._cuda_registered:
+            return
+        from cupy.cuda import runtime
+
+        host, n = self.queue_arena()
+        lo, hi = self._cuda_arena_end, _page_up(host + n)
+        if hi <= lo:
+            return
+        flags = _CUDA_HOST_REGISTER_PORTABLE | _CUDA_HOST_REGISTER_MAPPED
+        with _checked("map the queue arena's new pages into the GPU", self.rank):
+            runtime.hostRegister(lo, hi - lo, flags)
+        self._cuda_ranges.append(lo)
+        self._cuda_arena_end = hi
+        if device_pointer(runtime, lo) != device_pointer(runtime, host) + (lo - host):
+            raise UnsupportedError(
+                f"emu rank {self.rank}: CUDA mapped the queue arena's new pages apart from its "
+                "first ones; create every GPI queue before register_cuda()"
+            )
 
     def _own_gpi(self, q: GpiQueue) -> GpiQueue:
         if not isinstance(q, GpiQueue) or self._gpis.get(q.num) != q:
@@ -706,8 +737,9 @@ class EmuFabric(Fabric):
             return super().create_qps(count, sq_wqebbs, cq_options, qp_options)
         first = self.create_qp(self.create_cq(sq_wqebbs, **cq_options), sq_wqebbs, **qp_options)
         cq0, sq0 = first.sq.cq, first.sq
-        cq_flags = _cq_flags(bool(cq_options.get("collapsed")),
-                             bool(cq_options.get("overrun_ignore")))
+        cq_flags = _cq_flags(
+            bool(cq_options.get("collapsed")), bool(cq_options.get("overrun_ignore"))
+        )
         qp_flags = _qp_flags(bool(qp_options.get("dbr", True)), bool(qp_options.get("wqe_sig")))
         dci = bool(qp_options.get("dci"))
         inline, pd = int(qp_options.get("max_inline", 0)), int(qp_options.get("pd", 0))
@@ -718,8 +750,9 @@ class EmuFabric(Fabric):
                 cqn, buf, dbrec, n = nic.create_cq(cq0.ncqe, cq_flags)
                 cq = CompletionQueue(cqn, buf, n, dbrec, cq_dom)
                 d = nic.create_qp(cqn, sq0.wqebb_cnt, 0, 0, dci, qp_flags, inline, pd)
-                sq = SendQueue(d["qpn"], d["buf"], d["wqebb_cnt"], d["dbrec"], d["doorbell"],
-                               cq, qp_dom)
+                sq = SendQueue(
+                    d["qpn"], d["buf"], d["wqebb_cnt"], d["dbrec"], d["doorbell"], cq, qp_dom
+                )
                 qp = QueuePair(d["qpn"], sq, None, dci)
                 self._cqs[cqn] = cq
                 self._domains[("cq", cqn)] = cq_dom
@@ -805,6 +838,7 @@ class EmuFabric(Fabric):
         runtime.hostRegister(host, n, flags)
         self._cuda_registered = host
         self._cuda_ranges = [host]
+        self._cuda_arena_end = _page_up(host + n)
         dev = device_pointer(runtime, host)
 
         def d(a: int) -> int:
@@ -1002,8 +1036,11 @@ class EmuFabric(Fabric):
             # segment mapped for the process's life, with the engine's thread stopped.
             self._nic.stop_thread()
             _PARKED.append(self._nic)
-            print(f"gicbench: emu rank {self.rank}: host memory left registered and mapped at "
-                  f"close: a kernel is still running ({stuck_kernels()[-1]})", file=sys.stderr)
+            print(
+                f"gicbench: emu rank {self.rank}: host memory left registered and mapped at "
+                f"close: a kernel is still running ({stuck_kernels()[-1]})",
+                file=sys.stderr,
+            )
             return
         if self._cuda_ranges:  # unregister before the segment is unmapped
             from cupy.cuda import runtime
