@@ -20,6 +20,7 @@ import argparse
 import dataclasses
 import datetime as dt
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -162,7 +163,8 @@ class Alone:
 
 
 def _ratio(a: float | None, b: float | None) -> str:
-    return f"{a / b:.2f}" if a and b else "-"
+    ok = a and b and not (math.isnan(a) or math.isnan(b))
+    return f"{a / b:.2f}" if ok else "-"
 
 
 def single_op(model: str, progress: str, quick: bool) -> list[Row]:
@@ -207,7 +209,7 @@ def payload(model: str, progress: str, quick: bool, pre: list[str] | None = None
         "-e",
         "1M",
         "-f",
-        "4",
+        "2",
         "--messages",
         "4000" if quick else "20000",
         "--point-bytes",
@@ -229,10 +231,13 @@ def payload(model: str, progress: str, quick: bool, pre: list[str] | None = None
                 alone=predicted[a["size"]],
             )
         )
-    cross = {m: next((r["size"] for r in got[m] if r["gbps"] >= 0.9 * REFERENCE_GBPS), 0)
+    # nan: no size up to 1 MiB reached it (shown as "not reached")
+    cross = {m: next((r["size"] for r in got[m] if r["gbps"] >= 0.9 * REFERENCE_GBPS), math.nan)
              for m in got}  # fmt: skip
     sat = any(
-        r.get("nic_model_saturated") for r in got[model] if r["size"] <= (cross[model] or 1 << 30)
+        r.get("nic_model_saturated")
+        for r in got[model]
+        if math.isnan(cross[model]) or r["size"] <= cross[model]
     )
     # the model's own crossover on the paper's sizes (powers of two from 8 B)
     sizes = [8 << k for k in range(18)]
@@ -449,6 +454,10 @@ def engine_cost(model: str, reps: int) -> list[dict[str, Any]]:
     return out
 
 
+def _num(v: float) -> str:
+    return "not reached" if math.isnan(v) else f"{v:.3g}"
+
+
 def report(
     rows: list[Row], cost: list[dict[str, Any]], model: str, progress: str, submitter: str = "host"
 ) -> str:
@@ -473,10 +482,10 @@ def report(
              "below model | model alone | paper | model alone / paper | paper's figure |",
              "|:---|:---|:---|---:|---:|---:|:---|---:|---:|---:|:---|"]  # fmt: skip
     for r in rows:
-        with_model = f"{r.model:.3g}" + (" (engine)" if r.saturated else "")
+        with_model = _num(r.model) + (" (engine)" if r.saturated else "")
         ratio = "-" if r.saturated else _ratio(r.model, r.none)
         alone = "-" if r.alone is None else f"{r.alone:.3g}"
-        lines.append(f"| {r.experiment} | {r.point} | {r.unit} | {r.none:.3g} | {with_model} "
+        lines.append(f"| {r.experiment} | {r.point} | {r.unit} | {_num(r.none)} | {with_model} "
                      f"| {ratio} | {'yes' if r.saturated else 'no'} | {alone} | "
                      f"{'-' if r.paper is None else f'{r.paper:g}'} | "
                      f"{_ratio(r.alone, r.paper)} | {r.paper_what} |")  # fmt: skip
@@ -508,8 +517,9 @@ def main() -> None:
     ap.add_argument("--proxy", action="store_true", help="also mini-proxy's proxy-rate")
     ap.add_argument(
         "--only",
-        default="single-op,msg-rate,payload,cost",
-        help="comma-separated parts: single-op, completion-scope (gpu), msg-rate, payload, cost",
+        default="single-op,completion-scope,msg-rate,payload,cost",
+        help="comma-separated parts: single-op, completion-scope (gpu only), msg-rate, payload, "
+        "cost (all by default)",
     )
     ap.add_argument("--reps", type=int, default=3, help="repetitions of each engine-cost rate")
     ap.add_argument("-o", "--output", type=Path, help="also write the report here (new file)")
