@@ -111,19 +111,27 @@ def test_doca_knobs_its_path_cannot_run_are_refused_by_name() -> None:
 
 
 def test_doca_points_sharing_a_qp_need_gpu_sharing() -> None:
-    pts = [("kernel-cost", p) for p in _experiment().points()]
+    inline = {"build": ("inline",)}
+    pts = [("kernel-cost", p) for p in _experiment(**inline).points()]
     DocaSubmitter.check_points(DocaParams(), pts)  # one QP per block: exclusive is enough
-    shared = [("kernel-cost", p) for p in _experiment(qps=8, blocks=64).points()]
+    shared = [("kernel-cost", p) for p in _experiment(qps=8, blocks=64, **inline).points()]
     with pytest.raises(UnsupportedError, match="--doca-sharing exclusive with --qps 8 for 64"):
         DocaSubmitter.check_points(DocaParams(), shared)
     DocaSubmitter.check_points(DocaParams(doca_sharing="gpu"), shared)
-    # the residency run sends nothing: any sharing
-    dormant = _experiment(blocks_per_sm=8, qps=8, variant=("none", "code-only"),
-                          per_block=("0",))  # fmt: skip
+    # the residency run sends nothing: any sharing, either build
+    dormant = _experiment(blocks_per_sm=8, qps=8, variant=("none", "code-only"), per_block=("0",))
     DocaSubmitter.check_points(DocaParams(), [("kernel-cost", p) for p in dormant.points()])
-    every = [("kernel-cost", p) for p in _experiment(blocks_per_sm=8, qps=8).points()]
+    every = [("kernel-cost", p) for p in _experiment(blocks_per_sm=8, qps=8, **inline).points()]
     with pytest.raises(UnsupportedError, match="N per SM of blocks"):
         DocaSubmitter.check_points(DocaParams(), every)
+
+
+def test_doca_separate_build_sends_are_refused_by_name() -> None:
+    pts = [("kernel-cost", p) for p in _experiment().points()]
+    with pytest.raises(UnsupportedError, match="--build separate with send or send-wait: DOCA"):
+        DocaSubmitter.check_points(DocaParams(), pts)
+    dormant = _experiment(variant=("none", "code-only"))
+    DocaSubmitter.check_points(DocaParams(), [("kernel-cost", p) for p in dormant.points()])
 
 
 def test_doca_send_args_bytes_at_the_headers_offsets() -> None:
@@ -354,5 +362,8 @@ def test_the_plans_for_mini_proxy_and_doca(gpu_probe) -> None:
                                       producer="gpu", handoff="baseline", workers=4, rings=32,
                                       qps=32), here=False)  # fmt: skip
     assert proxy.lanes == 32 and proxy.layout(2).lane_bytes >= 16 * 7168
-    doca = make_plan(RunConfig.build(experiments=["kernel-cost"], submitter="doca"), here=False)
+    doca = make_plan(
+        RunConfig.build(experiments=["kernel-cost"], submitter="doca", build=("inline",)),
+        here=False,
+    )
     assert doca.lanes == 528 and doca.layout(2).lane_bytes == 16 * 7168
