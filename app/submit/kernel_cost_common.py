@@ -28,7 +28,7 @@ import numpy as np
 
 from ..cuda_host import cuda_dir
 from ..errors import ConfigError, UnsupportedError
-from .work import KernelResources
+from .work import KC_BUILDS, KC_CALLERS, KernelResources
 
 VARIANT_CODES = {"none": 0, "code-only": 1, "send": 2, "send-wait": 3}  # kernel_cost.cu Variant
 CALLER = "kc_caller"
@@ -64,6 +64,44 @@ def find_nvcc() -> str | None:
     return shutil.which("nvcc") or next(
         (p for p in ("/usr/local/cuda/bin/nvcc",) if os.access(p, os.X_OK)), None
     )
+
+
+@dataclass(frozen=True)
+class CallerBuild:
+    """What one cubin of every path shares: the caller, its live values, whether the call is
+    built in (`comm`) and how (`build`; without the call it does not matter). Each path's
+    KernelBuild adds its own build options."""
+
+    caller: str
+    live: int
+    comm: bool
+    build: str = "inline"
+
+    def __post_init__(self) -> None:
+        if self.caller not in KC_CALLERS:
+            raise ValueError(f"caller {self.caller!r} is not one of {KC_CALLERS}")
+        if self.build not in KC_BUILDS:
+            raise ValueError(f"build {self.build!r} is not one of {KC_BUILDS}")
+        if not 1 <= self.live <= 256:
+            raise ValueError(f"live {self.live} is not in 1..256")
+
+    @property
+    def separate(self) -> bool:
+        return self.comm and self.build == "separate"
+
+    def caller_defines(self, path: str) -> tuple[str, ...]:
+        """The -D options of cuda/kcost/kernel_cost.cu for this build on `path` (PATHS)."""
+        return (
+            f"-DKC_PATH={PATHS[path]}",
+            f"-DKC_CALLER={KC_CALLERS.index(self.caller)}",
+            f"-DKC_LIVE={self.live}",
+            f"-DKC_COMM={int(self.comm)}",
+            f"-DKC_SEPARATE={int(self.separate)}",
+        )
+
+    def how(self) -> str:
+        """The build as a tag names it: inline, separate, or nocomm without the call."""
+        return self.build if self.comm else "nocomm"
 
 
 @dataclass(frozen=True)

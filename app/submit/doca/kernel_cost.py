@@ -33,8 +33,8 @@ from ..kernel_cost_common import (
     CALLER,
     COMMON_SOURCES,
     DRAIN,
-    PATHS,
     VARIANT_CODES,
+    CallerBuild,
     Compiled,
     caller_args,
     caller_buffers,
@@ -43,7 +43,7 @@ from ..kernel_cost_common import (
     grid_of,
     time_pairs,
 )
-from ..work import KC_BUILDS, KC_CALLERS, KC_VARIANTS, KernelCostResult, KernelCostWork
+from ..work import KC_VARIANTS, KernelCostResult, KernelCostWork
 from .headers import find, unavailable_reason
 from .layout import NicHandler, Scope, Sharing
 from .params import DocaParams
@@ -100,44 +100,27 @@ def point_refusal(params: DocaParams, point: Mapping[str, Any]) -> str | None:
 
 
 @dataclass(frozen=True)
-class KernelBuild:
+class KernelBuild(CallerBuild):
     """One cubin of the DOCA path: caller, live values, whether the call is built in (`comm`),
     how (`build`), and DOCA's NIC handler and sharing mode (their enum values)."""
 
-    caller: str
-    live: int
-    comm: bool
-    build: str = "inline"
     handler: int = int(NicHandler.GPU_SM_DB)
     sharing: int = int(Sharing.EXCLUSIVE)
 
     def __post_init__(self) -> None:
-        if self.caller not in KC_CALLERS:
-            raise ValueError(f"caller {self.caller!r} is not one of {KC_CALLERS}")
-        if self.build not in KC_BUILDS:
-            raise ValueError(f"build {self.build!r} is not one of {KC_BUILDS}")
-        if not 1 <= self.live <= 256:
-            raise ValueError(f"live {self.live} is not in 1..256")
+        super().__post_init__()
         NicHandler(self.handler)  # ValueError if unknown
         Sharing(self.sharing)
 
-    @property
-    def separate(self) -> bool:
-        return self.comm and self.build == "separate"
-
     def defines(self) -> tuple[str, ...]:
         return (
-            f"-DKC_PATH={PATHS['doca']}",
-            f"-DKC_CALLER={KC_CALLERS.index(self.caller)}",
-            f"-DKC_LIVE={self.live}",
-            f"-DKC_COMM={int(self.comm)}",
-            f"-DKC_SEPARATE={int(self.separate)}",
+            *self.caller_defines("doca"),
             f"-DKC_DOCA_HANDLER={self.handler}",
             f"-DKC_DOCA_SHARING={self.sharing}",
         )
 
     def tag(self) -> str:
-        how = self.build if self.comm else "nocomm"
+        how = self.how()
         h, s = NicHandler(self.handler).cli, Sharing(self.sharing).name.lower()
         return f"doca-{self.caller}-l{self.live}-{how}-{h}-{s}"
 

@@ -19,8 +19,8 @@ from ..kernel_cost_common import (
     CALLER,
     COMMON_SOURCES,
     DRAIN,
-    PATHS,
     VARIANT_CODES,
+    CallerBuild,
     Compiled,
     caller_args,
     caller_buffers,
@@ -37,7 +37,7 @@ from ..kernel_cost_common import (
     time_pairs,
     wait_event,
 )
-from ..work import KC_BUILDS, KC_CALLERS, KC_VARIANTS, KernelCostResult, KernelCostWork
+from ..work import KC_VARIANTS, KernelCostResult, KernelCostWork
 from . import lanes, status
 from .params import CQ_POLLS, ORDERINGS
 
@@ -54,44 +54,27 @@ SEND_ARGS_BYTES = 56  # cuda/kcost/send.cuh SendArgs
 
 
 @dataclass(frozen=True)
-class KernelBuild:
+class KernelBuild(CallerBuild):
     """One cubin: caller, live values, whether the call is built in (`comm`), how (`build`),
     and mini-gda's ordering and CQ polling. Without the call, `build` does not matter."""
 
-    caller: str
-    live: int
-    comm: bool
-    build: str = "inline"
     ordering: str = "gpu-fence"
     cq_poll: str = "expected"
 
     def __post_init__(self) -> None:
-        if self.caller not in KC_CALLERS:
-            raise ValueError(f"caller {self.caller!r} is not one of {KC_CALLERS}")
-        if self.build not in KC_BUILDS:
-            raise ValueError(f"build {self.build!r} is not one of {KC_BUILDS}")
-        if not 1 <= self.live <= 256:
-            raise ValueError(f"live {self.live} is not in 1..256")
+        super().__post_init__()
         if self.ordering not in ORDERINGS or self.cq_poll not in CQ_POLLS:
             raise ValueError(f"ordering {self.ordering!r} / cq_poll {self.cq_poll!r} unknown")
 
-    @property
-    def separate(self) -> bool:
-        return self.comm and self.build == "separate"
-
     def defines(self) -> tuple[str, ...]:
         return (
-            f"-DKC_PATH={PATHS['gda']}",
-            f"-DKC_CALLER={KC_CALLERS.index(self.caller)}",
-            f"-DKC_LIVE={self.live}",
-            f"-DKC_COMM={int(self.comm)}",
-            f"-DKC_SEPARATE={int(self.separate)}",
+            *self.caller_defines("gda"),
             f"-DGDA_ORDERING={ORDERINGS.index(self.ordering)}",
             f"-DGDA_CQ_POLL={CQ_POLLS.index(self.cq_poll)}",
         )
 
     def tag(self) -> str:
-        how = self.build if self.comm else "nocomm"
+        how = self.how()
         return f"{self.caller}-l{self.live}-{how}-{self.ordering}-{self.cq_poll}"
 
 

@@ -32,8 +32,8 @@ from ..kernel_cost_common import (
     CALLER,
     COMMON_SOURCES,
     DRAIN,
-    PATHS,
     VARIANT_CODES,
+    CallerBuild,
     Compiled,
     caller_args,
     caller_buffers,
@@ -42,7 +42,7 @@ from ..kernel_cost_common import (
     grid_of,
     time_pairs,
 )
-from ..work import KC_BUILDS, KC_CALLERS, KC_VARIANTS, KernelCostResult, KernelCostWork
+from ..work import KC_VARIANTS, KernelCostResult, KernelCostWork
 from .gpu_kernels import layout_defines
 from .params import ProxyParams
 from .verbs import on_verbs
@@ -99,40 +99,22 @@ def ring_messages(grid: int, nlanes: int, workers: int, nrings: int, per_block: 
 
 
 @dataclass(frozen=True)
-class KernelBuild:
+class KernelBuild(CallerBuild):
     """One cubin of the mini-proxy path: caller, live values, whether the call is built in
     (`comm`) and how (`build`). The ring layout (the native module's) is compiled in."""
 
-    caller: str
-    live: int
-    comm: bool
-    build: str = "inline"
-
     def __post_init__(self) -> None:
-        if self.caller not in KC_CALLERS:
-            raise ValueError(f"caller {self.caller!r} is not one of {KC_CALLERS}")
-        if self.build not in KC_BUILDS:
-            raise ValueError(f"build {self.build!r} is not one of {KC_BUILDS}")
-        if not 1 <= self.live <= 256:
-            raise ValueError(f"live {self.live} is not in 1..256")
-
-    @property
-    def separate(self) -> bool:
-        return self.comm and self.build == "separate"
+        super().__post_init__()
 
     def defines(self, consts: Any) -> tuple[str, ...]:
         """-D options; `consts`: the native ring layout (_native.proxy)."""
         return (
-            f"-DKC_PATH={PATHS['proxy']}",
-            f"-DKC_CALLER={KC_CALLERS.index(self.caller)}",
-            f"-DKC_LIVE={self.live}",
-            f"-DKC_COMM={int(self.comm)}",
-            f"-DKC_SEPARATE={int(self.separate)}",
+            *self.caller_defines("proxy"),
             *layout_defines(consts),
         )
 
     def tag(self) -> str:
-        return f"proxy-{self.caller}-l{self.live}-{self.build if self.comm else 'nocomm'}"
+        return f"proxy-{self.caller}-l{self.live}-{self.how()}"
 
 
 def build_for(caller: str, live: int, variant: str, build: str) -> KernelBuild:
