@@ -111,6 +111,19 @@ class Compiled:
     resources: dict[str, KernelResources]  # per kernel
 
 
+_LOADED: dict[tuple[Any, int], tuple[Any, Compiled]] = {}
+
+
+def loaded_module(cp: Any, build: Any, compile_: Callable[[], Compiled]) -> tuple[Any, Compiled]:
+    """`build`'s cubin (compiled by `compile_`) and its module, loaded once per GPU of this
+    process, for every path (a build names its path: builds of two paths never compare equal)."""
+    key = (build, cp.cuda.runtime.getDevice())
+    if key not in _LOADED:
+        c = compile_()
+        _LOADED[key] = (cp.RawModule(path=str(c.cubin)), c)
+    return _LOADED[key]
+
+
 def compile_build(tag: str, defines: Sequence[str], separate: bool, arch: str,
                   sources: Sequence[Path], cache: Path | None = None, nvcc: str | None = None,
                   include: Sequence[str] = ()) -> Compiled:  # fmt: skip

@@ -41,6 +41,7 @@ from ..kernel_cost_common import (
     caller_resources,
     compile_build,
     grid_of,
+    loaded_module,
     time_pairs,
 )
 from ..work import KC_VARIANTS, KernelCostResult, KernelCostWork
@@ -160,17 +161,6 @@ def send_args(qps_dev: int, lanes_dev: int, status_dev: int, timeout_ns: int, nq
     return out
 
 
-_MODULES: dict[tuple[KernelBuild, int], tuple[Any, Compiled]] = {}
-
-
-def _module(cp: Any, b: KernelBuild, arch: str) -> tuple[Any, Compiled]:
-    key = (b, cp.cuda.runtime.getDevice())
-    if key not in _MODULES:
-        c = compile_cubin(b, arch)
-        _MODULES[key] = (cp.RawModule(path=str(c.cubin)), c)
-    return _MODULES[key]
-
-
 def run(sub: DocaSubmitter, work: KernelCostWork, grace_s: float = 5.0) -> KernelCostResult:
     """Paired passes of the variant and its reference (kernel_cost_common.time_pairs) on the
     lanes' DOCA QP structures; a posting variant's drain (each QP's last put completed) runs
@@ -188,10 +178,10 @@ def run(sub: DocaSubmitter, work: KernelCostWork, grace_s: float = 5.0) -> Kerne
         why = f"--doca-sharing gpu: {grid} blocks share {L} QPs"
     if why is not None:
         raise ConfigError("doca (--doca-*)", params.doca_handler, why)
-    ref_mod, ref_c = _module(cp, build_for(work.caller, work.live, "none", work.build, params),
-                             arch)  # fmt: skip
+    ref_b = build_for(work.caller, work.live, "none", work.build, params)
     var_b = build_for(work.caller, work.live, work.variant, work.build, params)
-    var_mod, var_c = _module(cp, var_b, arch)
+    ref_mod, ref_c = loaded_module(cp, ref_b, lambda: compile_cubin(ref_b, arch))
+    var_mod, var_c = loaded_module(cp, var_b, lambda: compile_cubin(var_b, arch))
     ref_fn, var_fn = ref_mod.get_function(CALLER), var_mod.get_function(CALLER)
     drain_fn = var_mod.get_function(DRAIN) if posts else None
     posted_fn = var_mod.get_function(POSTED) if var_b.comm else None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from ..kernel_cost_common import (
     compile_build,
     find_nvcc,
     grid_of,
+    loaded_module,
     nvcc_steps,
     occupancy,
     parse_cuobjdump,
@@ -114,17 +115,6 @@ def send_args(lanes_dev: int, nlanes: int, states: int, size: int, inline: bool,
     return out
 
 
-_MODULES: dict[tuple[KernelBuild, int], tuple[Any, Compiled]] = {}
-
-
-def _module(cp: Any, b: KernelBuild, arch: str) -> tuple[Any, Compiled]:
-    key = (b, cp.cuda.runtime.getDevice())
-    if key not in _MODULES:
-        c = compile_cubin(b, arch)
-        _MODULES[key] = (cp.RawModule(path=str(c.cubin)), c)
-    return _MODULES[key]
-
-
 def run(sub: GpuSubmitter, work: KernelCostWork) -> KernelCostResult:
     """Paired passes of the variant and its reference (kernel_cost_common.time_pairs); a
     posting variant's drain runs after each of its launches, outside the timed interval."""
@@ -134,8 +124,8 @@ def run(sub: GpuSubmitter, work: KernelCostWork) -> KernelCostResult:
     ref_b = build_for(work.caller, work.live, "none", work.build, sub.ordering, sub.params.cq_poll)
     var_b = build_for(work.caller, work.live, work.variant, work.build, sub.ordering,
                       sub.params.cq_poll)  # fmt: skip
-    ref_mod, ref_c = _module(cp, ref_b, arch)
-    var_mod, var_c = _module(cp, var_b, arch)
+    ref_mod, ref_c = loaded_module(cp, ref_b, lambda: compile_cubin(ref_b, arch))
+    var_mod, var_c = loaded_module(cp, var_b, lambda: compile_cubin(var_b, arch))
     ref_fn, var_fn = ref_mod.get_function(CALLER), var_mod.get_function(CALLER)
     posts = work.variant in ("send", "send-wait") and work.messages > 0
     L = len(work.lanes)

@@ -40,6 +40,7 @@ from ..kernel_cost_common import (
     caller_resources,
     compile_build,
     grid_of,
+    loaded_module,
     time_pairs,
 )
 from ..work import KC_VARIANTS, KernelCostResult, KernelCostWork
@@ -151,17 +152,6 @@ def dbrec_wqebbs(lane: Any) -> int:
     return int.from_bytes(raw.to_bytes(4, "little"), "big") & 0xFFFF
 
 
-_MODULES: dict[tuple[KernelBuild, int], tuple[Any, Compiled]] = {}
-
-
-def _module(cp: Any, b: KernelBuild, arch: str, consts: Any) -> tuple[Any, Compiled]:
-    key = (b, cp.cuda.runtime.getDevice())
-    if key not in _MODULES:
-        c = compile_cubin(b, arch, consts)
-        _MODULES[key] = (cp.RawModule(path=str(c.cubin)), c)
-    return _MODULES[key]
-
-
 def run(sub: ProxySubmitter, work: KernelCostWork) -> KernelCostResult:
     """Paired passes of the variant and its reference (kernel_cost_common.time_pairs) with the
     engine running: a posting variant's drain (every ring's descriptors completed) runs after
@@ -181,10 +171,10 @@ def run(sub: ProxySubmitter, work: KernelCostWork) -> KernelCostResult:
     L, T, R = len(work.lanes), sub.params.workers, kc_rings(sub.params)
     if L < T:
         raise ConfigError("workers (--workers)", T, f"<= --qps {L} (every worker owns a lane)")
-    ref_mod, ref_c = _module(cp, build_for(work.caller, work.live, "none", work.build), arch,
-                             consts)  # fmt: skip
-    var_mod, var_c = _module(cp, build_for(work.caller, work.live, work.variant, work.build),
-                             arch, consts)  # fmt: skip
+    ref_b = build_for(work.caller, work.live, "none", work.build)
+    var_b = build_for(work.caller, work.live, work.variant, work.build)
+    ref_mod, ref_c = loaded_module(cp, ref_b, lambda: compile_cubin(ref_b, arch, consts))
+    var_mod, var_c = loaded_module(cp, var_b, lambda: compile_cubin(var_b, arch, consts))
     ref_fn, var_fn = ref_mod.get_function(CALLER), var_mod.get_function(CALLER)
     posts = work.variant in ("send", "send-wait") and work.messages > 0
     drain_fn = var_mod.get_function(DRAIN) if posts else None
