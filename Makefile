@@ -53,14 +53,17 @@ $(VENV)/.installed: $(VENV)/.system $(VENV)/.deps $(SOURCES)
 	flock $(VENV)/.install.lock $(PIP) install -q --no-build-isolation ".[test]"
 	touch $@
 
-# DOCA GPUNetIO's device-verbs headers (docs/doca.md): where nvcc exists, extracted from the
-# nvidia-nvshmem-cu13 wheel into .cache/gpunetio/<version>/ (a no-op once there). A failed
-# download fails set-up while a package index is reachable; with none reachable it records
-# .cache/gpunetio/OFFLINE and the DOCA compile tests skip, naming it.
+# DOCA GPUNetIO's device-verbs headers (docs/doca.md) and NVSHMEM's device headers with its
+# IBGDA transport (docs/nvshmem.md): where nvcc exists, extracted from the nvidia-nvshmem-cu13
+# wheel into .cache/gpunetio/<version>/ and .cache/nvshmem/<version>/ (a no-op once there; one
+# download serves both: the second extracts from the wheel the first left in .cache/wheels). A
+# failed download fails set-up while a package index is reachable; with none reachable it
+# records .cache/<set>/OFFLINE and that set's compile tests skip, naming it.
 gpunetio: $(VENV)/.installed
 	@if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then \
-	  $(BIN)/python -m gicbench.submit.doca.headers fetch; \
-	else echo "nvcc not found: DOCA GPUNetIO headers not fetched (the DOCA compile tests skip)"; fi
+	  $(BIN)/python -m gicbench.submit.doca.headers fetch && \
+	  $(BIN)/python -m gicbench.submit.nvshmem.headers fetch; \
+	else echo "nvcc not found: DOCA GPUNetIO and NVSHMEM headers not fetched (their compile tests skip)"; fi
 
 # The verbs provider: rdma-core's pyverbs is not on PyPI. Debian's python3-pyverbs (rdma-core 44,
 # built for CPython 3.11) is linked into the venv's site-packages; the venv's Python must be 3.11.
