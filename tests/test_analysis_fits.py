@@ -209,6 +209,97 @@ def test_plateau_fit_pure_power_law_is_flagged() -> None:
     assert any("no plateau observed" in f for f in fit.flags)
 
 
+# A least-recently-used cache cycled over more contexts than it holds: every lookup hits, then
+# every lookup misses. The rate leaves its plateau in one step, then stays on a floor.
+CLIFF_X = np.array([8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 128, 192, 256, 384, 512], float)
+
+
+def _cliff(last_on_plateau: float, floor: float, exponent: float = 0.0, noise: float = 0.0,
+           seed: int = 0, x: np.ndarray = CLIFF_X) -> np.ndarray:
+    first_off = x[x > last_on_plateau].min()
+    y = np.where(x <= last_on_plateau, 1.0, floor * (x / first_off) ** -exponent)
+    return y * np.exp(np.random.default_rng(seed).normal(0, noise, x.size))
+
+
+def test_plateau_fit_places_a_cliff_between_the_points_around_it() -> None:
+    """A noise-free step after 64 to a flat floor: the onset is the interval [64, 80] (its
+    middle, half its width as the uncertainty), the decline after it flat, the step its size.
+    (The continuous power law alone put this onset at 22-28.)"""
+    fit = fit_plateau_power_law(CLIFF_X, _cliff(64, 0.05))
+    assert fit.declines and fit.shape == "step" and fit.flags == ()
+    assert (fit.onset, fit.onset_err) == (72.0, 8.0)
+    assert fit.tail_start == 80.0
+    assert fit.plateau == pytest.approx(1.0) and fit.drop == pytest.approx(0.05)
+    assert fit.exponent == pytest.approx(0.0, abs=1e-9)
+    assert fit.predict([8.0, 64.0, 72.0, 80.0, 512.0]) == pytest.approx(
+        [1.0, 1.0, 1.0, 0.05, 0.05])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_plateau_fit_cliff_with_noise_and_a_decline_after_it(seed: int) -> None:
+    """3% noise, a step after 512 to a fifth, then a power law of exponent 0.5: the onset's
+    interval holds 512, and the exponent of the part after the onset is recovered."""
+    x = 2.0 ** np.arange(1, 16)
+    fit = fit_plateau_power_law(x, 150.0 * _cliff(512, 0.2, 0.5, noise=0.03, seed=seed, x=x))
+    assert fit.shape == "step" and fit.declines
+    assert fit.onset - fit.onset_err <= 512 <= fit.onset + fit.onset_err
+    assert fit.onset_err <= 256  # the one interval [512, 1024]: the noise is far below the step
+    assert fit.plateau == pytest.approx(150.0, rel=0.03)
+    assert abs(fit.exponent - 0.5) < 4 * fit.exponent_err
+    assert fit.drop == pytest.approx(0.2, rel=0.1)
+
+
+def test_plateau_fit_onset_uncertainty_spans_the_splits_the_noise_allows() -> None:
+    """A point on the way down (x = 80, from the plateau's level to the floor's) belongs to the
+    plateau or to the decline; where the residuals cannot tell which, the onset's interval
+    covers both splits, [64, 96], and it is never wider than that."""
+    noise = np.exp(np.random.default_rng(1).normal(0, 0.05, CLIFF_X.size))
+    intervals = set()
+    for mid in np.geomspace(0.05, 1.0, 200):
+        y = _cliff(64, 0.05)
+        y[CLIFF_X == 80] = mid
+        fit = fit_plateau_power_law(CLIFF_X, y * noise)
+        assert fit.shape == "step"
+        intervals.add((fit.onset - fit.onset_err, fit.onset + fit.onset_err))
+    assert intervals == {(64.0, 80.0), (64.0, 96.0), (80.0, 96.0)}
+
+
+@pytest.mark.parametrize("drop", [0.3, 0.5])
+def test_plateau_fit_cliff_interval_holds_the_onset_under_noise(drop: float) -> None:
+    """10% noise: wherever a step is found, its interval holds the last point of the plateau."""
+    found = 0
+    for seed in range(100):
+        fit = fit_plateau_power_law(CLIFF_X, _cliff(64, drop, noise=0.1, seed=seed))
+        if fit.shape == "step":
+            found += 1
+            assert fit.onset - fit.onset_err <= 64 <= fit.onset + fit.onset_err, seed
+    assert found >= 90
+
+
+def test_plateau_fit_a_gradual_decline_is_not_taken_for_a_step() -> None:
+    steps = sum(fit_plateau_power_law(CONNECTIONS, _plateau_data(
+        152.0, 1350.0, 0.45, noise=0.02, seed=seed)).shape == "step" for seed in range(100))
+    assert steps <= 1
+
+
+def test_plateau_fit_reports_the_step_and_draws_it() -> None:
+    import pandas as pd
+
+    from gicbench.analysis.fits.apply import fit_columns
+
+    df = pd.DataFrame({"connections": CLIFF_X, "normalized_rate": _cliff(64, 0.05)})
+    o = fit_columns("plateau", df, "connections", "normalized_rate")
+    assert o.params["onset"].value == 72.0 and o.params["onset"].err == 8.0
+    assert o.params["drop at the onset"].value == pytest.approx(0.05)
+    xs, ys = o.curve  # type: ignore[misc]
+    at = xs.index(72.0)
+    assert ys[at] == pytest.approx(1.0) and ys[at + 1] < 0.06  # the curve steps at the onset
+    smooth = fit_columns("plateau", pd.DataFrame({"connections": CONNECTIONS, "normalized_rate":
+                                                  _plateau_data(1.0, 700.0, 0.3, 0.0, 0)}),
+                         "connections", "normalized_rate")
+    assert "drop at the onset" not in smooth.params
+
+
 def test_plateau_fit_degenerate_input() -> None:
     with pytest.raises(FitError, match="at least 4 points"):
         fit_plateau_power_law([1, 2, 3], [3, 2, 1])

@@ -44,7 +44,8 @@ Y_CANDIDATES = {
 EXPOSED_COLUMNS = ("ready", "release", "in_flight", "cover")
 SOURCES = {
     "clock": "T(f) = C/f + B, arXiv 2610.01380 Fig. 5 / Table 6",
-    "plateau": "plateau + power-law decline, arXiv 2610.01380 §4.3.3 / App. D.3",
+    "plateau": "plateau + power-law decline (continuous, or after a step), arXiv 2610.01380 "
+               "§4.3.3 / App. D.3",
     "crossover": "first size reaching a fraction of a reference bandwidth, arXiv 2610.01380 "
                  "Fig. 8",
     "exposed": "exposed communication S, J, O, X, D, arXiv 2611.12362 eqs. 1-3",
@@ -174,8 +175,14 @@ def fit_columns(name: str, df: pd.DataFrame, x: str | None = None, y: str | None
         out.params = {"plateau": Param(fit.plateau, fit.plateau_err, unit),
                       "onset": Param(fit.onset, fit.onset_err, _unit_text(xu)),
                       "exponent": Param(fit.exponent, fit.exponent_err, "")}
-        out.r2, out.flags = fit.r2_log, list(fit.flags)
         grid = np.geomspace(xa.min(), xa.max(), 64)
+        if fit.declines and fit.shape == "step":
+            # the rate leaves its plateau at once: the drop's size, and the curve steps there
+            out.params["drop at the onset"] = Param(fit.drop, fit.drop_err, "× plateau")
+            edges = (fit.onset, np.nextafter(fit.onset, np.inf),
+                     np.nextafter(fit.tail_start, -np.inf), fit.tail_start)
+            grid = np.union1d(grid, [e for e in edges if xa.min() <= e <= xa.max()])
+        out.r2, out.flags = fit.r2_log, list(fit.flags)
         out.curve = (grid.tolist(), fit.predict(grid).tolist())
     else:  # crossover
         ref = float(np.max(ya)) if reference is None else float(reference)
