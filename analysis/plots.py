@@ -510,6 +510,12 @@ _CONNECTION_LEGEND = {"nic_role": "{}", "writes_per_visit": "W={}", "transport":
                       "dcts": "{} DCTs"}
 
 
+def _connections(x: float) -> str:
+    """A fitted number of connections: whole numbers from 100 up, one decimal below (a step's
+    onset sits mid-interval, e.g. 64.5 +- 0.5)."""
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.1f}"
+
+
 def _connections_label(keys: Sequence[str], key: Sequence[Any]) -> str:
     parts = []
     for k, v in zip(keys, key, strict=True):
@@ -558,8 +564,8 @@ def connections_curves(summary: pd.DataFrame, keys: Sequence[str], y: str, ylabe
         if o is not None:
             onset, exp = o.params["onset"], o.params["exponent"]
             text = "no decline found" if onset.value is None or not np.isfinite(
-                onset.value) else (f"onset {onset.value:,.0f}"
-                                   + (f" ± {onset.err:,.0f}" if onset.err is not None
+                onset.value) else (f"onset {_connections(onset.value)}"
+                                   + (f" ± {_connections(onset.err)}" if onset.err is not None
                                       and np.isfinite(onset.err) else "")
                                    + f", exponent {exp.value:.2f}")
             ax.plot(o.curve[0], o.curve[1], "--", color=c, alpha=0.8,  # type: ignore[index]
