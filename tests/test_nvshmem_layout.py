@@ -23,6 +23,7 @@ PROGRAM = CUDA / "nvshmem" / "nvshmem_layout_host.cu"
 GPU_OFFSET = 0x7F00_0000_0000  # a stand-in device address space: host address + offset
 RECORDS = {  # layout record -> the C struct name the program prints
     "cq_t": layout.CQ_DTYPE, "qp_t": layout.QP_DTYPE, "key_t_": layout.KEY_DTYPE,
+    "mh_t": layout.LOCAL_MHANDLE_DTYPE,
     "ibgda_t": layout.IBGDA_STATE_DTYPE, "state_t": layout.DEVICE_STATE_DTYPE,
     "job_t": layout.JOB_DTYPE, "sample_t": layout.SAMPLE_DTYPE,
 }  # fmt: skip
@@ -212,3 +213,5 @@ def test_refusals() -> None:
     with pytest.raises(ConfigError):
         layout.rc_index(2, 0, 4, 2)
     assert np.zeros((), layout.JOB_DTYPE).itemsize == 48
+    m = layout.local_mhandle(start=0x1000, length=0x100, lkey=0x11223344)
+    assert (m["start"], m["end"], m["lkeys"][0]) == (0x1000, 0x10FF, layout.be32(0x11223344))

@@ -108,6 +108,11 @@ int main(int argc, char** argv) {
   FIELD(qp_t, mvars.tx_wq.resv_head); FIELD(qp_t, mvars.tx_wq.ready_head);
   FIELD(qp_t, mvars.tx_wq.prod_idx); FIELD(qp_t, mvars.tx_wq.cons_idx);
 
+  using mh_t = nvshmemi_ibgda_device_local_only_mhandle_t;
+  SIZE(mh_t);
+  FIELD(mh_t, version); FIELD(mh_t, is_sysmem_scope); FIELD(mh_t, start); FIELD(mh_t, end);
+  FIELD(mh_t, next); FIELD(mh_t, lkeys);
+
   SIZE(key_t_);
   FIELD(key_t_, key); FIELD(key_t_, next_addr);
 

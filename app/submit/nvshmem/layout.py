@@ -10,7 +10,10 @@ what NVSHMEM puts there and gicbench's source):
 - QP_DTYPE (`nvshmemi_ibgda_device_qp_t`, 184) and CQ_DTYPE (`nvshmemi_ibgda_device_cq_t`, 72):
   the RC QP array (`globalmem.rcs`, [device][QP slot][PE]) and its CQ array (`globalmem.cqs`),
   in GPU memory (their indices are updated with GPU atomics);
-- KEY_DTYPE (`nvshmemi_ibgda_device_key_t`, 16): the lkey/rkey tables.
+- KEY_DTYPE (`nvshmemi_ibgda_device_key_t`, 16): the lkey/rkey tables;
+- LOCAL_MHANDLE_DTYPE (`nvshmemi_ibgda_device_local_only_mhandle_t`, 96): a list node in GPU
+  memory naming a registered buffer outside the symmetric heap (`globalmem.
+  local_only_mhandle_head`), e.g. a source buffer.
 JOB_DTYPE and SAMPLE_DTYPE are the kernels' own records (cuda/nvshmem/gicbench_nvshmem.cuh).
 
 Field names are NVSHMEM's, dotted for nested members (`tx_wq.nwqes`); bytes no name covers stay
@@ -58,6 +61,10 @@ def _version(size: int) -> int:
 
 
 KEY_DTYPE = _dtype(16, [("key", "<u4", 0), ("next_addr", "<u8", 8)])
+LOCAL_MHANDLE_DTYPE = _dtype(96, [
+    ("version", "<i4", 0), ("is_sysmem_scope", "u1", 4), ("start", "<u8", 8), ("end", "<u8", 16),
+    ("next", "<u8", 24), ("lkeys", ("<u4", (15,)), 32),
+])  # fmt: skip
 CQ_DTYPE = _dtype(72, [
     ("version", "<i4", 0), ("qp_type", "<i4", 4), ("dbrec", "<u8", 8), ("cqe", "<u8", 16),
     ("prod_idx", "<u8", 24), ("cons_idx", "<u8", 32), ("resv_head", "<u8", 40),
@@ -190,6 +197,16 @@ def qp_record(*, qpn: int, wqe: int, nwqes: int, dbrec: int, bf: int, cq_addr: i
     rec["tx_wq.bf"], rec["tx_wq.cq"] = bf, cq_addr
     rec["tx_wq.prod_idx"] = mvars_addr(qp_addr, "tx_wq.prod_idx")
     rec["mvars.version"] = 0  # ibgda.cpp memsets the management variables
+    return rec
+
+
+def local_mhandle(*, start: int, length: int, lkey: int, sysmem: bool = True,
+                  next_addr: int = 0) -> np.ndarray:  # fmt: skip
+    """One LOCAL_MHANDLE_DTYPE node: [start, start + length) with its lkey (one NIC)."""
+    rec = np.zeros((), LOCAL_MHANDLE_DTYPE)
+    rec["version"], rec["is_sysmem_scope"] = _version(LOCAL_MHANDLE_DTYPE.itemsize), sysmem
+    rec["start"], rec["end"], rec["next"] = start, start + length - 1, next_addr
+    rec["lkeys"][0] = be32(lkey)
     return rec
 
 
