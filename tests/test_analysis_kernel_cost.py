@@ -97,3 +97,24 @@ def test_closed_form_of_the_caller_output(caller: str) -> None:
                     for s in range(steps):
                         v[:, i] += (((s * live + i) * total + t) & mask) & 7
             assert np.array_equal(v.sum(axis=1), expected_output(caller, live, steps, grid, thr))
+
+
+def test_stream_input_holds_a_launch_without_rereads() -> None:
+    """The stream caller's input is as large as one launch reads (no element read twice, so no
+    re-read can come from the L2), at least 256 MiB, at most 4 GiB; compute reads its live
+    values once: the minimum. Always a power of two (the kernel masks its index)."""
+    from gicbench.submit.kernel_cost_common import (
+        STREAM_MAX_ELEMENTS,
+        STREAM_MIN_ELEMENTS,
+        input_elements,
+    )
+
+    small = input_elements("stream", 1, 1, 2, 64)
+    assert small == STREAM_MIN_ELEMENTS
+    # the default shape at live 16: 1200 x 16 x 528 x 256 = 2.6e9 loads, past 4 GiB: the cap
+    assert input_elements("stream", 16, 1200, 528, 256) == STREAM_MAX_ELEMENTS
+    # live 8, 100 steps: 108 M loads -> 2^27 elements, every load a distinct element
+    need = 8 * 100 * 528 * 256
+    n = input_elements("stream", 8, 100, 528, 256)
+    assert n >= need and n // 2 < need and n & (n - 1) == 0
+    assert input_elements("compute", 224, 65536, 528, 256) == STREAM_MIN_ELEMENTS

@@ -4,7 +4,8 @@ waits on (the paper, arXiv 2610.01380, §4.3.2, Fig. 9, Appendix D.2, Table 14).
 A caller kernel of fixed useful work and launch shape (--blocks blocks of --block-threads
 threads; 528 x 256 as the paper, four per SM of an H200) keeps --live values per thread across
 every communication call, in two kinds: compute (FMA chains, --compute-steps steps) and stream
-(coalesced loads of a 256 MiB array into the live accumulators, --stream-steps steps). Each
+(coalesced loads into the live accumulators, --stream-steps steps, of an array of 256 MiB to
+4 GiB: no element is read twice within 4 GiB, so the loads go to memory, not the L2). Each
 block's thread 0 sends --per-block messages of --msg-size bytes spread through its work (8 B
 inline, larger sizes as pointer payloads), one QP per block (--qps). Variants (--variant): none
 (no communication code built in: the reference), code-only (built in, its branch decided at run

@@ -37,8 +37,14 @@ CALLEE = "kc_send"  # the separately compiled call (send.cu), whatever the path
 PATHS = {"gda": 0, "proxy": 1, "doca": 2}  # kcost/path.cuh KC_PATH
 # Sources of every build (the caller, the separate unit, the path selector); each path adds its own.
 COMMON_SOURCES = ("kcost/kernel_cost.cu", "kcost/send.cu", "kcost/path.cuh")
-STREAM_ELEMENTS = 1 << 26  # 256 MiB of float32: well past the H200's 60 MB L2
-INPUT_MASK = STREAM_ELEMENTS - 1
+# The caller's input, float32 elements: at least 256 MiB (well past the H200's 60 MB L2), and as
+# large as one launch's stream reads up to 4 GiB, so a stream launch reads no element twice
+# within 4 GiB. Measured on the H200 (bench/kcost_stream_probe.py): a 256 MiB input re-read
+# 39 times per launch served part of the re-reads from L2 (up to 4.4 TB/s apparent, and the
+# builds' different residency changed how much); from 1 GiB up both builds read as with no
+# re-read at all.
+STREAM_MIN_ELEMENTS = 1 << 26
+STREAM_MAX_ELEMENTS = 1 << 30
 
 
 def nvcc_steps(defines: Sequence[str], separate: bool, root: Path, work: Path, nvcc: str,
@@ -250,17 +256,36 @@ def grid_of(cp: Any, blocks: int, blocks_per_sm: int | None) -> tuple[int, int]:
     return (blocks if blocks else int(blocks_per_sm or 1) * sms), sms
 
 
-def caller_buffers(cp: Any, grid: int, threads: int) -> tuple[Any, Any]:
-    """The caller's input (x & 7 over STREAM_ELEMENTS floats) and its output (one per thread)."""
-    inp = (cp.arange(STREAM_ELEMENTS, dtype=cp.uint32) & 7).astype(cp.float32)
-    return inp, cp.zeros(grid * threads, dtype=cp.float32)
+def input_elements(caller: str, live: int, steps: int, grid: int, threads: int) -> int:
+    """Floats of the caller's input (a power of two: the kernel indexes it under a mask): the
+    stream caller's whole footprint (steps x live loads per thread) between
+    STREAM_MIN_ELEMENTS and STREAM_MAX_ELEMENTS; the compute caller reads live values per thread
+    once, so the minimum."""
+    need = live * steps * grid * threads if caller == "stream" else live * grid * threads
+    n = STREAM_MIN_ELEMENTS
+    while n < need and n < STREAM_MAX_ELEMENTS:
+        n <<= 1
+    return n
+
+
+def caller_buffers(cp: Any, work: Any, grid: int) -> tuple[Any, Any]:
+    """The caller's input (in[x] = x & 7 over input_elements floats) and its output (one float
+    per thread) for `work` (a KernelCostWork) launched on `grid` blocks."""
+    n = input_elements(work.caller, work.live, work.steps, grid, work.threads)
+    inp = cp.empty(n, dtype=cp.float32)
+    _input_fill(cp)(inp)  # in place: no temporaries the size of a 4 GiB input
+    return inp, cp.zeros(grid * work.threads, dtype=cp.float32)
+
+
+def _input_fill(cp: Any) -> Any:
+    return cp.ElementwiseKernel("", "float32 y", "y = (float)(i & 7)", "gicbench_kc_input")
 
 
 def caller_args(inp: Any, out: Any, steps: int, send: Any, variant: int,
                 messages: int) -> tuple[Any, ...]:  # fmt: skip
     """kc_caller's arguments (a = b = 1 at run time: the FMAs are issued)."""
     one = np.float32(1.0)
-    return (inp, np.uint64(INPUT_MASK), out, np.uint32(steps), one, one, send,
+    return (inp, np.uint64(inp.size - 1), out, np.uint32(steps), one, one, send,
             np.int32(variant), np.uint32(messages))  # fmt: skip
 
 

@@ -187,7 +187,7 @@ def run(sub: DocaSubmitter, work: KernelCostWork, grace_s: float = 5.0) -> Kerne
     posted_fn = var_mod.get_function(POSTED) if var_b.comm else None
     code = VARIANT_CODES[work.variant]
     runs = work.launches * work.pairs + 2  # the timed launches, the warm one and the last one
-    inp, out = caller_buffers(cp, grid, work.threads)
+    inp, out = caller_buffers(cp, work, grid)
     lanes_dev = cp.asarray(sub._lanes(work.lanes).view(np.uint8))
     status = cp.zeros(1, dtype=cp.uint64)
     sub.details = sub._base_details()

@@ -140,7 +140,7 @@ def run(sub: GpuSubmitter, work: KernelCostWork) -> KernelCostResult:
         per_lane[b % L] += work.messages if posts else 0
     runs = work.launches * work.pairs + 2  # the timed launches, the warm one and the last one
     tab = sub._prepare(work.lanes, bbs, srcs, [n * runs for n in per_lane], max([1, *per_lane]))
-    inp, out = caller_buffers(cp, grid, work.threads)
+    inp, out = caller_buffers(cp, work, grid)
     args = cp.asarray(send_args(tab.data.ptr, L, sub.states.data.ptr, work.size, work.inline,
                                 sub.timeout_ns, sub.status.data.ptr, sub._abort_dev))  # fmt: skip
     code = VARIANT_CODES[work.variant]

@@ -185,7 +185,7 @@ def run(sub: ProxySubmitter, work: KernelCostWork) -> KernelCostResult:
     for b in range(grid):
         per_lane[b % L] += work.messages if posts else 0
     bbs = int(gpu.host.write_wqebbs(work.inline, work.size, False, False))
-    inp, out = caller_buffers(cp, grid, work.threads)
+    inp, out = caller_buffers(cp, work, grid)
     with sub.engine(work.lanes, T, R, 1, work.size, work.inline) as eng, ExitStack() as stack:
         rings = gpu._rings(eng, stack)
         ctl_dev = rings[0] + consts.CONTROL_OFF
