@@ -22,7 +22,8 @@ except ModuleNotFoundError:  # Python 3.10: import-linter brings tomli
     import tomli as tomllib  # type: ignore[no-redef]
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ("native_lanes", "gpu_runtime", "failures", "kernel_cost_common")  # below every submitter
+# below every submitter
+SHARED = ("native_lanes", "gpu_runtime", "failures", "kernel_cost_common", "vendor_wheel")
 
 
 def submitter_packages() -> list[str]:
