@@ -87,14 +87,24 @@ struct gicbench_nvshmem_job {
 };
 static_assert(sizeof(gicbench_nvshmem_job) == 48, "layout.py JOB_DTYPE");
 
-// Per op, clock64 cycles from the call's start: the call returned, the quiet returned.
+// Per op, from the call's start to the call's return (issue) and to the quiet's return
+// (complete): clock64 cycles, and %globaltimer nanoseconds (the GPU's wall clock, as gicbench's
+// other GPU submitters time their ops).
 struct gicbench_nvshmem_sample {
   uint64_t issue;
   uint64_t complete;
+  uint64_t issue_ns;
+  uint64_t complete_ns;
 };
-static_assert(sizeof(gicbench_nvshmem_sample) == 16, "layout.py SAMPLE_DTYPE");
+static_assert(sizeof(gicbench_nvshmem_sample) == 32, "layout.py SAMPLE_DTYPE");
 
 #ifdef __CUDA_ARCH__
+
+__device__ inline uint64_t gicbench_nvshmem_globaltimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
 
 template <gicbench_nvshmem_path PATH, gicbench_nvshmem_op OP>
 __device__ inline void gicbench_nvshmem_issue(const gicbench_nvshmem_job& j, uint32_t i) {
@@ -152,13 +162,16 @@ __device__ inline void gicbench_nvshmem_latency(const gicbench_nvshmem_job* job,
   if (threadIdx.x != 0) return;
   const gicbench_nvshmem_job j = *job;
   for (uint32_t i = 0; i < j.iters; ++i) {
+    const uint64_t g0 = gicbench_nvshmem_globaltimer();
     const long long t0 = clock64();
     gicbench_nvshmem_issue<PATH, OP>(j, i);
     const long long t1 = clock64();
+    const uint64_t g1 = gicbench_nvshmem_globaltimer();
     gicbench_nvshmem_wait<PATH, Q>(static_cast<int>(j.pe));
     const long long t2 = clock64();
-    out[static_cast<uint64_t>(blockIdx.x) * j.iters + i] = {static_cast<uint64_t>(t1 - t0),
-                                                            static_cast<uint64_t>(t2 - t0)};
+    const uint64_t g2 = gicbench_nvshmem_globaltimer();
+    out[static_cast<uint64_t>(blockIdx.x) * j.iters + i] = {
+        static_cast<uint64_t>(t1 - t0), static_cast<uint64_t>(t2 - t0), g1 - g0, g2 - g0};
   }
 }
 

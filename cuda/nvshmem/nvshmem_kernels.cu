@@ -21,3 +21,23 @@ GICBENCH_NVSHMEM_OPS(internal, INTERNAL, pe, PE)
 GICBENCH_NVSHMEM_OPS(internal, INTERNAL, all, ALL)
 GICBENCH_NVSHMEM_OPS(public, PUBLIC, pe, PE)
 GICBENCH_NVSHMEM_OPS(public, PUBLIC, all, ALL)
+
+// The generic addresses of NVSHMEM's two device states as this module's code sees them: the host
+// compares them with what cuModuleGetGlobal returns (the states are local symbols of a
+// whole-program cubin) and reads the states back through them after filling.
+extern "C" __global__ void gicbench_nvshmem_state_addrs(uint64_t* out) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) {
+    out[0] = reinterpret_cast<uint64_t>(&nvshmemi_device_state_d);
+    out[1] = reinterpret_cast<uint64_t>(&nvshmemi_ibgda_device_state_d);
+  }
+}
+
+// Copies `n` bytes of the two states into `out` (device state first): what the module's code
+// reads after the host filled them.
+extern "C" __global__ void gicbench_nvshmem_state_read(uint8_t* out) {
+  const uint8_t* d = reinterpret_cast<const uint8_t*>(&nvshmemi_device_state_d);
+  const uint8_t* g = reinterpret_cast<const uint8_t*>(&nvshmemi_ibgda_device_state_d);
+  for (uint32_t i = threadIdx.x; i < sizeof(nvshmemi_device_state_d); i += blockDim.x) out[i] = d[i];
+  for (uint32_t i = threadIdx.x; i < sizeof(nvshmemi_ibgda_device_state_d); i += blockDim.x)
+    out[sizeof(nvshmemi_device_state_d) + i] = g[i];
+}

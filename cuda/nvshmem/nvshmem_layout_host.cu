@@ -41,6 +41,8 @@ static int read_back() {
   printf("qp.tx_wq.cq %llu\n", (unsigned long long)(uintptr_t)qp.tx_wq.cq);
   printf("qp.tx_wq.prod_idx %llu\n", (unsigned long long)(uintptr_t)qp.tx_wq.prod_idx);
   SHOW("qp", &qp, mvars.post_send_lock); SHOW("qp", &qp, mvars.tx_wq.resv_head);
+  SHOW("qp", &qp, mvars.tx_wq.ready_head); SHOW("qp", &qp, mvars.tx_wq.prod_idx);
+  SHOW("qp", &qp, mvars.tx_wq.cons_idx); SHOW("qp", &qp, mvars.version);
   SHOW("cq", &cq, version); SHOW("cq", &cq, qp_type); SHOW("cq", &cq, cqn);
   SHOW("cq", &cq, ncqes); SHOW("cq", &cq, qpn);
   printf("cq.cqe %llu\n", (unsigned long long)(uintptr_t)cq.cqe);
@@ -56,6 +58,17 @@ static int read_back() {
   SHOW("ibgda", &ib, num_shared_dcis); SHOW("ibgda", &ib, num_exclusive_dcis);
   SHOW("ibgda", &ib, may_skip_cst); SHOW("ibgda", &ib, use_async_postsend);
   SHOW("ibgda", &ib, nic_buf_on_gpumem); SHOW("ibgda", &ib, support_half_av_seg);
+  SHOW("ibgda", &ib, dci_map_type); SHOW("ibgda", &ib, ndcts_per_pe);
+  SHOW("ibgda", &ib, num_dct_groups); SHOW("ibgda", &ib, use_address_stable_amo);
+  SHOW("ibgda", &ib, region_batch_rma_threshold);
+  printf("ibgda.region_batch_rma_pending_qps %llu\n",
+         (unsigned long long)(uintptr_t)ib.region_batch_rma_pending_qps);
+  printf("ibgda.globalmem.dcis %llu\n", (unsigned long long)(uintptr_t)ib.globalmem.dcis);
+  printf("ibgda.globalmem.dcts %llu\n", (unsigned long long)(uintptr_t)ib.globalmem.dcts);
+  printf("ibgda.globalmem.lkeys %llu\n", (unsigned long long)(uintptr_t)ib.globalmem.lkeys);
+  printf("ibgda.globalmem.rkeys %llu\n", (unsigned long long)(uintptr_t)ib.globalmem.rkeys);
+  printf("ibgda.globalmem.local_only_mhandle_head %llu\n",
+         (unsigned long long)(uintptr_t)ib.globalmem.local_only_mhandle_head);
   SHOW("ibgda", &ib, constmem.lkeys[0].key); SHOW("ibgda", &ib, constmem.lkeys[0].next_addr);
   SHOW("ibgda", &ib, constmem.rkeys[1].key); SHOW("ibgda", &ib, constmem.rkeys[1].next_addr);
   printf("ibgda.globalmem.rcs %llu\n", (unsigned long long)(uintptr_t)ib.globalmem.rcs);
@@ -66,7 +79,12 @@ static int read_back() {
   SHOW("state", &st, job_connectivity); SHOW("state", &st, heap_size);
   SHOW("state", &st, symmetric_heap_kind); SHOW("state", &st, enable_rail_opt);
   SHOW("state", &st, selected_device_transport); SHOW("state", &st, tma_policy);
-  SHOW("state", &st, ibgda_is_initialized);
+  SHOW("state", &st, ibgda_is_initialized); SHOW("state", &st, node_mype);
+  SHOW("state", &st, node_npes); SHOW("state", &st, proxy);
+  SHOW("state", &st, nvshmemi_is_nvshmem_initialized);
+  SHOW("state", &st, nvshmemi_is_nvshmem_bootstrapped);
+  SHOW("state", &st, region_slots_len);
+  printf("state.region_slots %llu\n", (unsigned long long)(uintptr_t)st.region_slots);
   printf("state.heap_base %llu\n", (unsigned long long)(uintptr_t)st.heap_base);
   printf("state.peer_heap_base_p2p %llu\n", (unsigned long long)(uintptr_t)st.peer_heap_base_p2p);
   printf("state.peer_heap_base_remote %llu\n",
@@ -155,7 +173,8 @@ int main(int argc, char** argv) {
   FIELD(job_t, dst); FIELD(job_t, src); FIELD(job_t, sig); FIELD(job_t, value);
   FIELD(job_t, size); FIELD(job_t, iters); FIELD(job_t, pe); FIELD(job_t, stride);
   SIZE(sample_t);
-  FIELD(sample_t, issue); FIELD(sample_t, complete);
+  FIELD(sample_t, issue); FIELD(sample_t, complete); FIELD(sample_t, issue_ns);
+  FIELD(sample_t, complete_ns);
 
   CONST(NVSHMEMI_IBGDA_DEVICE_QP_TYPE_DCI); CONST(NVSHMEMI_IBGDA_DEVICE_QP_TYPE_RC);
   CONST(NVSHMEMI_IBGDA_DEVICE_QP_MAP_TYPE_CTA); CONST(NVSHMEMI_IBGDA_DEVICE_QP_MAP_TYPE_SM);

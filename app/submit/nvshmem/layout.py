@@ -116,10 +116,11 @@ JOB_DTYPE = np.dtype([
     ("dst", "<u8"), ("src", "<u8"), ("sig", "<u8"), ("value", "<u8"), ("size", "<u4"),
     ("iters", "<u4"), ("pe", "<u4"), ("stride", "<u4"),
 ])  # fmt: skip
-SAMPLE_DTYPE = np.dtype([("issue", "<u8"), ("complete", "<u8")])
+SAMPLE_DTYPE = np.dtype([("issue", "<u8"), ("complete", "<u8"), ("issue_ns", "<u8"),
+                         ("complete_ns", "<u8")])  # fmt: skip
 assert (KEY_DTYPE.itemsize, CQ_DTYPE.itemsize, QP_DTYPE.itemsize, IBGDA_STATE_DTYPE.itemsize,
         DEVICE_STATE_DTYPE.itemsize, JOB_DTYPE.itemsize, SAMPLE_DTYPE.itemsize) == (
-    16, 72, 184, 8384, 848, 48, 16)  # fmt: skip
+    16, 72, 184, 8384, 848, 48, 32)  # fmt: skip
 
 
 def be32(v: int) -> int:

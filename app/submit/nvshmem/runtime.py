@@ -1,0 +1,374 @@
+"""NVSHMEM's IBGDA device code run on gicbench's emulated queues, in one process.
+
+    world = Loopback(rc_per_pe=16)           # two emu ranks (PE 0 sends to PE 1), CPU engine
+    states = build_states(world, gpu_bases, dev=...)   # every record, from the emu objects (CPU)
+    dev = NvshmemDevice()                    # the cubin, loaded through CuPy
+    dev.install(world)                       # GPU arrays + nvshmemi_*_device_state_d filled
+    run = dev.run(world, "gicbench_nvshmem_internal_put_all", size=8, iters=100)
+
+`Loopback` and `build_states` need no GPU (the layout test reads build_states' records back
+through NVSHMEM's own structures); `NvshmemDevice` needs CuPy and a GPU. A launch is bounded on
+the host: NVSHMEM's polls have no timeout, so the kernel runs on a stream of its own and, when it
+has not finished `timeout_s` after launch, the QPs' management variables (read on another
+stream, itself bounded), entry 0 of every CQ and the emulated NIC's counters are put in the
+TimeoutError (and the stuck kernel recorded, so that the fabric's close does not wait for it).
+
+The symmetric heap is the NIC's address space (docs/nvshmem.md, Addresses): heap_base is rank
+0's heap region's address, sources and destinations are given as heap_base + offset, and each
+PE's peer_heap_base_remote is that PE's heap region's address. NVSHMEM's put paths never
+dereference them on the GPU.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ...errors import UnsupportedError
+from ...fabric.base import ACCESS_ALL, CompletionQueue, MemoryRegion, QueuePair, host_view
+from . import layout
+
+CQE_BYTES = 64
+CQE_WQE_COUNTER, CQE_OP_OWN = 60, 63  # big-endian uint16, opcode << 4 | owner
+HEAP_BYTES = 1 << 20
+LOG2_CHUNK = 20  # one key-table entry covers the whole heap
+NPES, MYPE, PEER = 2, 0, 1
+
+
+def ring_init(cq: CompletionQueue) -> None:
+    """The CQ ring as NVSHMEM's host transport leaves it: every byte 0xff (opcode INVALID,
+    owner 1, wqe_counter 0xffff, so the collapsed poll's first read means "WQE -1 done").
+    A host-visible ring (the CPU engine's segment)."""
+    host_view(cq.buf, cq.ncqe * CQE_BYTES)[:] = layout.CQE_INIT
+
+
+class Loopback:
+    """Two emu ranks in this process, PE 0 (rank 0) posting to PE 1 (rank 1): `rc_per_pe` RC
+    QP pairs, rank 0's made as NVSHMEM's transport makes them (layout.queue_kwargs: a collapsed,
+    overrun-ignoring CQ per QP of the QP's depth, a doorbell record, the ring 0xff-filled),
+    each rank a heap region of `heap_bytes` (the symmetric heap), rank 0 an ibuf scratch slot
+    pair per QP. progress "thread": an engine thread per rank. A context manager."""
+
+    def __init__(self, rc_per_pe: int, *, depth: int = 256, heap_bytes: int = HEAP_BYTES,
+                 progress: str = "thread", segment_bytes: int = 64 << 20) -> None:  # fmt: skip
+        from ...fabric.emu import EmuFabric
+
+        args = layout.queue_kwargs(depth)
+        self.rc_per_pe, self.depth = rc_per_pe, depth
+        job = "nv-" + uuid.uuid4().hex[:8]
+        self.fabrics = [EmuFabric(r, NPES, job, progress=progress, segment_bytes=segment_bytes)
+                        for r in range(NPES)]  # type: ignore[arg-type]  # fmt: skip
+        try:
+            infos = [f.local_info() for f in self.fabrics]
+            for f in self.fabrics:
+                f.add_peers(infos)
+            f0, f1 = self.fabrics
+            self.qps: list[QueuePair] = []  # rank 0's, by QP slot (all to PE 1)
+            self.remote: list[QueuePair] = []
+            for _ in range(rc_per_pe):
+                cq = f0.create_cq(args.ncqe, **args.cq)
+                ring_init(cq)
+                q0 = f0.create_qp(cq, depth, **args.qp)
+                q1 = f1.create_qp(f1.create_cq(depth), depth)
+                f0.connect(q0, f1.endpoint(q1))
+                f1.connect(q1, f0.endpoint(q0))
+                self.qps.append(q0)
+                self.remote.append(q1)
+            self.heaps: list[MemoryRegion] = [f.register(heap_bytes, ACCESS_ALL)
+                                              for f in self.fabrics]  # fmt: skip
+            self.ibuf = f0.register(2 * layout.IBUF_SLOT * rc_per_pe, ACCESS_ALL)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def heap(self) -> MemoryRegion:
+        return self.heaps[MYPE]
+
+    def addr(self, offset: int) -> int:
+        """The symmetric address of heap offset `offset` (heap_base + offset)."""
+        return self.heap.addr + offset
+
+    def view(self, pe: int, offset: int, n: int) -> np.ndarray:
+        return host_view(self.heaps[pe].addr + offset, n)
+
+    def quiesce(self) -> None:
+        for f in self.fabrics:
+            f.quiesce()
+
+    def counters(self) -> dict[str, int]:
+        return dict(self.fabrics[MYPE].counters())
+
+    def close(self) -> None:
+        for f in reversed(getattr(self, "fabrics", [])):
+            f.close()
+
+    def __enter__(self) -> Loopback:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass(frozen=True)
+class Bases:
+    """GPU addresses of the arrays the device states point to (allocated before the records
+    are built: the CQ records point into the QP array's management variables)."""
+
+    rcs: int
+    cqs: int
+    switches: int
+    p2p: int
+    remote: int
+    region_count: int
+
+
+def array_bytes(rc_per_pe: int) -> dict[str, int]:
+    n = rc_per_pe * NPES
+    return {"rcs": n * layout.QP_DTYPE.itemsize, "cqs": n * layout.CQ_DTYPE.itemsize,
+            "switches": 4 * (max(rc_per_pe, 2) + 1), "p2p": 8 * NPES, "remote": 8 * NPES,
+            "region_count": 8}  # fmt: skip
+
+
+@dataclass
+class States:
+    """Every record gicbench writes: the QP and CQ arrays ([QP slot][PE], PE 0's entries zero:
+    NVSHMEM never takes a QP to itself), the two device states, peer_heap_base_remote, the
+    zeroed arrays (qp_group_switches, peer_heap_base_p2p, region_active_count's word)."""
+
+    qps: np.ndarray
+    cqs: np.ndarray
+    ibgda: np.ndarray
+    device: np.ndarray
+    remote: np.ndarray
+    bases: Bases
+    index: dict[int, int] = field(default_factory=dict)  # qpn -> index in qps/cqs
+
+
+def build_states(world: Loopback, bases: Bases, *,
+                 sq_dev: Callable[[QueuePair], tuple[int, int, int]],
+                 cq_dev: Callable[[CompletionQueue], tuple[int, int]],
+                 requests_in_batch: int = layout.DEFAULT_REQUESTS_IN_BATCH) -> States:  # fmt: skip
+    """The records from the world's emu objects. sq_dev(qp) -> the GPU addresses of its SQ
+    ring, doorbell record and doorbell register; cq_dev(cq) -> its ring's and record's."""
+    rc = world.rc_per_pe
+    n = rc * NPES
+    qps = np.zeros(n, layout.QP_DTYPE)
+    cqs = np.zeros(n, layout.CQ_DTYPE)
+    index: dict[int, int] = {}
+    for slot, qp in enumerate(world.qps):
+        i = layout.rc_index(slot, PEER, NPES, rc)
+        qp_addr = bases.rcs + i * layout.QP_DTYPE.itemsize
+        cq_addr = bases.cqs + i * layout.CQ_DTYPE.itemsize
+        buf, dbrec, doorbell = sq_dev(qp)
+        cq = qp.sq.cq
+        cbuf, cdbrec = cq_dev(cq)
+        ibuf = world.ibuf.addr + slot * 2 * layout.IBUF_SLOT
+        qps[i] = layout.qp_record(qpn=qp.qpn, wqe=buf, nwqes=qp.sq.wqebb_cnt, dbrec=dbrec + 4,
+                                  bf=doorbell, cq_addr=cq_addr, qp_addr=qp_addr, ibuf=ibuf,
+                                  ibuf_lkey=world.ibuf.lkey, ibuf_rkey=world.ibuf.rkey)  # fmt: skip
+        cqs[i] = layout.cq_record(cqn=cq.cqn, ncqe=cq.ncqe, cqe=cbuf, dbrec=cdbrec, qpn=qp.qpn,
+                                  qp_addr=qp_addr)  # fmt: skip
+        index[qp.qpn] = i
+    heap = world.heap
+    lk = layout.lkeys(heap.addr, heap.length, heap.lkey, LOG2_CHUNK)
+    rk = layout.rkeys(heap.length, [h.rkey for h in world.heaps], LOG2_CHUNK)
+    ibgda = layout.ibgda_state(rcs=bases.rcs, cqs=bases.cqs, qp_group_switches=bases.switches,
+                               lkey_table=lk, rkey_table=rk, log2_chunk=LOG2_CHUNK,
+                               rc_per_pe=rc, requests_in_batch=requests_in_batch)  # fmt: skip
+    device = layout.device_state(mype=MYPE, npes=NPES, heap_base=heap.addr,
+                                 heap_size=heap.length, peer_heap_base_p2p=bases.p2p,
+                                 peer_heap_base_remote=bases.remote,
+                                 region_active_count=bases.region_count)  # fmt: skip
+    remote = np.array([h.addr for h in world.heaps], np.uint64)
+    return States(qps, cqs, ibgda, device, remote, bases, index)
+
+
+# ---- the GPU side ---------------------------------------------------------------------------
+def _cupy() -> Any:
+    try:
+        import cupy
+    except ImportError as e:
+        raise UnsupportedError(f"NVSHMEM's device code on emu needs CuPy ({e})") from e
+    return cupy
+
+
+@dataclass
+class Run:
+    """One launch: the samples (layout.SAMPLE_DTYPE per op), the payload check, the rank-0
+    NIC counters before and after."""
+
+    kernel: str
+    size: int
+    samples: np.ndarray
+    valid: bool
+    mismatch: int
+    before: dict[str, int]
+    after: dict[str, int]
+
+    def p50(self, name: str, skip: int = 0) -> float:
+        return float(np.median(self.samples[name][skip:].astype(np.float64)))
+
+    def delta(self) -> dict[str, int]:
+        return {k: self.after[k] - self.before.get(k, 0) for k in self.after}
+
+
+class NvshmemDevice:
+    """The cubin (build.compile_cubin for this GPU's arch), its device states, the GPU arrays
+    they point to."""
+
+    def __init__(self, arch: str | None = None, variant: str = "default") -> None:
+        from .build import compile_cubin
+
+        cp = _cupy()
+        self.cp = cp
+        if arch is None:
+            arch = f"sm_{cp.cuda.Device().compute_capability}"
+        self.cubin, self.headers = compile_cubin(arch, variant=variant)
+        self.module = cp.RawModule(path=str(self.cubin))
+        self.arrays: dict[str, Any] = {}
+        self.states: States | None = None
+        self.symbols: dict[str, int] = {}
+
+    def _global(self, name: str) -> Any:
+        try:
+            return self.module.get_global(name)
+        except Exception as e:  # cupy raises CUDADriverError (CUDA_ERROR_NOT_FOUND)
+            raise UnsupportedError(f"cuModuleGetGlobal({name}) failed on {self.cubin}: {e} (the "
+                                   "states are local symbols of the whole-program cubin)") from e
+
+    def install(self, world: Loopback, requests_in_batch: int = layout.DEFAULT_REQUESTS_IN_BATCH
+                ) -> States:  # fmt: skip
+        """Map the world's queues into the GPU, allocate the arrays, build and write every
+        record and both device states; read the states back through the module's own code
+        (gicbench_nvshmem_state_read) and compare."""
+        from ..gpu_runtime.device_map import DeviceMap
+
+        cp = self.cp
+        dm = DeviceMap.of(world.fabrics[MYPE])
+        self.arrays = {k: cp.zeros(v, cp.uint8) for k, v in array_bytes(world.rc_per_pe).items()}
+        b = Bases(**{k: int(a.data.ptr) for k, a in self.arrays.items()})
+        st = build_states(world, b, sq_dev=lambda q: dm.sq(q.sq), cq_dev=dm.cq,
+                          requests_in_batch=requests_in_batch)  # fmt: skip
+        self.arrays["rcs"][:] = cp.asarray(st.qps.view(np.uint8))
+        self.arrays["cqs"][:] = cp.asarray(st.cqs.view(np.uint8))
+        self.arrays["remote"][:] = cp.asarray(st.remote.view(np.uint8))
+        for sym, rec in ((layout.DEVICE_STATE_SYMBOL, st.device),
+                         (layout.IBGDA_STATE_SYMBOL, st.ibgda)):  # fmt: skip
+            ptr = self._global(sym)
+            host = np.ascontiguousarray(rec).reshape(1).view(np.uint8)
+            ptr.copy_from_host(host.ctypes.data, host.size)
+            self.symbols[sym] = int(ptr.ptr)
+        cp.cuda.Device().synchronize()
+        addrs = cp.zeros(2, cp.uint64)
+        self.module.get_function("gicbench_nvshmem_state_addrs")((1,), (32,), (addrs,))
+        seen = cp.zeros(layout.DEVICE_STATE_DTYPE.itemsize + layout.IBGDA_STATE_DTYPE.itemsize,
+                        cp.uint8)  # fmt: skip
+        self.module.get_function("gicbench_nvshmem_state_read")((1,), (256,), (seen,))
+        a = cp.asnumpy(addrs)
+        self.symbols["kernel:" + layout.DEVICE_STATE_SYMBOL] = int(a[0])
+        self.symbols["kernel:" + layout.IBGDA_STATE_SYMBOL] = int(a[1])
+        want = st.device.tobytes() + st.ibgda.tobytes()
+        got = cp.asnumpy(seen).tobytes()
+        if got != want:
+            bad = next(i for i in range(len(want)) if got[i] != want[i])
+            raise UnsupportedError(f"the device states the kernels read differ from those written"
+                                   f" (first at byte {bad}; symbols {self.symbols})")  # fmt: skip
+        self.states = st
+        return st
+
+    def diagnose(self, world: Loopback) -> str:
+        """The QPs' management variables (read on a stream of its own, given 2 s), entry 0 of
+        every CQ and the NIC's counters: what a stuck poll was waiting for."""
+        assert self.states is not None
+        cp, st = self.cp, self.states
+        out: list[str] = []
+        box: dict[str, np.ndarray] = {}
+
+        def read() -> None:
+            s = cp.cuda.Stream(non_blocking=True)
+            box["rcs"] = self.arrays["rcs"].get(stream=s)
+            s.synchronize()
+
+        t = threading.Thread(target=read, daemon=True)
+        t.start()
+        t.join(2.0)
+        mv = box.get("rcs")
+        for slot, qp in enumerate(world.qps):
+            i = st.index[qp.qpn]
+            line = f"slot {slot} qpn {qp.qpn:#x} cqn {qp.sq.cq.cqn:#x}"
+            if mv is not None:
+                rec = mv[i * layout.QP_DTYPE.itemsize:(i + 1) * layout.QP_DTYPE.itemsize]
+                base = layout.MVARS_OFFSET
+                vals = {k: int(rec[base + off: base + off + 8].view(np.uint64)[0])
+                        for k, off in layout.MVARS.items() if k.startswith("tx_wq.")
+                        and k not in ("tx_wq.get_head", "tx_wq.get_tail")}  # fmt: skip
+                line += " " + " ".join(f"{k[6:]}={v}" for k, v in vals.items())
+            e0 = host_view(qp.sq.cq.buf, CQE_BYTES)
+            ctr = int.from_bytes(bytes(e0[CQE_WQE_COUNTER:CQE_WQE_COUNTER + 2]), "big")
+            line += f" cqe0.wqe_counter={ctr} cqe0.op_own={int(e0[CQE_OP_OWN]):#x}"
+            out.append(line)
+        if mv is None:
+            out.append("(management variables unreadable: the copy did not return in 2 s)")
+        out.append(f"counters {world.counters()}")
+        return "\n".join(out)
+
+    def run(self, world: Loopback, kernel: str, *, size: int, iters: int, src_off: int = 0,
+            dst_off: int = HEAP_BYTES // 2, timeout_s: float = 10.0,
+            seed: int = 0) -> Run:  # fmt: skip
+        """One launch of `kernel` (one block, its thread 0 issuing `iters` ops of `size` bytes,
+        op i from heap offset src_off + i*size of PE 0 to dst_off + i*size of PE 1, each
+        followed by the kernel's quiet); the landed bytes compared with the sources."""
+        from ...cuda_host import note_stuck_kernel
+
+        cp = self.cp
+        if self.states is None:
+            raise UnsupportedError("install() the world first")
+        span = size * iters
+        if src_off + span > dst_off or dst_off + span > world.heap.length:
+            raise ValueError(f"{iters} ops of {size} B do not fit the heap halves")
+        rng = np.random.default_rng(seed)
+        world.view(MYPE, src_off, span)[:] = rng.integers(0, 256, span, np.uint8)
+        world.view(PEER, dst_off, span)[:] = 0
+        job = layout.job_record(dst=world.addr(dst_off), src=world.addr(src_off), size=size,
+                                iters=iters, pe=PEER, stride=size)  # fmt: skip
+        d_job = cp.asarray(np.ascontiguousarray(job).reshape(1).view(np.uint8))
+        d_out = cp.zeros(iters * layout.SAMPLE_DTYPE.itemsize, cp.uint8)
+        fn = self.module.get_function(kernel)
+        before = world.counters()
+        stream = cp.cuda.Stream(non_blocking=True)
+        with stream:
+            fn((1,), (32,), (d_job, d_out))
+        deadline = time.monotonic() + timeout_s
+        while not stream.done:
+            if time.monotonic() > deadline:
+                note_stuck_kernel(f"NVSHMEM {kernel}")
+                raise TimeoutError(f"{kernel} ({size} B x {iters}, {world.rc_per_pe} QPs per "
+                                   f"peer) still running {timeout_s} s after launch:\n"
+                                   + self.diagnose(world))  # fmt: skip
+            time.sleep(0.0005)
+        stream.synchronize()
+        world.quiesce()
+        got = world.view(PEER, dst_off, span)
+        want = world.view(MYPE, src_off, span)
+        mismatch = int(np.count_nonzero(got != want))
+        samples = cp.asnumpy(d_out).view(layout.SAMPLE_DTYPE)
+        return Run(kernel, size, samples, mismatch == 0, mismatch, before, world.counters())
+
+
+# The NIC's counters that stay zero on a clean run
+CLEAN_COUNTERS = ("errors", "stale_wqes", "flushed", "cq_overruns", "cqe_dropped", "not_rts",
+                  "bad_doorbells", "dbrec_lag", "qp_fatal")  # fmt: skip
+
+# The kernels the probe and the GPU test launch: (label, kernel)
+PATHS = (
+    ("internal put + quiet(qp)", "gicbench_nvshmem_internal_put_qp"),
+    ("internal put + quiet(all)", "gicbench_nvshmem_internal_put_all"),
+    ("public putmem_nbi + quiet", "gicbench_nvshmem_public_put_all"),
+)
