@@ -263,7 +263,8 @@ class NvshmemDevice:
                          (layout.IBGDA_STATE_SYMBOL, st.ibgda)):  # fmt: skip
             ptr = self._global(sym)
             host = np.ascontiguousarray(rec).reshape(1).view(np.uint8)
-            ptr.copy_from_host(host.ctypes.data, host.size)
+            rt = cp.cuda.runtime
+            rt.memcpy(int(ptr.ptr), host.ctypes.data, host.size, rt.memcpyHostToDevice)
             self.symbols[sym] = int(ptr.ptr)
         cp.cuda.Device().synchronize()
         addrs = cp.zeros(2, cp.uint64)
