@@ -36,7 +36,7 @@ from . import layout
 
 CQE_BYTES = 64
 CQE_WQE_COUNTER, CQE_OP_OWN = 60, 63  # big-endian uint16, opcode << 4 | owner
-HEAP_BYTES = 1 << 20
+HEAP_BYTES = 1 << 22  # halves of 2 MiB: 192 ops of 4 KiB from one to the other
 LOG2_CHUNK = 20  # one key-table entry covers the whole heap
 NPES, MYPE, PEER = 2, 0, 1
 
