@@ -272,6 +272,9 @@ def caller_buffers(cp: Any, work: Any, grid: int) -> tuple[Any, Any]:
     """The caller's input (in[x] = x & 7 over input_elements floats) and its output (one float
     per thread) for `work` (a KernelCostWork) launched on `grid` blocks."""
     n = input_elements(work.caller, work.live, work.steps, grid, work.threads)
+    free = int(cp.cuda.runtime.memGetInfo()[0])
+    while n > STREAM_MIN_ELEMENTS and n * 4 > free // 2:  # a small GPU: half its free memory
+        n >>= 1
     inp = cp.empty(n, dtype=cp.float32)
     _input_fill(cp)(inp)  # in place: no temporaries the size of a 4 GiB input
     return inp, cp.zeros(grid * work.threads, dtype=cp.float32)
