@@ -6,6 +6,9 @@ MRs with it, mini-proxy's GPU producers their rings and words)."""
 from __future__ import annotations
 
 import importlib.resources
+import os
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,3 +55,27 @@ def note_stuck_kernel(what: str) -> None:
 def stuck_kernels() -> tuple[str, ...]:
     """What `note_stuck_kernel` recorded in this process, oldest first."""
     return tuple(_STUCK_KERNELS)
+
+
+def nvcc_into(out: Path, command: Callable[[Path], list[str]], source: str) -> None:
+    """Build `out` with one nvcc command (`command(path)` writes to `path`): into a temporary
+    file beside it, renamed into place only when nvcc succeeded, with nvcc's command line and
+    output in out's `.log`. UnsupportedError naming `source` when nvcc fails."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(f".{os.getpid()}.tmp")
+    cmd = command(tmp)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise UnsupportedError(f"nvcc failed on {source} ({' '.join(cmd)}):\n{proc.stderr[-4000:]}")
+    out.with_suffix(".log").write_text(" ".join(cmd) + "\n" + proc.stdout + proc.stderr)
+    tmp.replace(out)
+
+
+def import_cupy(what: str) -> Any:
+    """CuPy, or UnsupportedError saying that `what` (e.g. "the doca submitter") needs it."""
+    try:
+        import cupy
+    except ImportError as e:
+        raise UnsupportedError(f"{what} needs CuPy ({e})") from e
+    return cupy

@@ -25,14 +25,20 @@ def nvcc_or_skip() -> str:
     return exe
 
 
-def headers_or_fail() -> headers.Gpunetio:
-    found = headers.find()
+def vendor_headers_or_fail(module: Any, what: str) -> Any:
+    """A vendor header set from `module` (a headers module: find, offline_reason,
+    unavailable_reason); skips after an offline set-up, fails otherwise."""
+    found = module.find()
     if found is not None:
         return found
-    offline = headers.offline_reason()
+    offline = module.offline_reason()
     if offline:
-        pytest.skip(f"DOCA GPUNetIO headers absent and set-up was offline: {offline}")
-    pytest.fail(headers.unavailable_reason())
+        pytest.skip(f"{what} absent and set-up was offline: {offline}")
+    pytest.fail(module.unavailable_reason())
+
+
+def headers_or_fail() -> headers.Gpunetio:
+    return vendor_headers_or_fail(headers, "DOCA GPUNetIO headers")
 
 
 class DocaQueues(Traffic):

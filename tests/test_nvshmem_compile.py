@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from nvshmem_helpers import headers_or_fail, nvcc_or_skip
 
 from gicbench.submit.nvshmem import build, headers
 
@@ -27,25 +28,6 @@ KERNELS = sorted(
 STATES = ("nvshmemi_device_state_d", "nvshmemi_ibgda_device_state_d")
 # gicbench's own kernels beside NVSHMEM's paths: the device states' addresses and their read-back
 STATE_KERNELS = ("gicbench_nvshmem_state_addrs", "gicbench_nvshmem_state_read")
-
-
-def nvcc_or_skip() -> str:
-    why = build.missing_prerequisite()
-    if why:
-        pytest.skip(why)
-    exe = build.nvcc()
-    assert exe is not None
-    return exe
-
-
-def headers_or_fail() -> headers.Nvshmem:
-    found = headers.find()
-    if found is not None:
-        return found
-    offline = headers.offline_reason()
-    if offline:
-        pytest.skip(f"NVSHMEM headers absent and set-up was offline: {offline}")
-    pytest.fail(headers.unavailable_reason())
 
 
 @pytest.fixture(scope="module")

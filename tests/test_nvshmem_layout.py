@@ -12,10 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from nvshmem_helpers import headers_or_fail, nvcc_or_skip
 
 from gicbench.errors import ConfigError
 from gicbench.fabric.emu import EmuFabric
-from gicbench.submit.nvshmem import build, headers, layout
+from gicbench.submit.nvshmem import build, layout
 
 REPO = Path(__file__).resolve().parents[1]
 CUDA = REPO / "cuda"
@@ -27,25 +28,6 @@ RECORDS = {  # layout record -> the C struct name the program prints
     "ibgda_t": layout.IBGDA_STATE_DTYPE, "state_t": layout.DEVICE_STATE_DTYPE,
     "job_t": layout.JOB_DTYPE, "sample_t": layout.SAMPLE_DTYPE,
 }  # fmt: skip
-
-
-def nvcc_or_skip() -> str:
-    why = build.missing_prerequisite()
-    if why:
-        pytest.skip(why)
-    exe = build.nvcc()
-    assert exe is not None
-    return exe
-
-
-def headers_or_fail() -> headers.Nvshmem:
-    found = headers.find()
-    if found is not None:
-        return found
-    offline = headers.offline_reason()
-    if offline:
-        pytest.skip(f"NVSHMEM headers absent and set-up was offline: {offline}")
-    pytest.fail(headers.unavailable_reason())
 
 
 @pytest.fixture(scope="module")

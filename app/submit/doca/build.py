@@ -11,10 +11,9 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
-from ...cuda_host import cuda_dir
+from ...cuda_host import cuda_dir, nvcc_into
 from ...errors import UnsupportedError
 from .headers import Gpunetio, find, unavailable_reason
 
@@ -60,15 +59,8 @@ def compile_cubin(arch: str = DEFAULT_ARCH, cache_dir: Path | None = None) -> tu
     out = root / f"doca_kernels-{arch}-{h.hexdigest()[:16]}.cubin"
     if out.is_file():
         return out, headers
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(f".{os.getpid()}.tmp")
-    cmd = nvcc_command(exe, cuda / SOURCE, tmp, headers, cuda, arch=arch)
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        raise UnsupportedError(f"nvcc failed on {SOURCE} ({' '.join(cmd)}):\n{proc.stderr[-4000:]}")
-    log_path(out).write_text(" ".join(cmd) + "\n" + proc.stdout + proc.stderr)
-    tmp.replace(out)
+    nvcc_into(out, lambda tmp: nvcc_command(exe, cuda / SOURCE, tmp, headers, cuda, arch=arch),
+              SOURCE)
     return out, headers
 
 

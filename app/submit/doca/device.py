@@ -18,8 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ...cuda_host import note_stuck_kernel
-from ...errors import UnsupportedError
+from ...cuda_host import import_cupy, note_stuck_kernel
 from .build import compile_cubin
 from .layout import (
     CQE_OP_OWN,
@@ -41,11 +40,7 @@ _MODULES: dict[tuple[str, int], Any] = {}  # (cubin, device) -> RawModule
 
 
 def _cupy() -> Any:
-    try:
-        import cupy
-    except ImportError as e:
-        raise UnsupportedError(f"the doca submitter needs CuPy ({e})") from e
-    return cupy
+    return import_cupy("the doca submitter")
 
 
 class DocaDevice:

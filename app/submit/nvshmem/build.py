@@ -17,7 +17,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ...cuda_host import cuda_dir
+from ...cuda_host import cuda_dir, nvcc_into
 from ...errors import UnsupportedError
 from .headers import Nvshmem, find, unavailable_reason
 
@@ -104,15 +104,8 @@ def compile_cubin(arch: str = DEFAULT_ARCH, cache_dir: Path | None = None, *,
         raise UnsupportedError(why)
     exe = nvcc()
     assert exe is not None
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(f".{os.getpid()}.tmp")
-    cmd = nvcc_command(exe, cuda / SOURCE, tmp, headers, cuda, arch=arch, variant=variant)
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        raise UnsupportedError(f"nvcc failed on {SOURCE} ({' '.join(cmd)}):\n{proc.stderr[-4000:]}")
-    log_path(out).write_text(" ".join(cmd) + "\n" + proc.stdout + proc.stderr)
-    tmp.replace(out)
+    nvcc_into(out, lambda tmp: nvcc_command(exe, cuda / SOURCE, tmp, headers, cuda, arch=arch,
+                                            variant=variant), SOURCE)  # fmt: skip
     return out, headers
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ...cuda_host import import_cupy, note_stuck_kernel
 from ...errors import UnsupportedError
 from ...fabric.base import ACCESS_ALL, CompletionQueue, MemoryRegion, QueuePair, host_view
 from . import layout
@@ -192,11 +193,7 @@ def build_states(world: Loopback, bases: Bases, *,
 
 # ---- the GPU side ---------------------------------------------------------------------------
 def _cupy() -> Any:
-    try:
-        import cupy
-    except ImportError as e:
-        raise UnsupportedError(f"NVSHMEM's device code on emu needs CuPy ({e})") from e
-    return cupy
+    return import_cupy("NVSHMEM's device code on emu")
 
 
 @dataclass
@@ -326,7 +323,6 @@ class NvshmemDevice:
         """One launch of `kernel` (one block, its thread 0 issuing `iters` ops of `size` bytes,
         op i from heap offset src_off + i*size of PE 0 to dst_off + i*size of PE 1, each
         followed by the kernel's quiet); the landed bytes compared with the sources."""
-        from ...cuda_host import note_stuck_kernel
 
         cp = self.cp
         if self.states is None:
