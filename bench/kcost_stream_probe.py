@@ -27,25 +27,13 @@ import numpy as np
 
 
 def build(root: Path, work: Path, live: int, comm: bool, arch: str) -> tuple[Path, str, str]:
+    """The stream caller's build as kernel-cost makes it on mini-gda (its -D options and nvcc
+    step), inlined, without or with the call."""
+    from gicbench.submit.kernel_cost_common import CallerBuild, find_nvcc, nvcc_steps
+
     out = work / f"stream_l{live}_c{int(comm)}.cubin"
-    cmd = [
-        "nvcc",
-        f"-arch={arch}",
-        "-std=c++17",
-        "-O3",
-        f"-I{root}",
-        "-DKC_PATH=0",
-        "-DKC_CALLER=1",
-        f"-DKC_LIVE={live}",
-        f"-DKC_COMM={int(comm)}",
-        "-DKC_SEPARATE=0",
-        "-Xptxas",
-        "-v",
-        "-cubin",
-        str(root / "kcost" / "kernel_cost.cu"),
-        "-o",
-        str(out),
-    ]
+    defines = CallerBuild("stream", live, comm).caller_defines("gda")
+    (cmd,) = nvcc_steps(defines, False, root, work, find_nvcc() or "nvcc", arch, out)
     r = subprocess.run(cmd, capture_output=True, text=True, check=True)
     sass = subprocess.run(
         ["cuobjdump", "-sass", "-fun", "kc_caller", str(out)], capture_output=True, text=True
