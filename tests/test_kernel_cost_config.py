@@ -126,12 +126,13 @@ def test_doca_points_sharing_a_qp_need_gpu_sharing() -> None:
         DocaSubmitter.check_points(DocaParams(), every)
 
 
-def test_doca_separate_build_sends_are_refused_by_name() -> None:
+def test_doca_runs_every_variant_of_both_builds_at_the_default_shape() -> None:
+    """One QP per block: the default grid (both builds, every variant) passes the pre-flight."""
     pts = [("kernel-cost", p) for p in _experiment().points()]
-    with pytest.raises(UnsupportedError, match="--build separate with send or send-wait: DOCA"):
-        DocaSubmitter.check_points(DocaParams(), pts)
-    dormant = _experiment(variant=("none", "code-only"))
-    DocaSubmitter.check_points(DocaParams(), [("kernel-cost", p) for p in dormant.points()])
+    assert {p["build"] for _, p in pts} == {"none", "inline", "separate"}
+    assert {(p["build"], p["variant"]) for _, p in pts} >= {("separate", "send"),
+                                                            ("separate", "send-wait")}
+    DocaSubmitter.check_points(DocaParams(), pts)
 
 
 def test_doca_send_args_bytes_at_the_headers_offsets() -> None:

@@ -6,6 +6,7 @@ every message and post what they should on every QP; the run-time registers matc
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -157,23 +158,27 @@ def test_doca_code_only_never_takes_its_branch(doca_world, handler: str, build: 
 
 @pytest.mark.parametrize("handler", ("gpu-sm-db", "gpu-sm-no-dbr", "cpu-proxy"))
 @pytest.mark.parametrize(("variant", "size"), [("send", 8), ("send-wait", 1024)])
+@pytest.mark.parametrize("build", ("inline", "separate"))
 def test_doca_sending_variants_land_every_message(doca_world, handler: str, variant: str,
-                                                  size: int) -> None:  # fmt: skip
-    """The inlined put (the separate build's sends are refused: doca/kernel_cost.py)."""
+                                                  size: int, build: str) -> None:  # fmt: skip
     w, sub = doca_world(DocaParams(doca_handler=handler))
     w.landing(1)[:] = 0
-    work = _work(w, variant, "inline", QPS, size=size)  # one QP per block: exclusive
+    work = _work(w, variant, build, QPS, size=size)  # one QP per block: exclusive
     res = sub.kernel_cost(work)
     _check_landed(w, res, work)
     assert res.details["num_regs_runtime"] == res.variant.registers
 
 
-def test_doca_separate_build_sends_are_refused_at_run_time(doca_world) -> None:
-    from gicbench.errors import ConfigError
-
+@pytest.mark.parametrize("build", ("inline", "separate"))
+def test_doca_puts_past_the_send_queue_wrap_land(doca_world, build: str) -> None:
+    """16 puts per block and launch over 22 launches (352 per QP on a 256-slot SQ): each put past
+    the wrap waits in DOCA's slot check for an old completion, inside the caller."""
     w, sub = doca_world(DocaParams())
-    with pytest.raises(ConfigError, match="--build separate with send or send-wait"):
-        sub.kernel_cost(_work(w, "send", "separate", QPS))
+    w.landing(1)[:] = 0
+    work = replace(_work(w, "send", build, QPS, per_block=16), launches=10, pairs=2)
+    res = sub.kernel_cost(work)
+    _check_landed(w, res, work)
+    assert int(res.posted[0]) > DEPTH
 
 
 def test_doca_blocks_sharing_a_qp_with_gpu_sharing(doca_world) -> None:

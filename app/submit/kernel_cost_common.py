@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -149,8 +150,10 @@ def compile_build(tag: str, defines: Sequence[str], separate: bool, arch: str,
     cubin = cache / f"{tag}-{arch}-{h.hexdigest()[:16]}.cubin"
     log_path = cubin.with_suffix(".log")
     if not (cubin.exists() and log_path.exists()):
-        work = cache / f"{cubin.stem}.{os.getpid()}.d"
-        work.mkdir(parents=True, exist_ok=True)
+        cache.mkdir(parents=True, exist_ok=True)
+        # a private work directory: two builds with one tag (a `none` build of either --build)
+        # may compile at once, in one process or in two ranks
+        work = Path(tempfile.mkdtemp(prefix=f"{cubin.stem}.", suffix=".d", dir=cache))
         tmp = work / "out.cubin"
         logs = []
         for cmd in nvcc_steps(defines, separate, root, work, exe, arch, tmp, include):

@@ -7,9 +7,8 @@ the submitter's --doca-handler and --doca-sharing, compiled in as DOCA's templat
 
 Refused by name: --doca-scope warp (the call is one thread's put), --doca-handler gpu-sm-bf
 (DOCA's put does not ring BlueFlame; cuda/doca stages those WQEs in shared memory, which would
-change the caller's residency), for a point that sends with fewer QPs than blocks, sharing
-other than gpu (blocks would reserve slots of one QP without DOCA's device-wide atomics), and
-the separate build's sending variants (SEPARATE_SENDS: seen hanging on the H200).
+change the caller's residency), and, for a point that sends with fewer QPs than blocks, sharing
+other than gpu (blocks would reserve slots of one QP without DOCA's device-wide atomics).
 
 Validation besides the experiment's: the WQE slots each QP reserved during the call (DOCA's
 sq_rsvd_index before and after; one slot per put) against what the variant posts, and the
@@ -59,16 +58,6 @@ POSTED = "kc_posted"
 STATUS = {2: "timeout", 3: "error CQE"}  # doca_kernels.cuh GICBENCH_DOCA_* of a wait
 
 
-# Seen on the H200 (emu's CPU engine): the separately compiled put posts and lands one message
-# per block and launch, but a launch in which a block's thread puts several times never ends;
-# the inlined put runs every point. Refused by name until the cause is known.
-SEPARATE_SENDS = (
-    "--build separate with send or send-wait: DOCA's separately compiled put hung on the H200 "
-    "with several puts per block in one launch (the dormant call, code-only, runs; so does "
-    "every inlined variant): use --build inline, or --variant none,code-only"
-)
-
-
 def refusal(params: DocaParams) -> str | None:
     """Knobs kernel-cost's DOCA path cannot run with, by name (pre-flight)."""
     if params.exec_scope != Scope.THREAD:
@@ -89,8 +78,6 @@ def point_refusal(params: DocaParams, point: Mapping[str, Any]) -> str | None:
         return why
     if point.get("variant") not in ("send", "send-wait"):
         return None
-    if point.get("build") == "separate":
-        return SEPARATE_SENDS
     blocks, qps = int(point.get("blocks", 0)), int(point.get("qps", 1))
     shared = blocks == 0 or qps < blocks  # --blocks-per-sm: more blocks than QPs on any GPU
     if shared and params.sharing_mode != Sharing.GPU:
@@ -172,8 +159,6 @@ def run(sub: DocaSubmitter, work: KernelCostWork, grace_s: float = 5.0) -> Kerne
     L = len(work.lanes)
     posts = work.variant in ("send", "send-wait") and work.messages > 0
     why = refusal(params)
-    if why is None and posts and work.build == "separate":
-        why = SEPARATE_SENDS
     if why is None and posts and grid > L and params.sharing_mode != Sharing.GPU:
         why = f"--doca-sharing gpu: {grid} blocks share {L} QPs"
     if why is not None:
