@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from gicbench.errors import UnsupportedError
 from gicbench.fabric.base import ACCESS_ALL, host_view
 from gicbench.submit.base import Submitter
 from gicbench.submit.nvshmem import runtime
@@ -155,6 +156,15 @@ def main() -> int:
                          "cost; under-ordered on these host-memory queues)")  # fmt: skip
     ap.add_argument("--json", default="")
     a = ap.parse_args()
+    try:
+        counts = [int(x) for x in a.qps.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or not all(1 <= n <= 64 for n in counts):
+        ap.error(f"--qps {a.qps!r}: allowed a comma-separated list of QPs per peer, each 1-64")
+    if a.iters < 1 or a.warm < 0 or a.iters + a.warm > runtime.HEAP_BYTES // 2 // 8:
+        ap.error(f"--iters {a.iters} --warm {a.warm}: allowed iters >= 1, warm >= 0, and "
+                 f"iters + warm <= {runtime.HEAP_BYTES // 2 // 8} (8-byte ops in half the heap)")
     builds = a.nvshmem_builds.split(",")
     if not set(builds) <= {"default", "gpumem-only"}:
         ap.error(f"--nvshmem-builds {a.nvshmem_builds!r}: allowed default, gpumem-only")
@@ -163,9 +173,13 @@ def main() -> int:
     from gicbench.submit.gpu import GpuSubmitter
     from gicbench.submit.gpu.params import GpuParams
 
-    devs = {b: runtime.NvshmemDevice(variant=b) for b in builds}
+    try:  # CuPy, a GPU, nvcc and NVSHMEM's headers (make setup) before anything is made
+        devs = {b: runtime.NvshmemDevice(variant=b) for b in builds}
+    except UnsupportedError as e:
+        print(f"nvshmem_side_by_side: {e}", file=sys.stderr)
+        return 2
     rows: list[dict[str, Any]] = []
-    for n in (int(x) for x in a.qps.split(",")):
+    for n in counts:
         rows += submitter_rows(f"mini-gda {a.ordering}", GpuSubmitter,
                                GpuParams(ordering=a.ordering), n, a.iters, a.warm, True)
         rows += submitter_rows("DOCA GPUNetIO gpu-sm-db", DocaSubmitter, DocaParams(), n, a.iters,
