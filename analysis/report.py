@@ -476,14 +476,21 @@ def model_lines(models: list[str], rows: pd.DataFrame) -> list[str]:
     return [*lines, ""]
 
 
+def plot_dir_for(out: Path) -> Path:
+    """Where a report's PNGs go: plots/ beside a report.md; NAME-plots/ beside any other NAME.md,
+    so that reports written into one folder (-o a.md, -o b.md) keep their own figures."""
+    return out.parent / ("plots" if out.name == "report.md" else f"{out.stem}-plots")
+
+
 def write_report(run_dir: Path, out: Path | None = None, allow_incomplete: bool = False,
                  workers: int = 1, failures: list[str] | None = None) -> Path:
-    """Write report.md (default RUN/report.md) and its PNGs (in plots/ next to it).
+    """Write report.md (default RUN/report.md) and its PNGs (plot_dir_for: in plots/ next to a
+    report.md, in NAME-plots/ next to any other NAME.md).
 
     Figures that could not be drawn are noted in the report and appended to `failures`."""
     run_dir = Path(run_dir)
     out = Path(out) if out is not None else run_dir / "report.md"
-    plot_dir = out.parent / "plots"
+    plot_dir = plot_dir_for(out)
     places = ((out.parent, "report directory"), (plot_dir, "report plots directory"))
     for d, label in places:  # refused before the work when another user could plant links
         if os.path.lexists(d):

@@ -123,6 +123,22 @@ def test_report_writes_markdown_and_pngs(run_a: Path) -> None:
         assert (run_a / image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_reports_written_into_one_folder_keep_their_own_plots(run_a: Path, tmp_path: Path
+                                                             ) -> None:  # fmt: skip
+    """-o a.md and -o b.md in one folder: each report's figures in its own NAME-plots/, so the
+    second report does not overwrite the first one's PNGs."""
+    folder = tmp_path / "reports"
+    for name in ("a", "b"):
+        assert run_report(_report([str(run_a), "-o", str(folder / f"{name}.md")])) == 0
+    for name in ("a", "b"):
+        text = (folder / f"{name}.md").read_text()
+        images = [ln.split("](")[1].rstrip(")") for ln in text.splitlines() if ln.startswith("![")]
+        assert images and all(i.startswith(f"{name}-plots/") for i in images), images
+        for image in images:
+            assert (folder / image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (folder / "plots").exists()
+
+
 def test_new_experiment_gets_a_generic_section(tmp_path: Path) -> None:
     run = tmp_path / "run"  # the report goes beside it: a path inside a run is refused
     write_manifest(run, {"world_size": 1, "status": "complete", "experiments": ["clock-sweep"]})
