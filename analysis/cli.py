@@ -86,7 +86,8 @@ def _add_jobs(parser: argparse.ArgumentParser) -> None:
 def add_report_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", type=Path, metavar="RUN", help="run directory")
     parser.add_argument("-o", "--out", type=Path, default=None,
-                        help="report file (default RUN/report.md; plots go to plots/ beside it)")
+                        help="report file (default RUN/report.md; plots go to plots/ beside a "
+                             "report.md, NAME-plots/ beside NAME.md)")
     parser.add_argument("--allow-incomplete", action="store_true",
                         help="report on an incomplete run and flag it at the top")
     _add_jobs(parser)
