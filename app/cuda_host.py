@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.resources
 import os
 import subprocess
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -62,7 +63,10 @@ def nvcc_into(out: Path, command: Callable[[Path], list[str]], source: str) -> N
     file beside it, renamed into place only when nvcc succeeded, with nvcc's command line and
     output in out's `.log`. UnsupportedError naming `source` when nvcc fails."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(f".{os.getpid()}.tmp")
+    # a private name: two threads or ranks may build the same `out` at once
+    fd, name = tempfile.mkstemp(prefix=f"{out.stem}.", suffix=".tmp", dir=out.parent)
+    os.close(fd)
+    tmp = Path(name)
     cmd = command(tmp)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:

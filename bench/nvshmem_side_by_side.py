@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -44,25 +43,14 @@ def emu_pair(nqps: int, sub_cls: type[Submitter], params: Any) -> Iterator[tuple
     """Two emu ranks in this process; rank 0's `nqps` RC QPs made with the submitter's queue
     options, lane i writing its slice i of rank 0's source to slice i of rank 1's landing. Yields
     (fabrics, submitter, lanes, src MR, landing MR)."""
-    from gicbench.fabric.emu import EmuFabric
+    from gicbench.fabric.emu.loopback import close_pair, open_pair, rc_pairs
 
-    job = "sbs-" + uuid.uuid4().hex[:8]
-    fabrics = [EmuFabric(r, 2, job, progress="thread", segment_bytes=64 << 20)
-               for r in range(2)]  # type: ignore[arg-type]  # fmt: skip
+    fabrics = open_pair("sbs", progress="thread", segment_bytes=64 << 20)
     sub = None
     try:
-        infos = [f.local_info() for f in fabrics]
-        for f in fabrics:
-            f.add_peers(infos)
         f0, f1 = fabrics
         opts = sub_cls.queue_options(params, DEPTH)
-        qps = []
-        for _ in range(nqps):
-            q0 = f0.create_qp(f0.create_cq(DEPTH, **opts.cq), DEPTH, **opts.qp)
-            q1 = f1.create_qp(f1.create_cq(DEPTH), DEPTH)
-            f0.connect(q0, f1.endpoint(q1))
-            f1.connect(q1, f0.endpoint(q0))
-            qps.append(q0)
+        qps = [q0 for q0, _ in rc_pairs(fabrics, nqps, DEPTH, qp=opts.qp, cq=opts.cq)]
         src = f0.register(SLICE * nqps, ACCESS_ALL, domain="host-mapped")
         land = f1.register(SLICE * nqps, ACCESS_ALL)
         host_view(src.addr, src.length)[:] = np.random.default_rng(3).integers(
@@ -77,8 +65,7 @@ def emu_pair(nqps: int, sub_cls: type[Submitter], params: Any) -> Iterator[tuple
     finally:
         if sub is not None:
             sub.close()
-        for f in reversed(fabrics):
-            f.close()
+        close_pair(fabrics)
 
 
 def submitter_rows(label: str, sub_cls: type[Submitter], params: Any, nqps: int, iters: int,

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,29 +57,19 @@ class Loopback:
 
     def __init__(self, rc_per_pe: int, *, depth: int = 256, heap_bytes: int = HEAP_BYTES,
                  progress: str = "thread", segment_bytes: int = 64 << 20) -> None:  # fmt: skip
-        from ...fabric.emu import EmuFabric
+        from ...fabric.emu.loopback import open_pair, rc_pairs
 
         args = layout.queue_kwargs(depth)
         self.rc_per_pe, self.depth = rc_per_pe, depth
-        job = "nv-" + uuid.uuid4().hex[:8]
-        self.fabrics = [EmuFabric(r, NPES, job, progress=progress, segment_bytes=segment_bytes)
-                        for r in range(NPES)]  # type: ignore[arg-type]  # fmt: skip
+        self.fabrics = open_pair("nv", progress=progress, segment_bytes=segment_bytes)
         try:
-            infos = [f.local_info() for f in self.fabrics]
-            for f in self.fabrics:
-                f.add_peers(infos)
-            f0, f1 = self.fabrics
-            self.qps: list[QueuePair] = []  # rank 0's, by QP slot (all to PE 1)
-            self.remote: list[QueuePair] = []
-            for _ in range(rc_per_pe):
-                cq = f0.create_cq(args.ncqe, **args.cq)
-                ring_init(cq)
-                q0 = f0.create_qp(cq, depth, **args.qp)
-                q1 = f1.create_qp(f1.create_cq(depth), depth)
-                f0.connect(q0, f1.endpoint(q1))
-                f1.connect(q1, f0.endpoint(q0))
-                self.qps.append(q0)
-                self.remote.append(q1)
+            f0 = self.fabrics[MYPE]
+            pairs = rc_pairs(self.fabrics, rc_per_pe, depth, ncqe=args.ncqe, qp=args.qp,
+                             cq=args.cq)  # fmt: skip
+            self.qps: list[QueuePair] = [q0 for q0, _ in pairs]  # rank 0's, by QP slot (to PE 1)
+            self.remote: list[QueuePair] = [q1 for _, q1 in pairs]
+            for q0 in self.qps:
+                ring_init(q0.sq.cq)
             self.heaps: list[MemoryRegion] = [f.register(heap_bytes, ACCESS_ALL)
                                               for f in self.fabrics]  # fmt: skip
             self.ibuf = f0.register(2 * layout.IBUF_SLOT * rc_per_pe, ACCESS_ALL)
@@ -107,8 +96,9 @@ class Loopback:
         return dict(self.fabrics[MYPE].counters())
 
     def close(self) -> None:
-        for f in reversed(getattr(self, "fabrics", [])):
-            f.close()
+        from ...fabric.emu.loopback import close_pair
+
+        close_pair(getattr(self, "fabrics", []))
 
     def __enter__(self) -> Loopback:
         return self
