@@ -74,6 +74,18 @@ def test_list_names_experiments_and_knobs() -> None:
         (["single-op", "-n", "2000000000"], "iters (-n)", "<= 100,000,000"),
         (["single-op", "--messages", "5"], "messages (--messages)", "only with msg-rate"),
         (["--suite", "huge"], "suite", "default"),
+        (["msg-rate", "--engine-threads", "0"], "engine_threads (--engine-threads)", "1 <="),
+        (["msg-rate", "--engine-threads", "65"], "engine_threads (--engine-threads)", "<= 64"),
+        (
+            ["msg-rate", "--engine", "cuda", "--engine-threads", "2"],
+            "engine_threads (--engine-threads)",
+            "--engine-ctas",
+        ),
+        (
+            ["msg-rate", "--nic-model", "cx7-200g-ib-hopper", "--engine-threads", "2"],
+            "engine_threads (--engine-threads)",
+            "1 with --nic-model",
+        ),
     ],
 )
 def test_bad_configuration_is_refused(capsys, args, field, allowed) -> None:

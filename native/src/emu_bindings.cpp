@@ -285,6 +285,10 @@ void bind_emu(nb::module_ m) {
       .def("seal", &Nic::seal)
       .def("close", &Nic::close, nb::call_guard<nb::gil_scoped_release>())
       .def("progress", &Nic::progress, nb::call_guard<nb::gil_scoped_release>())
+      .def("set_engine_threads", &Nic::set_engine_threads, nb::arg("n"),
+           "Engine threads (shards of the QP table) before the first QP; 1 by default.")
+      .def_prop_ro("engine_threads", &Nic::engine_threads)
+      .def("shard_wqes", &Nic::shard_wqes, "WQEs each engine thread executed, by thread.")
       .def("start_thread", &Nic::start_thread)
       .def("stop_thread", &Nic::stop_thread, nb::call_guard<nb::gil_scoped_release>())
       .def_prop_ro("thread_running", &Nic::thread_running)

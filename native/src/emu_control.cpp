@@ -58,6 +58,7 @@ Nic::Nic(const std::string& name, int rank, int world, uint64_t bytes, const Lim
   last_db_.assign(lim.max_qps, 0);
   is_hot_.assign(lim.max_qps, 0);
   eng_.assign(lim.max_qps, QpEng{});
+  shards_.push_back(std::make_unique<Shard>());
   pid_ = static_cast<uint32_t>(getpid());
   key_byte_ = static_cast<uint8_t>(getpid() * 131u + rank * 29u);
 }
@@ -65,9 +66,15 @@ Nic::Nic(const std::string& name, int rank, int world, uint64_t bytes, const Lim
 Nic::~Nic() { close(); }
 
 void Nic::lock_engine() {
-  while (__atomic_exchange_n(&busy_, 1u, __ATOMIC_ACQUIRE)) {
-    while (ld_rlx(&busy_)) cpu_pause();
+  for (auto& sh : shards_) {  // in index order: control holds ctl_, so one locker at a time
+    while (__atomic_exchange_n(&sh->busy, 1u, __ATOMIC_ACQUIRE)) {
+      while (ld_rlx(&sh->busy)) cpu_pause();
+    }
   }
+}
+
+void Nic::unlock_engine() {
+  for (auto& sh : shards_) st_rel(&sh->busy, 0u);
 }
 
 MrInfo Nic::reg_mr(uint64_t length, uint32_t access, uint32_t pd) {

@@ -142,6 +142,7 @@ bool Nic::post_cqe(const Segment& s, uint32_t cqn, uint32_t qpn, Fill fill) {
 struct Nic::Env {
   Nic& nic;
   QpEntry& qp;
+  uint64_t* counts;  // the serving shard's counters
   struct Resp {
     const Segment* ts = nullptr;
     RqState* rq = nullptr;
@@ -257,7 +258,7 @@ struct Nic::Env {
     if (!flush) nic.self_.push_error(kErrCompletion, qp.qpn, synd, idx, qp.send_cqn, nic.rank_);
   }
   void event(emu_core::Event ev, uint32_t expected, uint32_t found) const {
-    uint64_t* c = nic.local_;
+    uint64_t* c = counts;
     const Segment& s = nic.self_;
     switch (ev) {
       case emu_core::kEvDoorbell:
@@ -333,10 +334,10 @@ void Nic::write_deferred_cqe(uint32_t slot, const PendingCqe& c) {
 }
 
 // A changed register (`rung`, value `db`) or a pending QP: hand it to the core.
-size_t Nic::serve_qp(uint32_t i, uint64_t db, bool rung) {
+size_t Nic::serve_qp(uint32_t i, uint64_t db, bool rung, uint64_t* local) {
   QpEntry& qp = self_.qps()[i];
   QpEng& e = eng_[i];
-  Env env{*this, qp};
+  Env env{*this, qp, local};
   const emu_core::SqParams q = sq_params(i);
   const size_t n = rung ? 1 + emu_core::on_doorbell(env, e.sq, q, db) : emu_core::serve(env, e.sq, q);
   st_rlx(&qp.sq_ci, e.sq.ci);
@@ -346,94 +347,139 @@ size_t Nic::serve_qp(uint32_t i, uint64_t db, bool rung) {
 // ---- doorbells -----------------------------------------------------------------------------------
 
 size_t Nic::progress() {
-  if (__atomic_exchange_n(&busy_, 1u, __ATOMIC_ACQUIRE)) return 0;
+  size_t work = 0;
+  for (auto& sh : shards_) work += progress_shard(*sh);
+  return work;
+}
+
+size_t Nic::progress_shard(Shard& sh) {
+  if (__atomic_exchange_n(&sh.busy, 1u, __ATOMIC_ACQUIRE)) return 0;
   if (closed_) {
-    unlock_engine();
+    st_rel(&sh.busy, 0u);
     return 0;
   }
   Header* h = self_.hdr();
   const uint32_t n = ld_acq(&h->n_qps);
-  ++pass_;
+  const uint64_t pass = ++sh.pass;
+  uint64_t* local = sh.local;
+  const bool first_shard = sh.index == 0;  // GPI queues and the NIC model
   size_t work = 0;
-  if (model_) {  // the NIC model's CQEs whose time has come
+  if (model_ && first_shard) {  // the NIC model's CQEs whose time has come
     model_->held_pass = 0;
     model_->now = 0;
     work += model_flush();
   }
   // The hot set: registers rung recently, and QPs whose announced work is not all executed.
-  for (size_t k = 0; k < hot_.size();) {
-    const uint32_t i = hot_[k];
+  std::vector<uint32_t>& hot = sh.hot;
+  for (size_t k = 0; k < hot.size();) {
+    const uint32_t i = hot[k];
     QpEng& e = eng_[i];
     const uint64_t db = ld_acq(self_.doorbell(i));
     if (db != last_db_[i]) {
       last_db_[i] = db;
-      e.active = pass_;
-      work += serve_qp(i, db, true);
+      e.active = pass;
+      work += serve_qp(i, db, true, local);
     } else if (e.sq.pending) {
-      const size_t w = serve_qp(i, db, false);
-      if (w) e.active = pass_;
+      const size_t w = serve_qp(i, db, false, local);
+      if (w) e.active = pass;
       work += w;
     }
-    if (!e.sq.pending && pass_ - e.active > kHotIdlePasses) {
+    if (!e.sq.pending && pass - e.active > kHotIdlePasses) {
       is_hot_[i] = 0;
-      hot_[k] = hot_.back();
-      hot_.pop_back();
+      hot[k] = hot.back();
+      hot.pop_back();
       continue;
     }
     ++k;
   }
-  // One window of the rotating sweep over every register.
-  wrapped_ = false;
-  const uint32_t window = n > 1 ? std::min(kSweepWindow, n - 1) : 0;
+  // One window of the rotating sweep over the shard's registers: slots first, first + step, ...
+  sh.wrapped = false;
+  const uint32_t step = engine_threads(), first = 1 + sh.index;
+  const uint32_t owned = n > first ? (n - first + step - 1) / step : 0;
+  const uint32_t window = std::min(kSweepWindow, owned);
   for (uint32_t k = 0; k < window; ++k) {
-    const uint32_t i = cursor_ < n ? cursor_ : 1;
-    cursor_ = i + 1;
-    if (cursor_ >= n) {
-      cursor_ = 1;
-      wrapped_ = true;
+    const uint32_t i = sh.cursor < n ? sh.cursor : first;
+    sh.cursor = i + step;
+    if (sh.cursor >= n) {
+      sh.cursor = first;
+      sh.wrapped = true;
     }
     if (is_hot_[i]) continue;
     const uint64_t db = ld_acq(self_.doorbell(i));
     if (db == last_db_[i]) continue;
     last_db_[i] = db;
-    ++local_[kCntColdWakeups];
-    last_cold_pass_ = pass_;
+    ++local[kCntColdWakeups];
+    sh.last_cold_pass = pass;
     is_hot_[i] = 1;
-    hot_.push_back(i);
-    eng_[i].active = pass_;
-    work += serve_qp(i, db, true);
+    hot.push_back(i);
+    eng_[i].active = pass;
+    work += serve_qp(i, db, true, local);
   }
-  if (n <= 1) wrapped_ = true;
-  work += serve_gpis();
+  if (owned == 0) sh.wrapped = true;
+  if (first_shard) work += serve_gpis();
   if (work) {
+    if (local[kCntWqes]) sh.wqes.fetch_add(local[kCntWqes], std::memory_order_relaxed);
     for (uint32_t c = 0; c < kNumCounters; ++c) {
-      if (local_[c]) {
-        add_rlx(&h->counters[c], local_[c]);
-        local_[c] = 0;
+      if (local[c]) {
+        add_rlx(&h->counters[c], local[c]);
+        local[c] = 0;
       }
     }
   }
-  if (model_) {
+  if (model_ && first_shard) {
     // Until a whole sweep has found no rung QP outside the hot set, QPs whose doorbells rang
     // with the others' may still be unread: the NIC model plans one turn a pass meanwhile.
-    const uint64_t sweep_passes = n > 1 ? (n - 2) / kSweepWindow + 2 : 1;
-    model_plan(pass_ - last_cold_pass_ <= sweep_passes);
+    const uint64_t sweep_passes = owned ? (owned - 1) / kSweepWindow + 2 : 1;
+    model_plan(pass - sh.last_cold_pass <= sweep_passes);
     model_end_pass();
   }
-  if (wrapped_) sweeps_.fetch_add(1, std::memory_order_release);
-  passes_.fetch_add(1, std::memory_order_release);
-  unlock_engine();
+  if (sh.wrapped) sh.sweeps.fetch_add(1, std::memory_order_release);
+  st_rel(&sh.busy, 0u);
   return work;
+}
+
+std::vector<uint64_t> Nic::shard_wqes() const {
+  std::vector<uint64_t> out;
+  for (const auto& sh : shards_) out.push_back(sh->wqes.load(std::memory_order_relaxed));
+  return out;
+}
+
+void Nic::set_engine_threads(uint32_t n) {
+  std::lock_guard<std::mutex> g(ctl_);
+  const std::string who = "emu rank " + std::to_string(rank_);
+  if (n < 1 || n > kMaxEngineThreads)
+    throw std::invalid_argument("invalid engine_threads=" + std::to_string(n) + ": allowed 1.." +
+                                std::to_string(kMaxEngineThreads));
+  if (closed_) throw std::runtime_error(who + ": closed");
+  if (thread_running())
+    throw std::runtime_error(who + ": engine_threads is set before the engine threads start");
+  if (model_ && n > 1)
+    throw std::invalid_argument("invalid engine_threads=" + std::to_string(n) +
+                                " with a NIC model: allowed 1 (the model is one thread's clock)");
+  if (ld_acq(&self_.hdr()->n_qps) > 1)
+    throw std::runtime_error(who + ": engine_threads is set before any QP exists");
+  // Before the first QP nothing is hot, no counter is pending and no submitter holds the
+  // progress hook; the lock waits out a pass already running (quiesce, progress()).
+  lock_engine();
+  std::vector<std::unique_ptr<Shard>> next;
+  for (uint32_t k = 0; k < n; ++k) {
+    next.push_back(std::make_unique<Shard>());
+    next.back()->index = k;
+    next.back()->cursor = 1 + k;
+    next.back()->busy = 1;  // held, as lock_engine left the old ones
+  }
+  shards_ = std::move(next);
+  unlock_engine();
 }
 
 // ---- the engine thread ---------------------------------------------------------------------------
 
-void Nic::engine_loop() {
+void Nic::engine_loop(Shard& sh) {
   uint32_t idle = 0;
   long sleep_ns = kSleepMinNs;
   bool busy_sweep = false;  // work seen since the current sweep began
   while (!stop_.load(std::memory_order_relaxed)) {
-    if (progress()) {
+    if (progress_shard(sh)) {
       idle = 0;
       sleep_ns = kSleepMinNs;
       busy_sweep = true;
@@ -441,7 +487,7 @@ void Nic::engine_loop() {
     }
     // Back off only after a whole sweep found nothing: a quiet QP's doorbell is found by the
     // sweep, which must not stall in a sleep halfway; nor while the NIC model holds work back.
-    if (!wrapped_ || model_pending()) {
+    if (!sh.wrapped || model_pending()) {
       cpu_pause();
       continue;
     }
@@ -464,28 +510,36 @@ void Nic::engine_loop() {
 }
 
 void Nic::start_thread() {
-  if (thread_.joinable() || closed_) return;
+  if (thread_running() || closed_) return;
   stop_.store(false);
-  thread_ = std::thread([this] { engine_loop(); });
+  for (auto& sh : shards_) {
+    Shard* p = sh.get();
+    p->thread = std::thread([this, p] { engine_loop(*p); });
+  }
 }
 
 void Nic::stop_thread() {
-  if (!thread_.joinable()) return;
+  if (!thread_running()) return;
   stop_.store(true);
-  thread_.join();
+  for (auto& sh : shards_)
+    if (sh->thread.joinable()) sh->thread.join();
   stop_.store(false);
 }
 
 void Nic::quiesce() {
-  // Two completed sweeps that started after this call have read every doorbell register rung
-  // before it (and every hot QP once per pass).
-  const uint64_t start = sweeps_.load(std::memory_order_acquire);
+  // Two completed sweeps of every shard that started after this call have read every doorbell
+  // register rung before it (and every hot QP once per pass).
+  std::vector<uint64_t> start;
+  for (auto& sh : shards_) start.push_back(sh->sweeps.load(std::memory_order_acquire));
   for (;;) {
     size_t w = 0;
-    if (!thread_running()) w = progress();
-    if (w == 0 && !model_pending() && sweeps_.load(std::memory_order_acquire) >= start + 2)
-      return;
-    if (thread_running()) sched_yield();
+    const bool threads = thread_running();
+    if (!threads) w = progress();
+    bool swept = true;
+    for (size_t k = 0; k < shards_.size(); ++k)
+      swept = swept && shards_[k]->sweeps.load(std::memory_order_acquire) >= start[k] + 2;
+    if (w == 0 && !model_pending() && swept) return;
+    if (threads) sched_yield();
   }
 }
 

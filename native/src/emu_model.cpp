@@ -37,6 +37,10 @@ void Nic::set_model(const nm::Params& p) {
   std::lock_guard<std::mutex> g(ctl_);
   if (closed_) throw std::runtime_error("emu rank " + std::to_string(rank_) + ": closed");
   if (model_) throw std::runtime_error("emu rank " + std::to_string(rank_) + ": NIC model set");
+  if (engine_threads() > 1)
+    throw std::invalid_argument("invalid NIC model with engine_threads=" +
+                                std::to_string(engine_threads()) +
+                                ": allowed with 1 engine thread (the model is one thread's clock)");
   if (!p.mtu) throw std::invalid_argument("invalid mtu=0: allowed >= 1");
   if (p.cache_lines && (!p.send_ctx_lines || !p.recv_ctx_lines ||
                         p.send_ctx_lines > p.cache_lines || p.recv_ctx_lines > p.cache_lines))

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -98,12 +99,22 @@ class Nic {
   std::vector<uint64_t> model_counters() const;  // nic_model::Counter order; empty: no model
 
   // ---- engine ----------------------------------------------------------------------------------
-  // One pass: the recently rung QPs, then the next window of the rotating sweep over every
-  // doorbell register; returns the work done (0 = idle).
+  // The engine's threads (shards): QP slot i is served by shard (i - 1) % n only, each shard with
+  // its own hot set, sweep, counters and lock, so a rank's NIC executes n QPs at once and no two
+  // threads ever serve one QP (a QP's WQEs stay in order). What QPs share is already safe between
+  // ranks' engines: CQs and receive queues under the CQ's lock, atomics, counters, error records.
+  // GPI queues and the NIC model are served by shard 0, so a model refuses n > 1 (its clock and
+  // plans are one thread's). Set before start_thread; throws otherwise.
+  static constexpr uint32_t kMaxEngineThreads = 64;
+  void set_engine_threads(uint32_t n);
+  uint32_t engine_threads() const { return static_cast<uint32_t>(shards_.size()); }
+  std::vector<uint64_t> shard_wqes() const;  // WQEs each engine thread executed, by shard
+  // One pass of every shard: the recently rung QPs, then the next window of the shard's rotating
+  // sweep over its doorbell registers; returns the work done (0 = idle).
   size_t progress();
-  void start_thread();
+  void start_thread();  // one thread per shard
   void stop_thread();
-  bool thread_running() const { return thread_.joinable(); }
+  bool thread_running() const { return shards_[0]->thread.joinable(); }
   void quiesce();  // returns once every doorbell rung before the call has been handled
 
   // ---- inspection ------------------------------------------------------------------------------
@@ -121,12 +132,27 @@ class Nic {
     emu_core::SqState sq;  // the core's SQ state machine
     uint64_t active = 0;   // pass of the last doorbell or work
   };
+  // One engine thread's state (see set_engine_threads); its own cache line against false sharing.
+  struct alignas(64) Shard {
+    uint32_t busy = 0;   // its lock: one progress pass at a time (its thread, inline, control)
+    uint32_t index = 0;  // serves slots index + 1, index + 1 + n, ...
+    uint32_t cursor = 1;               // next slot of its rotating sweep
+    bool wrapped = false;              // the last pass completed a sweep
+    uint64_t pass = 0;
+    uint64_t last_cold_pass = 0;       // the last pass whose sweep found a rung QP not hot
+    std::vector<uint32_t> hot;         // its slots rung recently or with work pending
+    uint64_t local[kNumCounters] = {};  // counters, added to the segment's after a busy pass
+    std::atomic<uint64_t> sweeps{0};   // completed sweeps over its doorbell registers
+    std::atomic<uint64_t> wqes{0};     // WQEs it executed (the threads' balance)
+    std::thread thread;
+  };
   struct Env;  // the core's environment over this rank's segment (emu_engine.cpp)
   struct GpiEnv;  // gpi_serve's environment (emu_gpi.cpp)
 
   QpEntry& qp_at(uint32_t qpn) const;
   emu_core::SqParams sq_params(uint32_t i) const;
-  size_t serve_qp(uint32_t i, uint64_t db, bool rung);
+  size_t serve_qp(uint32_t i, uint64_t db, bool rung, uint64_t* local);
+  size_t progress_shard(Shard& sh);
   template <class Fill>
   bool post_cqe(const Segment& s, uint32_t cqn, uint32_t qpn, Fill fill);
   template <class Fill>
@@ -134,7 +160,7 @@ class Nic {
   void lock_cq(const Segment& s, CqEntry& cq);
   void cq_fatal(const Segment& s, CqEntry& cq);
   size_t serve_gpis();  // one pass over this rank's GPI queues (emu_gpi.cpp)
-  void engine_loop();
+  void engine_loop(Shard& sh);
   // NIC model hooks: admission of the WQE at ci (false: hold it), CQEs queued for their time.
   bool model_admit(uint32_t slot, const emu_core::SqParams& q, uint32_t ci, uint32_t avail);
   void model_defer(uint32_t slot, PendingCqe c);
@@ -145,8 +171,8 @@ class Nic {
   void model_end_pass();
   bool model_pending() const;
   void write_deferred_cqe(uint32_t slot, const PendingCqe& c);
-  void lock_engine();
-  void unlock_engine() { st_rel(&busy_, 0u); }
+  void lock_engine();  // every shard's lock: no pass runs while control changes engine state
+  void unlock_engine();
 
   int rank_, world_;
   Segment self_;
@@ -155,24 +181,16 @@ class Nic {
   std::mutex ctl_;
   uint8_t key_byte_;
 
-  // Engine-private state per QP slot. last_db_ and hot_ are dense: the sweep reads only them.
+  // Engine-private state per QP slot, each touched by its slot's shard only. last_db_ and
+  // is_hot_ are dense: the sweep reads only them.
   std::vector<uint64_t> last_db_;
   std::vector<uint8_t> is_hot_;
   std::vector<QpEng> eng_;
-  std::vector<uint32_t> hot_;  // QP slots rung recently or with work pending
-  uint32_t cursor_ = 1;        // next slot of the rotating sweep
-  emu_core::GpiState gpi_eng_[kMaxGpis] = {};  // the core's state of each GPI queue
+  std::vector<std::unique_ptr<Shard>> shards_;  // at least one
+  emu_core::GpiState gpi_eng_[kMaxGpis] = {};  // the core's state of each GPI queue (shard 0)
   uint64_t gpi_local_[kNumGpiCounters] = {};
-  uint64_t pass_ = 0;
-  uint64_t last_cold_pass_ = 0;  // the last pass whose sweep found a rung QP outside the hot set
-  bool wrapped_ = false;  // the last pass completed a sweep
   uint32_t pid_;
-  uint64_t local_[kNumCounters] = {};
-  uint32_t busy_ = 0;  // engine lock: one progress() at a time (thread or inline callers)
-  std::atomic<uint64_t> passes_{0};
-  std::atomic<uint64_t> sweeps_{0};  // completed sweeps over every doorbell register
   std::atomic<bool> stop_{false};
-  std::thread thread_;
   uint64_t err_cursor_ = 0;
   bool closed_ = false;
   std::unique_ptr<ModelState> model_;  // null: no NIC model (nothing is charged)

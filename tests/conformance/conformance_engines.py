@@ -20,7 +20,9 @@ from resources import EmuRanks
 from gicbench.fabric.base import CompletionQueue
 from gicbench.fabric.emu import host_view
 
-ENGINES = ["cpu-inline", "cpu-thread", "cuda"]
+# cpu-threads3: three engine threads per rank (each QP served by one of them), the sharding's
+# results against the one-thread engine's
+ENGINES = ["cpu-inline", "cpu-thread", "cpu-threads3", "cuda"]
 GPU_ENGINES = {"cuda"}  # marked gpu
 
 
@@ -43,7 +45,9 @@ class CpuWorld(EmuRanks):
     progress 'inline' or 'thread', or the CUDA engine (engine='cuda', one CTA per rank). The
     cases make their own objects: the runner creates each one the case declares."""
 
-    def __init__(self, world: int, progress: str, engine: str = "cpu") -> None:
+    def __init__(
+        self, world: int, progress: str, engine: str = "cpu", engine_threads: int | None = None
+    ) -> None:
         super().__init__(
             world,
             progress=progress,
@@ -55,6 +59,7 @@ class CpuWorld(EmuRanks):
             max_mrs=16,
             max_dcts=4,
             engine_ctas=1 if engine == "cuda" else None,
+            engine_threads=engine_threads,
         )
         self.start()
 
@@ -85,6 +90,8 @@ class CpuWorld(EmuRanks):
 def make_world(engine: str, world: int) -> CpuWorld:
     if engine in ("cpu-inline", "cpu-thread"):
         return CpuWorld(world, engine.removeprefix("cpu-"))
+    if engine == "cpu-threads3":
+        return CpuWorld(world, "thread", engine_threads=3)
     if engine == "cuda":
         why = cuda_unavailable()
         if why:

@@ -7,8 +7,10 @@ that, close(), atexit and SIGTERM unlink it, and the janitor (run at creation) r
 dead processes. SIGTERM unlinks too (a native handler, installed where SIGTERM has its
 default action).
 
-Progress: "thread" runs one engine thread per rank (when idle it spins ~100 µs, yields, then
-sleeps 1 µs doubling to 100 µs, and to 1 ms after ~50 ms of idleness; any work resets it);
+Progress: "thread" runs one engine thread per rank, or `engine_threads` of them, each serving
+its share of the rank's QPs (QP slot i on thread (i - 1) mod n; when idle a thread spins ~100 µs,
+yields, then sleeps 1 µs doubling to 100 µs, and to 1 ms after ~50 ms of idleness; any work
+resets it);
 "inline" runs no thread and the rank's own polling drives the engine through
 progress_hook()/progress_ctx() (or progress()). Thread mode is what a NIC is (the submitter's
 core only submits) and gives ~0.2 µs doorbell-to-CQE when a core is free for the engine, but
@@ -64,7 +66,12 @@ from . import gpi as gpi_queue
 from .gpi import GpiQueue, GpiWindow
 from .janitor import create_segment, janitor
 from .nic_model import SATURATED_FRACTION, NicModel
-from .params import ENGINES, QUEUE_PLACEMENTS  # declared once, with the knobs
+from .params import (  # declared once, with the knobs
+    ENGINE_THREADS_FIELD,
+    ENGINES,
+    MAX_ENGINE_THREADS,
+    QUEUE_PLACEMENTS,
+)
 
 # The CUDA engine is a persistent kernel: with CUDA's lazy module loading (the default since
 # CUDA 12.2) a kernel loaded after it started (a GPU submitter's, CuPy's own) may need a
@@ -223,6 +230,7 @@ class EmuFabric(Fabric):
         clean_stale: bool = True,
         engine: str = "cpu",
         engine_ctas: int | None = None,
+        engine_threads: int | None = None,
         queues: str = "host",
         nic_model: NicModel | None = None,
     ) -> None:
@@ -245,6 +253,21 @@ class EmuFabric(Fabric):
             )
         if engine_ctas is not None and engine != "cuda":
             raise ConfigError("engine_ctas (--engine-ctas)", engine_ctas, "unset (CPU engine)")
+        if engine_threads is not None:
+            if engine != "cpu":
+                why = "unset (CUDA engine: its capacity is engine_ctas)"
+            elif (
+                not isinstance(engine_threads, int) or not 1 <= engine_threads <= MAX_ENGINE_THREADS
+            ):
+                why = f"an int in 1..{MAX_ENGINE_THREADS}"
+            elif engine_threads > 1 and progress != "thread":
+                why = "1 with progress='inline' (inline progress is one thread)"
+            elif engine_threads > 1 and nic_model is not None:
+                why = "1 with a NIC model (one clock per rank)"
+            else:
+                why = ""
+            if why:
+                raise ConfigError(ENGINE_THREADS_FIELD, engine_threads, why)
         if not isinstance(segment_bytes, int) or segment_bytes < 4096 or segment_bytes % 4096:
             raise ConfigError(
                 "segment_bytes", segment_bytes, "a multiple of 4096 (see segment_bytes_for)"
@@ -270,6 +293,7 @@ class EmuFabric(Fabric):
                 raise ConfigError(field, v, f"an int in {lo}..{hi - 1}")
         self.rank, self.world_size, self.job, self.mode = rank, world_size, job, progress
         self.engine, self.queues, self.nic_model = engine, queues, nic_model
+        self.engine_threads = (engine_threads or 1) if engine == "cpu" else 0  # 0: no CPU engine
         self._cuda: Any = None  # the CudaEngine with engine="cuda"
         if clean_stale:
             janitor()
@@ -317,6 +341,8 @@ class EmuFabric(Fabric):
                 except BaseException:
                     self.close()
                     raise
+            if self.engine_threads > 1:
+                self._nic.set_engine_threads(self.engine_threads)
             if progress == "thread":
                 self._nic.start_thread()
 

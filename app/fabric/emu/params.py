@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...errors import ConfigError
 from ...knobs import KIND_STR, knob
 
 ENGINES = ("cpu", "cuda")  # a CPU thread (or inline) or the CUDA engine (a persistent kernel)
 QUEUE_PLACEMENTS = ("host", "device")  # where the rings, records, doorbells and CQs live
 MAX_ENGINE_CTAS = 4096
+MAX_ENGINE_THREADS = 64  # the native Nic's kMaxEngineThreads
+ENGINE_THREADS_FIELD = "engine_threads (--engine-threads)"  # how refusals name the knob
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,14 @@ class EmuParams:
         hi=MAX_ENGINE_CTAS,
         help="CTAs of 256 threads the CUDA engine keeps resident per rank (default 16)",
     )
+    engine_threads: int | None = knob(
+        None,
+        flag="--engine-threads",
+        lo=1,
+        hi=MAX_ENGINE_THREADS,
+        help="CPU engine threads per rank, each serving its share of the rank's QPs (QP i on "
+        "thread i mod N; default 1); needs --progress thread, a core per thread, no NIC model",
+    )
     queues: str = knob(
         "host",
         flag="--queues",
@@ -46,3 +57,13 @@ class EmuParams:
         "preset of app/fabric/emu/nic_models.toml (cx7-200g-ib-hopper), or a .toml file of one "
         "model; figures with a model are predictions from its stated constants",
     )
+
+    def __post_init__(self) -> None:
+        # --engine-threads against the other emu knobs, when the run is planned (exit 2)
+        why = ""
+        if self.engine_threads is not None and self.engine == "cuda":
+            why = "unset with --engine cuda (its capacity is --engine-ctas)"
+        elif (self.engine_threads or 1) > 1 and self.nic_model != "none":
+            why = f"1 with --nic-model {self.nic_model} (the model is one engine thread's clock)"
+        if why:
+            raise ConfigError(ENGINE_THREADS_FIELD, self.engine_threads, why)

@@ -16,31 +16,43 @@ from .fabric import PROGRESS_MODES
 from .params import ENGINES, EmuParams
 
 
-def resolve_progress(requested: str, local_size: int, rank: int, autonomous: bool) -> str:
-    """emu's engine: a spinning thread per rank needs a core of its own beside the rank's.
+def resolve_progress(requested: str, local_size: int, rank: int, autonomous: bool,
+                     engine_threads: int = 1) -> str:  # fmt: skip
+    """emu's engine: each spinning engine thread of a rank needs a core of its own beside the
+    rank's.
 
     A rank bound to a CPU set (mpiexec binds to a core by default for 2 ranks; srun with
     --cpus-per-task) owns that set; an unbound rank shares the machine with its node's ranks.
     An engine thread squeezed onto the poller's core costs a scheduler time slice (~4 ms) per
     hand-off: `thread` is refused there rather than measured wrong. A submitter that cannot call
-    a CPU hook (`autonomous`) needs the thread.
+    a CPU hook (`autonomous`) needs the thread. Several engine threads (`--engine-threads`) exist
+    only in thread mode: inline progress is the poller's one thread.
     """
+    need = 1 + engine_threads  # the rank's own core and its engine threads'
     mine = len(os.sched_getaffinity(0))
     bound = mine < (os.cpu_count() or mine)
-    fits = mine >= 2 if bound else 2 * local_size <= mine
+    fits = mine >= need if bound else need * local_size <= mine
     where = f"bound to {mine} CPU(s)" if bound else f"{local_size} ranks share {mine} CPUs"
     if autonomous and requested == "inline":
         raise UnsupportedError(
             "--progress inline needs the submitter's CPU loops to drive the NIC; this submitter "
             "cannot (a GPU kernel cannot call a CPU hook): use --progress thread"
         )
+    if engine_threads > 1 and (requested == "inline" or (requested == "auto" and not fits)):
+        raise UnsupportedError(
+            f"--engine-threads {engine_threads} runs {engine_threads} engine threads per rank, "
+            f"which needs --progress thread and {need} free cores per rank (rank {rank}: "
+            f"{where}); use fewer engine threads or more cores (`mpiexec --bind-to none`, "
+            f"`srun --cpus-per-task={need}`)"
+        )
     if requested == "auto":
         return "thread" if fits or autonomous else "inline"
     if requested == "thread" and not fits:
         raise UnsupportedError(
-            f"--progress thread needs a free core for each rank's engine thread (rank "
-            f"{rank}: {where}). Launch with `mpiexec --bind-to none` (or "
-            f"`--map-by slot:PE=2`, `srun --cpus-per-task=2`), or use --progress inline"
+            f"--progress thread needs a free core for each of a rank's {engine_threads} engine "
+            f"thread(s) (rank {rank}: {where}). Launch with `mpiexec --bind-to none` (or "
+            f"`--map-by slot:PE={need}`, `srun --cpus-per-task={need}`), use --progress inline"
+            + (" with --engine-threads 1" if engine_threads > 1 else "")
         )
     return requested
 
@@ -95,7 +107,8 @@ def check_tables(plan: FabricPlan) -> None:
     most_qps = int(_native.emu.MAX_QPS) - 1
     if plan.qps > most_qps:
         raise ConfigError(
-            "QPs per rank", plan.qps,
+            "QPs per rank",
+            plan.qps,
             f"<= {most_qps:,} with --provider emu (its QP table): {plan.rc_peers} peer(s) x "
             f"{plan.rc_qps_per_peer} RC QPs + {plan.dcis} DCIs; ask for fewer (--pool, "
             "--active, --qps-per-peer, --dcis)",
@@ -138,9 +151,10 @@ class EmuProvider(Provider):
                 f"provider emu is one node only; this job spans {plan.nodes} nodes "
                 f"({', '.join(sorted(set(topo.hosts)))}): use a real NIC provider"
             )
+        p = emu_params(plan)
+        threads = p.engine_threads or 1  # EmuParams checked it against the other knobs
         check_cuda_engine(plan, probes)
         check_tables(plan)
-        p = emu_params(plan)
         model = nic_model.load(p.nic_model)  # a bad name or file: ConfigError naming the field
         if model is not None and p.engine == "cuda":
             raise UnsupportedError(
@@ -154,8 +168,9 @@ class EmuProvider(Provider):
             ctas = p.engine_ctas or DEFAULT_CTAS
             return {"progress": "cuda-engine", "engine": "cuda", "engine_ctas": ctas,
                     "queues": p.queues}  # fmt: skip
-        mode = resolve_progress(plan.progress, plan.local_size, topo.rank, plan.autonomous_progress)
-        out = {"progress": mode, "engine": "cpu", "queues": p.queues,
+        mode = resolve_progress(plan.progress, plan.local_size, topo.rank, plan.autonomous_progress,
+                                threads)  # fmt: skip
+        out = {"progress": mode, "engine": "cpu", "engine_threads": threads, "queues": p.queues,
                "nic_model": p.nic_model if model is None else model.name}  # fmt: skip
         if model is not None:  # which constants produced every figure of the run
             out["nic_model_spec"] = model.record()
@@ -181,14 +196,23 @@ class EmuProvider(Provider):
             world_size=topo.size,
             job=job,
             progress="inline" if cuda else settings["progress"],
-            segment_bytes=segment_bytes_for(qps, cqs, plan.dcts, plan.sq_depth, plan.sq_depth, mrs,
-                                            gpis=plan.queue_options.gpis, world=topo.size),
+            segment_bytes=segment_bytes_for(
+                qps,
+                cqs,
+                plan.dcts,
+                plan.sq_depth,
+                plan.sq_depth,
+                mrs,
+                gpis=plan.queue_options.gpis,
+                world=topo.size,
+            ),
             max_qps=qps,
             max_cqs=cqs,
             max_dcts=plan.dcts,
             max_mrs=len(mrs),
             engine=settings.get("engine", "cpu"),
             engine_ctas=settings.get("engine_ctas") if cuda else None,
+            engine_threads=None if cuda else settings.get("engine_threads", 1),
             queues=settings.get("queues", "host"),
             nic_model=_same_model(emu_params(plan).nic_model, settings),
         )
