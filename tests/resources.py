@@ -328,3 +328,19 @@ def sliced(lanes: Sequence[Lane], n: int, region: int) -> tuple[Lane, ...]:
              ln.dc)
         for i, ln in enumerate(lanes[:n])
     )  # fmt: skip
+
+
+def bench_lanes(fs: Sequence[Any], n: int, rcq: Any) -> tuple[list, list, list]:
+    """`n` RC QPs of rank 0 (each with its own 64-entry CQ) to rank 1 (receive CQ `rcq`), as the
+    native bench_rate poster takes them: (sq tuples, cq tuples, the QPs)."""
+    sqs, cqs, qps = [], [], []
+    for _ in range(n):
+        cq = fs[0].create_cq(64)
+        qp = fs[0].create_qp(cq, 64)
+        peer = fs[1].create_qp(rcq, 4)
+        fs[0].connect(qp, fs[1].endpoint(peer))
+        fs[1].connect(peer, fs[0].endpoint(qp))
+        sqs.append((qp.sq.buf, qp.sq.wqebb_cnt, qp.sq.dbrec, qp.sq.doorbell, qp.qpn))
+        cqs.append((cq.buf, cq.ncqe, cq.dbrec))
+        qps.append(qp)
+    return sqs, cqs, qps

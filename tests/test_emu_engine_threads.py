@@ -7,7 +7,7 @@ import os
 import uuid
 
 import pytest
-from resources import EmuRanks
+from resources import EmuRanks, bench_lanes
 
 from gicbench.errors import ConfigError, UnsupportedError
 from gicbench.fabric.emu import EmuFabric, nic_model
@@ -87,16 +87,7 @@ def test_sharded_engine_executes_every_wqe_once(threads: int) -> None:
         fs = w.fabrics
         dst = fs[1].register(64)
         rcq = fs[1].create_cq(16)
-        sqs, cqs, qps = [], [], []
-        for _ in range(7):
-            cq = fs[0].create_cq(64)
-            qp = fs[0].create_qp(cq, 64)
-            peer = fs[1].create_qp(rcq, 4)
-            fs[0].connect(qp, fs[1].endpoint(peer))
-            fs[1].connect(peer, fs[0].endpoint(qp))
-            sqs.append((qp.sq.buf, qp.sq.wqebb_cnt, qp.sq.dbrec, qp.sq.doorbell, qp.qpn))
-            cqs.append((cq.buf, cq.ncqe, cq.dbrec))
-            qps.append(qp)
+        sqs, cqs, qps = bench_lanes(fs, 7, rcq)
         before = fs[0].counters()
         total = 7 * 16 * 1000
         _, n = native.bench_rate(sqs, cqs, dst.addr, dst.rkey, total, 16)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from resources import EmuRanks
+from resources import EmuRanks, bench_lanes
 
 from gicbench import mlx5
 from gicbench.errors import CompletionError, ConfigError, FabricError, UnsupportedError
@@ -238,15 +238,7 @@ def test_native_posting_under_concurrency_is_exact(progress: str) -> None:
         fs = w.fabrics
         dst = fs[1].register(64)
         rcq = fs[1].create_cq(16)
-        sqs, cqs = [], []
-        for _ in range(4):
-            cq = fs[0].create_cq(64)
-            qp = fs[0].create_qp(cq, 64)
-            peer = fs[1].create_qp(rcq, 4)
-            fs[0].connect(qp, fs[1].endpoint(peer))
-            fs[1].connect(peer, fs[0].endpoint(qp))
-            sqs.append((qp.sq.buf, qp.sq.wqebb_cnt, qp.sq.dbrec, qp.sq.doorbell, qp.qpn))
-            cqs.append((cq.buf, cq.ncqe, cq.dbrec))
+        sqs, cqs, _ = bench_lanes(fs, 4, rcq)
         before = fs[0].counters()
         total = 64_000
         _, n = native.bench_rate(
