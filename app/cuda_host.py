@@ -45,6 +45,34 @@ def device_pointer(runtime: Any, host: int) -> int:
     )
 
 
+# Hardware work queues per CUDA context (CUDA_DEVICE_MAX_CONNECTIONS, 1-32). gicbench runs
+# kernels that wait for each other on streams of their own (an engine's persistent kernel, a
+# background load beside a probe, a responder beside a requester in one process): streams that
+# share a queue are serialised, and a kernel queued behind a spinning one does not start until
+# it ends. Measured on the H200 under MPS, the two-rank in-process loaded test of mini-proxy's
+# GPU producers hung or faulted in 5 of 10 runs with the variable unset, 1 of 22 with 8 or 32.
+HARDWARE_QUEUES = "32"
+
+
+def reserve_hardware_queues() -> None:
+    """Ask for HARDWARE_QUEUES queues in every CUDA context this process creates later, unless
+    the user set CUDA_DEVICE_MAX_CONNECTIONS (read when the context is created)."""
+    os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", HARDWARE_QUEUES)
+
+
+def launch_stream(cp: Any) -> Any:
+    """A non-blocking stream of its own for a launch, once the current stream's work is done.
+
+    CuPy stages arguments on the current stream (asarray, zeros): for pageable memory the copy
+    has returned to the host before its data is on the GPU, and a non-blocking stream does not
+    wait for the legacy stream, so a kernel launched at once may read the old bytes of a pointer
+    table (an illegal address that shows when another thread keeps the legacy stream busy, as
+    two in-process ranks do). Never the legacy stream itself: an engine or another rank's
+    persistent kernel may be running."""
+    cp.cuda.get_current_stream().synchronize()
+    return cp.cuda.Stream(non_blocking=True)
+
+
 def note_stuck_kernel(what: str) -> None:
     """Record that a kernel is still running past its deadline (`what`: the kernel and why).
     cudaHostUnregister and cudaFree wait for the device to go idle, which it never will, so the

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ...cuda_host import import_cupy, note_stuck_kernel
+from ...cuda_host import import_cupy, launch_stream, note_stuck_kernel
 from .build import compile_cubin
 from .layout import (
     CQE_OP_OWN,
@@ -188,7 +188,7 @@ class DocaDevice:
         d_lanes = cp.asarray(lanes.view(np.uint8))
         d_job = cp.asarray(np.ascontiguousarray(job, JOB_DTYPE).reshape(1).view(np.uint8))
         d_res = cp.zeros(n * RESULT_DTYPE.itemsize, cp.uint8)
-        stream = cp.cuda.Stream(non_blocking=True)
+        stream = launch_stream(cp)
         with stream:
             fn((blocks,), (threads,), (qps, d_lanes, d_job, d_res, *extra), shared_mem=smem)
         deadline = time.monotonic() + int(job["timeout_ns"]) / 1e9 + grace_s

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...cuda_host import cuda_dir, note_stuck_kernel
+from ...cuda_host import cuda_dir, launch_stream, note_stuck_kernel
 from ...errors import CompletionTimeout, ConfigError, UnsupportedError
 from ..gpu_runtime import smclock
 from ..kernel_cost_common import (
@@ -189,7 +189,7 @@ def run(sub: DocaSubmitter, work: KernelCostWork, grace_s: float = 5.0) -> Kerne
                                         f"{deadline_s:.1f} s after it started")  # fmt: skip
             time.sleep(50e-6)
 
-    stream = cp.cuda.Stream(non_blocking=True)  # never the legacy stream: an engine may run
+    stream = launch_stream(cp)
     with sub._launching(sub._rows(work.lanes)) as qps, stream:
         args = cp.asarray(send_args(qps.data.ptr, lanes_dev.data.ptr, status.data.ptr,
                                     sub.timeout_ns, L, work.size))  # fmt: skip

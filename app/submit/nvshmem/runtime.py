@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ...cuda_host import import_cupy, note_stuck_kernel
+from ...cuda_host import import_cupy, launch_stream, note_stuck_kernel
 from ...errors import UnsupportedError
 from ...fabric.base import ACCESS_ALL, CompletionQueue, MemoryRegion, QueuePair, host_view
 from . import layout
@@ -329,7 +329,7 @@ class NvshmemDevice:
         d_out = cp.zeros(iters * layout.SAMPLE_DTYPE.itemsize, cp.uint8)
         fn = self.module.get_function(kernel)
         before = world.counters()
-        stream = cp.cuda.Stream(non_blocking=True)
+        stream = launch_stream(cp)
         with stream:
             fn((1,), (32,), (d_job, d_out))
         deadline = time.monotonic() + timeout_s

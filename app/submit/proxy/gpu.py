@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ...cuda_host import device_pointer
+from ...cuda_host import device_pointer, launch_stream
 from ...errors import CompletionTimeout, ConfigError, FabricError
 from ..failures import LoopInterrupted
 from ..work import LatencyWork, LoadedWork, ProxyRateWork, RespondWork
@@ -307,7 +307,7 @@ class GpuProducers:
         out = cp.zeros(max(1, samples), dtype=cp.int64)
         status = cp.zeros(1, dtype=cp.int32)
         where = cp.zeros(1, dtype=cp.uint64)
-        s = cp.cuda.Stream(non_blocking=True)
+        s = launch_stream(cp)
         with s:
             self.fn[kernel]((1,), (1,), (*args, out, status, where))
         self._watch(eng, s, f"{what} (GPU producer)", self._timeout_s(eng, ops))
@@ -339,7 +339,7 @@ class GpuProducers:
             t_start, t_open, t_end = (cp.zeros(P, dtype=cp.uint64) for _ in range(3))
             windows = cp.zeros(P * max_windows, dtype=cp.int64)
             nwin = cp.zeros(P, dtype=cp.uint32)
-            s = cp.cuda.Stream(non_blocking=True)
+            s = launch_stream(cp)
             with s:
                 self.fn["px_rate"](
                     (P,),
@@ -417,8 +417,8 @@ class GpuProducers:
             pstatus = cp.zeros(1, dtype=cp.int32)
             where = cp.zeros(1, dtype=cp.uint64)
             per_block_ns = P / (work.pace_mps * 1e6) * 1e9 if work.pace_mps > 0 else 0.0
-            bg_stream = cp.cuda.Stream(non_blocking=True)
-            probe_stream = cp.cuda.Stream(non_blocking=True)
+            bg_stream = launch_stream(cp)
+            probe_stream = launch_stream(cp)
             with bg_stream:
                 self.fn["px_background"](
                     (P,),

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...cuda_host import cuda_dir
+from ...cuda_host import cuda_dir, launch_stream
 from ...errors import CompletionTimeout, ConfigError, UnsupportedError, ValidationError
 from ..kernel_cost_common import (
     CALLER,
@@ -196,7 +196,7 @@ def run(sub: ProxySubmitter, work: KernelCostWork) -> KernelCostResult:
                                     status.data.ptr, sub.timeout_ns, R, T, L,
                                     sub.params.ring_depth, work.size))  # fmt: skip
         before = [dbrec_wqebbs(ln) for ln in work.lanes]
-        stream = cp.cuda.Stream(non_blocking=True)  # never the legacy stream
+        stream = launch_stream(cp)
         # the host's bound: the engine's timeout and 0.1 ms a message, for every pass
         bound = gpu._timeout_s(eng, grid * max(1, work.messages) * work.launches)
 
