@@ -150,7 +150,7 @@ def test_writes_past_the_sq_wait_for_room(world, backend: str) -> None:
 
 
 def test_the_delay_kernel_runs_the_wait(world) -> None:
-    res = _dispatch(world(), _plan("gdaki", 16, 2, 4, 20.0))
+    res = _dispatch(world(), _plan("gdaki", 16, 2, 4, 200.0))  # well above a launch's cost
     for r in res:
         # the kernel spins its calibrated share of the wait by globaltimer, and the events
         # around it hold that spin (an upper bound would be a timing assertion: launch gaps

@@ -138,6 +138,7 @@ def test_gpu_loaded_reserved_two_ranks(handoff) -> None:
     a GPU background CTA on each non-probe ring, the probe's round trip on ring 0), small: it
     ends, the probe's answers carry its sequence numbers, nothing is left mapped."""
     import threading
+    import traceback
 
     from gicbench.submit.base import LoadedWork
 
@@ -162,8 +163,11 @@ def test_gpu_loaded_reserved_two_ranks(handoff) -> None:
         assert not t.is_alive()
         for s in subs:
             s.close()
-        for side in (0, 1):
-            assert not isinstance(out[side], BaseException), out[side]
+        for side in (0, 1):  # which side failed, and where
+            err = out[side]
+            assert not isinstance(err, BaseException), f"side {side}: " + "".join(
+                traceback.format_exception(err)
+            )
         assert out[0].rtt_ns.size == 100 and (out[0].rtt_ns > 0).all()
         assert subs[0].last_ring_messages[0] == 0 and out[0].background > 0
         assert w.landing(0)[0:8].view(np.uint64)[0] == 110  # the last answer's sequence
