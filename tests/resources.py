@@ -344,3 +344,15 @@ def bench_lanes(fs: Sequence[Any], n: int, rcq: Any) -> tuple[list, list, list]:
         cqs.append((cq.buf, cq.ncqe, cq.dbrec))
         qps.append(qp)
     return sqs, cqs, qps
+
+
+def assert_executed_once(f: Any, before: dict[str, int], posted: int, total: int,
+                         batch: int) -> None:  # fmt: skip
+    """After a native poster's `total` WQEs on rank `f` (counters `before`): all posted, each
+    executed once, one CQE per doorbell batch, none stale, no errors."""
+    after = f.counters()
+    f.check()
+    assert posted == total
+    assert after["wqes"] - before["wqes"] == total
+    assert after["cqes"] - before["cqes"] == total // batch
+    assert after["stale_wqes"] == after["errors"] == after["bad_doorbells"] == 0

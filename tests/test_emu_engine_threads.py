@@ -7,7 +7,7 @@ import os
 import uuid
 
 import pytest
-from resources import EmuRanks, bench_lanes
+from resources import EmuRanks, assert_executed_once, bench_lanes
 
 from gicbench.errors import ConfigError, UnsupportedError
 from gicbench.fabric.emu import EmuFabric, nic_model
@@ -92,12 +92,7 @@ def test_sharded_engine_executes_every_wqe_once(threads: int) -> None:
         total = 7 * 16 * 1000
         _, n = native.bench_rate(sqs, cqs, dst.addr, dst.rkey, total, 16)
         fs[0].quiesce()
-        after = fs[0].counters()
-        fs[0].check()
-        assert n == total
-        assert after["wqes"] - before["wqes"] == total
-        assert after["cqes"] - before["cqes"] == total // 16
-        assert after["stale_wqes"] == after["errors"] == after["bad_doorbells"] == 0
+        assert_executed_once(fs[0], before, n, total, 16)
         per_qp = [fs[0].qp_counters(q) for q in qps]
         assert sum(c["wqes"] for c in per_qp) == total
         assert all(c["wqes"] > 0 and c["errors"] == c["stale_wqes"] == 0 for c in per_qp)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from resources import EmuRanks, bench_lanes
+from resources import EmuRanks, assert_executed_once, bench_lanes
 
 from gicbench import mlx5
 from gicbench.errors import CompletionError, ConfigError, FabricError, UnsupportedError
@@ -251,12 +251,7 @@ def test_native_posting_under_concurrency_is_exact(progress: str) -> None:
             hook=fs[0].progress_hook(),
             ctx=fs[0].progress_ctx(),
         )
-        after = fs[0].counters()
-        fs[0].check()
-        assert n == total
-        assert after["wqes"] - before["wqes"] == total
-        assert after["cqes"] - before["cqes"] == total // 16
-        assert after["stale_wqes"] == after["errors"] == after["bad_doorbells"] == 0
+        assert_executed_once(fs[0], before, n, total, 16)
         assert bytes(fs[1].view(dst)[:8]) == (0x0123456789ABCDEF).to_bytes(8, "little")
 
 

@@ -71,6 +71,7 @@ from .params import (  # declared once, with the knobs
     ENGINES,
     MAX_ENGINE_THREADS,
     QUEUE_PLACEMENTS,
+    engine_threads_refusal,
 )
 
 # The CUDA engine is a persistent kernel: with CUDA's lazy module loading (the default since
@@ -253,27 +254,21 @@ class EmuFabric(Fabric):
             )
         if engine_ctas is not None and engine != "cuda":
             raise ConfigError("engine_ctas (--engine-ctas)", engine_ctas, "unset (CPU engine)")
-        if engine_threads is not None:
-            if engine != "cpu":
-                why = "unset (CUDA engine: its capacity is engine_ctas)"
-            elif (
-                not isinstance(engine_threads, int) or not 1 <= engine_threads <= MAX_ENGINE_THREADS
-            ):
-                why = f"an int in 1..{MAX_ENGINE_THREADS}"
-            elif engine_threads > 1 and progress != "thread":
-                why = "1 with progress='inline' (inline progress is one thread)"
-            elif engine_threads > 1 and nic_model is not None:
-                why = "1 with a NIC model (one clock per rank)"
-            else:
-                why = ""
-            if why:
-                raise ConfigError(ENGINE_THREADS_FIELD, engine_threads, why)
         if not isinstance(segment_bytes, int) or segment_bytes < 4096 or segment_bytes % 4096:
             raise ConfigError(
                 "segment_bytes", segment_bytes, "a multiple of 4096 (see segment_bytes_for)"
             )
         if nic_model is not None and not isinstance(nic_model, NicModel):
             raise ConfigError("nic_model", nic_model, "a NicModel (nic_model.load) or None")
+        if engine_threads is not None and (
+            not isinstance(engine_threads, int) or not 1 <= engine_threads <= MAX_ENGINE_THREADS
+        ):
+            why = f"an int in 1..{MAX_ENGINE_THREADS}"
+        else:
+            model = nic_model.name if nic_model is not None else None
+            why = engine_threads_refusal(engine_threads, engine, model, progress)
+        if why:
+            raise ConfigError(ENGINE_THREADS_FIELD, engine_threads, why)
         if nic_model is not None and engine != "cpu":
             raise UnsupportedError(
                 f"nic_model (--nic-model) {nic_model.name}: the NIC model is charged by the CPU "

@@ -59,11 +59,25 @@ class EmuParams:
     )
 
     def __post_init__(self) -> None:
-        # --engine-threads against the other emu knobs, when the run is planned (exit 2)
-        why = ""
-        if self.engine_threads is not None and self.engine == "cuda":
-            why = "unset with --engine cuda (its capacity is --engine-ctas)"
-        elif (self.engine_threads or 1) > 1 and self.nic_model != "none":
-            why = f"1 with --nic-model {self.nic_model} (the model is one engine thread's clock)"
+        # checked when the run is planned (exit 2); the progress mode is resolved at pre-flight
+        model = None if self.nic_model == "none" else self.nic_model
+        why = engine_threads_refusal(self.engine_threads, self.engine, model)
         if why:
             raise ConfigError(ENGINE_THREADS_FIELD, self.engine_threads, why)
+
+
+def engine_threads_refusal(
+    threads: int | None, engine: str, model: str | None, progress: str | None = None
+) -> str:
+    """Why `threads` CPU engine threads (in range: the knob or EmuFabric checked it) cannot run
+    with the other settings ('' when they can): the one rule the knob's planning and EmuFabric
+    both apply. `model`: the NIC model's name; `progress` None while it is not resolved yet."""
+    if threads is None:
+        return ""
+    if engine != "cpu":
+        return "unset with the CUDA engine (its capacity is engine_ctas, --engine-ctas)"
+    if threads > 1 and progress == "inline":
+        return "1 with --progress inline (inline progress is one thread)"
+    if threads > 1 and model is not None:
+        return f"1 with --nic-model {model} (a NIC model is one engine thread's clock)"
+    return ""
