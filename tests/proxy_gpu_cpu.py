@@ -128,6 +128,18 @@ class Stream:
     def __exit__(self, *exc: object) -> None:
         Stream.current = self.prev
 
+    def synchronize(self) -> None:
+        for t in self.blocks:
+            t.join()
+
+
+LEGACY_STREAM = Stream()
+
+
+def get_current_stream() -> Stream:
+    """The stream a launch outside `with stream:` would use (CuPy's legacy default)."""
+    return Stream.current or LEGACY_STREAM
+
 
 class Event:
     def record(self, stream: Stream) -> None:
@@ -182,7 +194,7 @@ def fake_cupy() -> SimpleNamespace:
         uint32=np.uint32,
         zeros=zeros,
         asarray=asarray,
-        cuda=SimpleNamespace(Stream=Stream, Event=Event),
+        cuda=SimpleNamespace(Stream=Stream, Event=Event, get_current_stream=get_current_stream),
     )
 
 
