@@ -159,13 +159,62 @@ def _slices(t: Traffic, i: int, n: int):
     return Buffer.local(src, i * n, n), Buffer(dst.addr + i * n, dst.rkey, n)
 
 
-def test_the_cycle_is_refused_by_shape_elsewhere() -> None:
+def test_the_cycle_is_refused_by_shape_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
     from gicbench.submit import base as submitters
+    from gicbench.submit.doca.submitter import DocaSubmitter
+
+    # available or not, DOCA's submitter has no cycle loop: the shape check is what refuses
+    monkeypatch.setattr(DocaSubmitter, "availability", classmethod(lambda cls, probes: None))
 
     having = [n for n in submitters.names() if Shape.CYCLE in submitters.get(n).shapes]
-    assert having == ["host"]
+    assert having == ["host", "proxy"]
     with pytest.raises(UnsupportedError, match="cycle loops"):
-        plan_of("--submitter", "proxy")
+        plan_of("--submitter", "doca")
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["--transport", "dc"], "transport (--transport)"),  # DCI-peer pairs share a DCI
+        (["--threads", "33", "--active", "64"], "threads (--threads)"),  # a ring per unit
+        (["--active", "70000", "--pool", "70000"], "pool (--pool)"),  # 16-bit lane field
+        (["--producer", "gpu"], "producer (--producer)"),
+    ],
+)
+def test_proxy_cycle_refusals_name_the_field(args: list[str], field: str) -> None:
+    with pytest.raises((ConfigError, UnsupportedError)) as e:
+        plan_of("--submitter", "proxy", *args)
+    assert f"invalid {field}=" in str(e.value)
+
+
+@pytest.mark.parametrize(("units", "workers", "w", "visits"),
+                         [(1, 1, 1, 7), (3, 2, 4, 10), (2, 2, 8, 3), (4, 4, 3, 9)])
+def test_proxy_landing_matches_the_cycle_rule(units: int, workers: int, w: int,
+                                              visits: int) -> None:
+    """mini-proxy's cycle (host producers on a ring each, workers owning their units' QPs)
+    leaves what cycle_lane_writes says in every lane's slice, as the host loop does."""
+    from gicbench.submit.proxy.params import ProxyParams
+    from gicbench.submit.proxy.submitter import ProxySubmitter
+
+    size, slice_bytes = 8, 64
+    with _Cycle(qps=7, depth=64, slice_bytes=slice_bytes, mr_bytes=7 * slice_bytes,
+                both_ways=False, seed=5) as t:
+        lanes = t.lanes(7)
+        sub = ProxySubmitter(rank=0, fabric=t.fabrics[0],
+                             progress=t.fabrics[0].progress_policy(), timeout_s=5.0,
+                             params=ProxyParams(workers=workers, precondition_s=0.0))
+        res = sub.cycle(CycleWork(lanes, units, w, 2, size, True, visits, 2, 4))
+        counts = cycle_lane_writes(list(range(7)), units, w, visits + 2)
+        assert res.messages == visits * w * units
+        assert sum(sub.last_ring_messages) == (visits + 2) * w * units
+        assert len(sub.last_workers) == min(workers, units)
+        src, landing = t.src(0), t.landing(1)
+        for i, n in enumerate(counts):
+            got = landing[i * slice_bytes : (i + 1) * slice_bytes]
+            written = min(n, slice_bytes // size) * size
+            want = src[i * slice_bytes : i * slice_bytes + written]
+            assert np.array_equal(got[:written], want), f"lane {i}"
+            assert not got[written:].any(), f"lane {i} wrote past its {n} writes"
 
 
 def test_a_pool_larger_than_emus_table_is_refused_in_pre_flight(tmp_path: Path) -> None:

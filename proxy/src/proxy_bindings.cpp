@@ -301,6 +301,45 @@ void bind_proxy(nb::module_ m) {
           nb::arg("warmup"), nb::arg("window"),
           "Host producers fill the rings. Returns (ok, windows_ns, stats, error).")
       .def(
+          "assign_lanes",
+          [](PyEngine& s, std::vector<uint32_t> lane_worker) {
+            s.get().assign_lanes(std::move(lane_worker));
+          },
+          nb::arg("lane_worker"),
+          "Before init: lane l belongs to worker lane_worker[l] (default l mod workers).")
+      .def(
+          "cycle",
+          [](PyEngine& s, std::vector<std::vector<uint32_t>> unit_lanes, int handoff,
+             uint32_t size, uint32_t writes_per_visit, uint64_t visits, uint64_t warmup_visits,
+             uint64_t window) {
+            proxy::CycleArgs a;
+            a.unit_lanes = std::move(unit_lanes);
+            a.handoff = handoff_of(handoff);
+            a.size = size;
+            a.writes_per_visit = writes_per_visit;
+            a.visits = visits;
+            a.warmup_visits = warmup_visits;
+            a.window = window;
+            proxy::RateResult res;
+            proxy::EngineError err;
+            bool ok;
+            {
+              nb::gil_scoped_release nogil;
+              ok = proxy::cycle(s.get(), a, res, err);
+            }
+            nb::dict r;
+            r["elapsed_ns"] = res.elapsed_ns;
+            r["messages"] = res.messages;
+            r["ring_messages"] = res.ring_messages;
+            r["enqueue_ns"] = res.enqueue_ns;
+            return std::make_tuple(ok, to_numpy(std::move(res.windows_ns)), r, error_dict(err));
+          },
+          nb::arg("unit_lanes"), nb::arg("handoff"), nb::arg("size"),
+          nb::arg("writes_per_visit"), nb::arg("visits"), nb::arg("warmup_visits"),
+          nb::arg("window"),
+          "Host producers cycle their lanes, unit u on ring u. Returns (ok, windows_ns, stats, "
+          "error).")
+      .def(
           "loaded",
           [](PyEngine& s, bool requester, int handoff, bool reserved, uint32_t producers,
              double pace_mps, uint32_t size, uint64_t reply, uint32_t iters, uint32_t warmup) {

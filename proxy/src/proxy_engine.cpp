@@ -134,7 +134,26 @@ bool Engine::init(EngineError& err) {
                     "size=" + std::to_string(c.max_size) + " beyond lane " + std::to_string(i) +
                         "'s regions");
   }
+  if (!c.lane_worker.empty()) {
+    if (c.lane_worker.size() != lanes_.size())
+      return refuse("lanes", "a worker for every lane",
+                    std::to_string(c.lane_worker.size()) + " assignments for " +
+                        std::to_string(lanes_.size()) + " lanes");
+    std::vector<bool> owns(c.workers, false);
+    for (size_t i = 0; i < lanes_.size(); ++i) {
+      if (c.lane_worker[i] >= c.workers)
+        return refuse("lanes", "workers 0.." + std::to_string(c.workers - 1),
+                      "lane " + std::to_string(i) + " assigned to worker " +
+                          std::to_string(c.lane_worker[i]));
+      owns[c.lane_worker[i]] = true;
+    }
+    for (uint32_t w = 0; w < c.workers; ++w)
+      if (!owns[w])
+        return refuse("workers", "a lane for every worker",
+                      "worker " + std::to_string(w) + " is assigned no lane");
+  }
   // lanes of worker w: w, w+T, ...; ring r: worker r mod T, that worker's ((r div T) mod n)-th
+  // (assigned lanes: rings name their lanes in each descriptor, ring_lane is not used)
   ring_lane_.resize(c.rings);
   for (uint32_t r = 0; r < c.rings; ++r) {
     const uint32_t w = r % c.workers;
@@ -238,7 +257,8 @@ void Engine::worker_main(uint32_t w) {
   // My lanes; each lane's SQ resumes where its memory says.
   std::vector<WorkerLane<Mlx5Poster>> mine;
   std::vector<int> lane_slot(lanes_.size(), -1);
-  for (uint32_t i = w; i < lanes_.size(); i += cfg_.workers) {
+  for (uint32_t i = 0; i < lanes_.size(); ++i) {
+    if (owner(i) != w) continue;
     uint16_t retired = 0;
     if (const char* why = attach_retired(lanes_[i].sq, lanes_[i].cq, retired)) {
       EngineError e;

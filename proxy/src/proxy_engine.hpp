@@ -5,7 +5,8 @@
 // or GPU threads writing through a mapping (the Python side launches them).
 //
 // Ring r belongs to worker r mod T and carries writes on one of that worker's lanes (QPs):
-// lane l belongs to worker l mod T, and ring r uses the worker's ((r div T) mod n)-th lane.
+// lane l belongs to worker l mod T (unless the configuration assigns lanes: `lane_worker`), and
+// ring r uses the worker's ((r div T) mod n)-th lane.
 #pragma once
 
 #include <atomic>
@@ -52,6 +53,9 @@ struct EngineConfig {
   int64_t precondition_ns = 0;  // cold: idle this long first; warm: CPU-only load this long
   int64_t timeout_ns = 1000000000;
   Progress progress;
+  // lane_worker[l]: the worker that owns lane l; empty: l mod T. A producer that cycles its
+  // own lanes (cycle, proxy_host.hpp) has them owned by its ring's worker.
+  std::vector<uint32_t> lane_worker;
 };
 
 // A failure anywhere in the engine: a loop's failure (the lane's queue state, the error
@@ -107,6 +111,12 @@ class Engine {
   uint32_t ring_lane(uint32_t r) const { return ring_lane_[r]; }
   bool on_verbs() const { return !verbs_.empty(); }
   const std::vector<WorkerStats>& stats() const { return stats_; }
+  // The worker that owns lane l.
+  uint32_t owner(size_t l) const {
+    return cfg_.lane_worker.empty() ? static_cast<uint32_t>(l % cfg_.workers) : cfg_.lane_worker[l];
+  }
+  // Before init: lane l to worker lane_worker[l] (init checks the assignment).
+  void assign_lanes(std::vector<uint32_t> lane_worker) { cfg_.lane_worker = std::move(lane_worker); }
 
   // Shared failure state: producers and workers stop when it is set.
   bool failed() const { return failed_.load(std::memory_order_relaxed); }

@@ -56,11 +56,12 @@ inline void stamp(uint64_t addr, uint64_t seq) {
 
 }  // namespace
 
-bool enqueue(Engine& e, uint32_t r, Handoff h, ProducerCache& c, uint32_t lane, Slots slots,
+namespace {
+
+// Reserve ring r's next index, wait for room, publish (lane, offset_of(index), length).
+template <class Offset>
+bool publish(Engine& e, uint32_t r, Handoff h, ProducerCache& c, uint32_t lane, Offset offset_of,
              uint32_t length, uint64_t& index, const char* who, EngineError& err) {
-  auto offset_of = [&](uint64_t i) {
-    return static_cast<uint32_t>((slots.first + i % slots.count) * length);
-  };
   const Ring R = e.ring(r);
   int64_t deadline = 0;
   uint32_t spins = 0;
@@ -96,6 +97,16 @@ bool enqueue(Engine& e, uint32_t r, Handoff h, ProducerCache& c, uint32_t lane, 
   __atomic_store_n(&s[0], w0, __ATOMIC_RELEASE);
 #endif
   return true;
+}
+
+}  // namespace
+
+bool enqueue(Engine& e, uint32_t r, Handoff h, ProducerCache& c, uint32_t lane, Slots slots,
+             uint32_t length, uint64_t& index, const char* who, EngineError& err) {
+  auto offset_of = [&](uint64_t i) {
+    return static_cast<uint32_t>((slots.first + i % slots.count) * length);
+  };
+  return publish(e, r, h, c, lane, offset_of, length, index, who, err);
 }
 
 bool wait_completed(Engine& e, uint32_t r, uint64_t count, const char* who, EngineError& err) {
@@ -235,33 +246,30 @@ void keep_first(EngineError& first, const EngineError& e) {
 
 }  // namespace
 
-bool rate(Engine& e, const RateArgs& a, RateResult& res, EngineError& err) {
-  res = RateResult{};
-  const uint32_t P = a.producers;
-  err.total = (a.warmup_per_producer + a.messages_per_producer) * P;
-  if (P == 0 || P > 64 || (a.handoff == Handoff::kTuned && P > e.rings())) {
-    err.failed = true;
-    err.kind = "bad_arguments";
-    err.who = "engine";
-    err.field = "producers";
-    err.allowed = a.handoff == Handoff::kTuned
-                      ? "1.." + std::to_string(e.rings()) + " (tuned: one producer per ring)"
-                      : std::string("1..64");
-    err.message = "producers=" + std::to_string(P) + " with " + std::to_string(e.rings()) +
-                  " rings";
-    return false;
-  }
-  if (a.window == 0 || a.messages_per_producer == 0) {
-    err.failed = true;
-    err.kind = "bad_arguments";
-    err.who = "engine";
-    err.field = "messages";
-    err.allowed = "at least 1 message and 1 per window";
-    err.message = "messages=" + std::to_string(a.messages_per_producer);
-    return false;
-  }
+namespace {
+
+bool bad_arguments(EngineError& err, const char* field, const std::string& allowed,
+                   const std::string& message) {
+  err.failed = true;
+  err.kind = "bad_arguments";
+  err.who = "engine";
+  err.field = field;
+  err.allowed = allowed;
+  err.message = message;
+  return false;
+}
+
+// P host producers, each publishing `total` descriptors (the first `warmup` untimed) through
+// put(p, k, caches, rings_given, who, err), which enqueues producer p's k-th descriptor and
+// counts it in rings_given[ring]; then the drain: every ring's counter reaches what it was given
+// (timed). Windows of `window` descriptors per producer, producer after producer, the last one
+// carrying the drain; elapsed from the first timed enqueue to the last completion.
+template <class Put>
+bool stream(Engine& e, uint32_t P, uint64_t warmup, uint64_t total, uint64_t window, Put put,
+            RateResult& res, EngineError& err) {
   struct Out {
     std::vector<int64_t> windows;
+    std::vector<uint64_t> given;
     int64_t t_start = 0, enq_ns = 0;
     uint64_t posted = 0;
     EngineError err;
@@ -269,17 +277,16 @@ bool rate(Engine& e, const RateArgs& a, RateResult& res, EngineError& err) {
   std::vector<Out> outs(P);
   std::atomic<uint32_t> ready{0};
   std::atomic<bool> stop{false};
-  const uint64_t total = a.warmup_per_producer + a.messages_per_producer;
   auto body = [&](uint32_t p) {
     Out& o = outs[p];
+    o.given.assign(e.rings(), 0);
     const std::string who = "producer " + std::to_string(p);
-    const auto mine = rings_of(p, P, e.rings(), 0);
-    std::vector<ProducerCache> caches(mine.size());
+    std::vector<ProducerCache> caches(e.rings());
     ready.fetch_add(1);
     while (ready.load() < P && !stop.load()) cpu_relax();
     if (stop.load()) return;
-    uint64_t next_window = a.warmup_per_producer + a.window;
-    int64_t t_window = a.warmup_per_producer == 0 ? now_ns() : 0;
+    uint64_t next_window = warmup + window;
+    int64_t t_window = warmup == 0 ? now_ns() : 0;
     o.t_start = t_window;
     for (uint64_t k = 0; k < total; ++k) {
       // One relaxed load each: a signal or a failed worker ends the stream within a message.
@@ -287,24 +294,18 @@ bool rate(Engine& e, const RateArgs& a, RateResult& res, EngineError& err) {
         o.err.failed = true;
         o.err.kind = interrupted() ? "interrupted" : "stopped";
         o.err.who = who;
-        e.fill_ring(o.err, mine[k % mine.size()]);
         break;
       }
-      const size_t j = k % mine.size();
-      const uint32_t r = mine[j];
-      uint64_t idx = 0;
       const int64_t t0 = now_ns();
-      if (!enqueue(e, r, a.handoff, caches[j], e.ring_lane(r), Slots{0, slots_of(e, r, a.size)},
-                   a.size, idx, who.c_str(), o.err))
-        break;
+      if (!put(p, k, caches, o.given, who.c_str(), o.err)) break;
       const int64_t t1 = now_ns();
       ++o.posted;
-      if (k >= a.warmup_per_producer) o.enq_ns += t1 - t0;
-      if (o.posted == a.warmup_per_producer) o.t_start = t_window = t1;
+      if (k >= warmup) o.enq_ns += t1 - t0;
+      if (o.posted == warmup) o.t_start = t_window = t1;
       while (o.posted >= next_window && next_window < total) {
         o.windows.push_back(t1 - t_window);
         t_window = t1;
-        next_window += a.window;
+        next_window += window;
       }
     }
     if (o.err.failed) {
@@ -319,20 +320,16 @@ bool rate(Engine& e, const RateArgs& a, RateResult& res, EngineError& err) {
   for (auto& t : pool) t.join();
   EngineError first;
   for (auto& o : outs) keep_first(first, o.err);
-  // The drain: every ring's counter reaches what it was given (timed).
   std::vector<uint64_t> given(e.rings(), 0);
-  for (uint32_t p = 0; p < P; ++p) {
-    const auto mine = rings_of(p, P, e.rings(), 0);
-    for (size_t j = 0; j < mine.size(); ++j)
-      given[mine[j]] += outs[p].posted / mine.size() + (j < outs[p].posted % mine.size() ? 1 : 0);
-  }
+  for (auto& o : outs)
+    for (size_t r = 0; r < o.given.size(); ++r) given[r] += o.given[r];
   if (!first.failed)
     for (uint32_t r = 0; r < e.rings() && !first.failed; ++r)
       wait_completed(e, r, given[r], "drain", first);
   const int64_t t_end = now_ns();
   if (first.failed) {
     err = first;
-    err.total = (a.warmup_per_producer + a.messages_per_producer) * P;
+    err.total = total * P;
     uint64_t posted = 0;
     for (auto& o : outs) posted += o.posted;
     err.done = posted;
@@ -346,10 +343,90 @@ bool rate(Engine& e, const RateArgs& a, RateResult& res, EngineError& err) {
     t0 = std::min(t0, o.t_start);
   }
   res.elapsed_ns = t_end - t0;
-  res.messages = a.messages_per_producer * P;
+  res.messages = (total - warmup) * P;
   res.ring_messages = given;
-  err.done = err.total;
+  err.done = err.total = total * P;
   return true;
+}
+
+}  // namespace
+
+bool rate(Engine& e, const RateArgs& a, RateResult& res, EngineError& err) {
+  res = RateResult{};
+  const uint32_t P = a.producers;
+  err.total = (a.warmup_per_producer + a.messages_per_producer) * P;
+  if (P == 0 || P > 64 || (a.handoff == Handoff::kTuned && P > e.rings()))
+    return bad_arguments(err, "producers",
+                         a.handoff == Handoff::kTuned
+                             ? "1.." + std::to_string(e.rings()) + " (tuned: one producer per ring)"
+                             : std::string("1..64"),
+                         "producers=" + std::to_string(P) + " with " +
+                             std::to_string(e.rings()) + " rings");
+  if (a.window == 0 || a.messages_per_producer == 0)
+    return bad_arguments(err, "messages", "at least 1 message and 1 per window",
+                         "messages=" + std::to_string(a.messages_per_producer));
+  std::vector<std::vector<uint32_t>> mine(P);
+  for (uint32_t p = 0; p < P; ++p) mine[p] = rings_of(p, P, e.rings(), 0);
+  auto put = [&](uint32_t p, uint64_t k, std::vector<ProducerCache>& caches,
+                 std::vector<uint64_t>& given, const char* who, EngineError& pe) {
+    const uint32_t r = mine[p][k % mine[p].size()];
+    uint64_t idx = 0;
+    if (!enqueue(e, r, a.handoff, caches[r], e.ring_lane(r), Slots{0, slots_of(e, r, a.size)},
+                 a.size, idx, who, pe)) {
+      e.fill_ring(pe, r);
+      return false;
+    }
+    ++given[r];
+    return true;
+  };
+  return stream(e, P, a.warmup_per_producer, a.warmup_per_producer + a.messages_per_producer,
+                a.window, put, res, err);
+}
+
+bool cycle(Engine& e, const CycleArgs& a, RateResult& res, EngineError& err) {
+  res = RateResult{};
+  const auto U = static_cast<uint32_t>(a.unit_lanes.size());
+  const uint64_t W = a.writes_per_visit;
+  err.total = (a.warmup_visits + a.visits) * W * U;
+  if (U == 0 || U > e.rings())
+    return bad_arguments(err, "units", "1.." + std::to_string(e.rings()) + " (one ring each)",
+                         "units=" + std::to_string(U));
+  if (W == 0 || a.visits == 0 || a.window == 0)
+    return bad_arguments(err, "visits", "at least 1 write per visit, 1 visit and 1 per window",
+                         "writes_per_visit=" + std::to_string(W) +
+                             " visits=" + std::to_string(a.visits));
+  std::vector<std::vector<uint64_t>> slots(U);
+  for (uint32_t u = 0; u < U; ++u) {
+    if (a.unit_lanes[u].empty())
+      return bad_arguments(err, "units", "every unit with a lane",
+                           "unit " + std::to_string(u) + " has none");
+    for (uint32_t l : a.unit_lanes[u]) {
+      if (l >= e.lanes().size() || e.owner(l) != u % e.config().workers)
+        return bad_arguments(err, "lanes", "lanes owned by the unit's ring's worker",
+                             "unit " + std::to_string(u) + " visits lane " + std::to_string(l));
+      const auto& L = e.lanes()[l];
+      slots[u].push_back(std::max<uint64_t>(1, std::min(L.src.length, L.dst.length) / a.size));
+    }
+  }
+  // Unit u's k-th write: visit v = k div W on its (v mod n)-th lane, that lane's
+  // ((v div n) W + k mod W)-th write, to slot (that mod slots).
+  auto put = [&](uint32_t u, uint64_t k, std::vector<ProducerCache>& caches,
+                 std::vector<uint64_t>& given, const char* who, EngineError& pe) {
+    const auto& mine = a.unit_lanes[u];
+    const uint64_t v = k / W, n = mine.size();
+    const uint64_t write = (v / n) * W + k % W;
+    const auto offset = static_cast<uint32_t>((write % slots[u][v % n]) * a.size);
+    uint64_t idx = 0;
+    if (!publish(e, u, a.handoff, caches[u], mine[v % n], [&](uint64_t) { return offset; },
+                 a.size, idx, who, pe)) {
+      e.fill_ring(pe, u);
+      return false;
+    }
+    ++given[u];
+    return true;
+  };
+  const uint64_t total = (a.warmup_visits + a.visits) * W;
+  return stream(e, U, a.warmup_visits * W, total, a.window, put, res, err);
 }
 
 bool loaded(Engine& e, const LoadedArgs& a, LoadedResult& res, EngineError& err) {

@@ -74,6 +74,21 @@ struct RateResult {
 // its k-th message on a ring goes to slot (ring index mod slots) of the ring's lane region.
 bool rate(Engine& e, const RateArgs& a, RateResult& res, EngineError& err);
 
+struct CycleArgs {
+  Handoff handoff = Handoff::kTuned;
+  uint32_t size = 8;
+  uint32_t writes_per_visit = 1;  // W
+  uint64_t visits = 0, warmup_visits = 0, window = 0;
+  // unit u's lanes in visit order; unit u is a host thread filling ring u, and its lanes are
+  // owned by that ring's worker (Engine::assign_lanes)
+  std::vector<std::vector<uint32_t>> unit_lanes;
+};
+
+// Active connections: unit u's v-th visit posts W descriptors on lane unit_lanes[u][v mod n]
+// (the worker chains them, B per doorbell); that lane's k-th write goes to slot k mod slots of
+// its regions. `warmup_visits` untimed visits, then `visits` timed ones, the drain inside.
+bool cycle(Engine& e, const CycleArgs& a, RateResult& res, EngineError& err);
+
 struct LoadedArgs {
   bool requester = true;     // false: the responder side of the probe's round trip
   Handoff handoff = Handoff::kBaseline;

@@ -45,7 +45,8 @@ bool Engine::init_verbs(EngineError& err) {
 void Engine::verbs_worker(uint32_t w) {
   std::vector<WorkerLane<VerbsPoster>> mine;
   std::vector<int> lane_slot(lanes_.size(), -1);
-  for (uint32_t i = w; i < lanes_.size(); i += cfg_.workers) {
+  for (uint32_t i = 0; i < lanes_.size(); ++i) {
+    if (owner(i) != w) continue;
     lane_slot[i] = static_cast<int>(mine.size());
     const host::Lane& l = lanes_[i];
     const VerbsQueues& q = verbs_[i];

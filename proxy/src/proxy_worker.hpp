@@ -92,6 +92,10 @@ void Engine::drive(uint32_t w, std::vector<WorkerLane<P>>& mine,
   ready_.fetch_add(1, std::memory_order_acq_rel);
 
   std::vector<Piece> chain(cfg_.batch);
+  // The lanes with chains in flight: only these are polled (a worker may own thousands of
+  // lanes, most of them idle at any moment, as when its producers cycle connections).
+  std::vector<uint32_t> busy;
+  std::vector<char> in_busy(mine.size(), 0);
   // Take completions of one lane; each retires one chain and credits its ring's counter.
   auto reap = [&](WorkerLane<P>& L) -> bool {
     for (;;) {
@@ -143,8 +147,11 @@ void Engine::drive(uint32_t w, std::vector<WorkerLane<P>>& mine,
           e.index = i;
           e.message = "descriptor " + std::to_string(i) + " of ring " + std::to_string(r) +
                       " asks for lane " + std::to_string(l) + ", offset " + std::to_string(off) +
-                      ", " + std::to_string(len) + " bytes; this worker owns lanes ≡ " +
-                      std::to_string(w) + " mod " + std::to_string(cfg_.workers) +
+                      ", " + std::to_string(len) + " bytes; this worker owns " +
+                      (cfg_.lane_worker.empty()
+                           ? "lanes ≡ " + std::to_string(w) + " mod " +
+                                 std::to_string(cfg_.workers)
+                           : std::to_string(mine.size()) + " assigned lanes") +
                       " and payloads of 1.." + std::to_string(cfg_.max_size) + " bytes";
           fail_here(e);
           return;
@@ -154,7 +161,8 @@ void Engine::drive(uint32_t w, std::vector<WorkerLane<P>>& mine,
         chain[n] = Piece{off, len};
       }
       if (n == 0) continue;
-      WorkerLane<P>& L = mine[lane_slot[lane]];
+      const uint32_t slot = static_cast<uint32_t>(lane_slot[lane]);
+      WorkerLane<P>& L = mine[slot];
       if (!L.room(chain.data(), n)) {
         if (!reap(L)) return;
         if (!L.room(chain.data(), n)) continue;  // its completions will come; the timeout watches
@@ -167,6 +175,10 @@ void Engine::drive(uint32_t w, std::vector<WorkerLane<P>>& mine,
         fail_here(pe);
         return;
       }
+      if (!in_busy[slot]) {
+        in_busy[slot] = 1;
+        busy.push_back(slot);
+      }
       head[r] += n;
       // The slots are free again once their work requests are built: producers may reuse them.
       __atomic_store_n(R.word(kHeadOff), head[r], __ATOMIC_RELEASE);
@@ -175,11 +187,18 @@ void Engine::drive(uint32_t w, std::vector<WorkerLane<P>>& mine,
       ++st.doorbells;
       any = true;
     }
-    bool outstanding = false;
-    for (auto& L : mine) {
+    for (size_t k = 0; k < busy.size();) {
+      WorkerLane<P>& L = mine[busy[k]];
       if (!reap(L)) return;
-      outstanding |= !L.chains.empty();
+      if (L.chains.empty()) {
+        in_busy[busy[k]] = 0;
+        busy[k] = busy.back();
+        busy.pop_back();
+      } else {
+        ++k;
+      }
     }
+    const bool outstanding = !busy.empty();
     if (cfg_.progress.fn && !progress_busy_.test_and_set(std::memory_order_acquire)) {
       cfg_.progress();
       progress_busy_.clear(std::memory_order_release);
@@ -189,8 +208,8 @@ void Engine::drive(uint32_t w, std::vector<WorkerLane<P>>& mine,
       if (stopping && !outstanding) return;
       if ((spins & 255) == 255 && outstanding) {
         const int64_t t = now_ns();
-        for (auto& L : mine)
-          if (!L.chains.empty() && t - L.last_progress > cfg_.timeout_ns) {
+        for (uint32_t b : busy)
+          if (WorkerLane<P>& L = mine[b]; t - L.last_progress > cfg_.timeout_ns) {
             EngineError e;
             L.poster.fail(e, "timeout");
             fill_ring(e, L.chains.front().ring);

@@ -1,5 +1,6 @@
-"""active-connections end to end under mpiexec (-n 2, -n 3, -n 4): every role on RC and DC, each
-point's landing validated from every source, the traces readable, the control first in each
+"""active-connections end to end under mpiexec (-n 2, -n 3, -n 4): every role on RC and DC with
+the host submitter, and on RC through mini-proxy's workers, each point's landing validated from
+every source, the traces readable, the control first in each
 pass."""
 
 from __future__ import annotations
@@ -23,15 +24,21 @@ def comm():
     return MPI.COMM_WORLD
 
 
-@pytest.mark.parametrize("transport", ["rc", "dc"])
+@pytest.mark.parametrize(
+    ("submitter", "transport"),
+    [("host", "rc"), ("host", "dc"), ("proxy", "rc")],
+)
 @pytest.mark.parametrize("role", list(ROLE_PATTERN))
-def test_every_role_validates(shared_dir, role: str, transport: str) -> None:
+def test_every_role_validates(shared_dir, role: str, submitter: str, transport: str) -> None:
     world = comm().size
-    out = shared_dir / f"ac-{role}-{transport}"
+    out = shared_dir / f"ac-{role}-{submitter}-{transport}"
+    # mini-proxy: two workers, each owning its unit's QPs, host producers on rings 0 and 1
+    extra = {"workers": 2, "precondition_s": 0.0} if submitter == "proxy" else {}
     cfg = RunConfig.build(
         experiments=["active-connections"], out=out, progress="inline", quiet=True,
         pattern=ROLE_PATTERN[role], role=role, transport=transport, active=GRID,
         writes_per_visit=4, batch=2, messages=200, passes=PASSES, threads=2,
+        submitter=submitter, **extra,
     )  # fmt: skip
     rc = harness.run(cfg)
     comm().Barrier()

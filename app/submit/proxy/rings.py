@@ -90,3 +90,34 @@ def check_background(tuned: bool, producers: int, rings: int, reserved: bool) ->
             f"<= {avail} with --handoff tuned (one producer per ring; two tuned producers "
             "on one ring would publish the same indices)",
         )
+
+
+MAX_RINGS = 32  # the native engine's limit (proxy_engine.cpp, Engine::init)
+MAX_LANES = 1 << 16  # a descriptor's 16-bit lane field (proxy/src/proxy_ring.hpp)
+
+
+def cycle_geometry(params: ProxyParams, unit_lanes: list[list[int]], lanes: int) -> tuple[
+    int, list[int]
+]:
+    """(workers, lane_worker) of an active-connections cycle: unit u is a producer filling
+    ring u, ring u's worker is u mod T, and that worker owns unit u's lanes (so every
+    descriptor of a ring names a lane of the ring's worker). T: --workers, fewer when there are
+    fewer units."""
+    units = len(unit_lanes)
+    if units > MAX_RINGS:
+        raise ConfigError(
+            "threads (--threads)", units,
+            f"1..{MAX_RINGS} with --submitter proxy (one ring per submitting unit)",
+        )
+    if lanes > MAX_LANES:
+        raise ConfigError(
+            "active (--active)", lanes,
+            f"<= {MAX_LANES} connections per rank with --submitter proxy (a descriptor's "
+            "16-bit lane field)",
+        )
+    workers = min(params.workers, units)
+    lane_worker = [0] * lanes
+    for u, mine in enumerate(unit_lanes):
+        for lane in mine:
+            lane_worker[lane] = u % workers
+    return workers, lane_worker

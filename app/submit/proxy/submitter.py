@@ -20,6 +20,7 @@ from ..gpu_runtime.device import rank_device
 from ..native_lanes import lane_table
 from ..work import (
     MODE_CODES,
+    CycleWork,
     KernelCostResult,
     KernelCostWork,
     LatencyWork,
@@ -29,10 +30,19 @@ from ..work import (
     RateResult,
     RateWork,
     RespondWork,
+    cycle_unit_lanes,
 )
 from .cores import default_cores
 from .params import HANDOFFS, MAX_CHAIN, ProxyParams
-from .rings import check_background, lane_counts, proxy_geometry, ring_counts
+from .rings import (
+    MAX_LANES,
+    MAX_RINGS,
+    check_background,
+    cycle_geometry,
+    lane_counts,
+    proxy_geometry,
+    ring_counts,
+)
 from .verbs import on_verbs, refusal, verbs_lanes
 from .workers import worker_fields
 
@@ -67,6 +77,7 @@ class Engine:
         batch: int,
         max_size: int,
         inline: bool,
+        lane_worker: list[int] | None = None,
     ) -> None:
         self.sub, self.workers = sub, workers
         p = sub.params
@@ -89,6 +100,8 @@ class Engine:
             self.native = _native_proxy().Engine.over_verbs(sub.fabric.nic, rows, *common)
         else:
             self.native = _native_proxy().Engine(lane_table(lanes), *common, *sub.progress.cpu_hook)
+        if lane_worker is not None:  # before init, which checks it
+            self.native.assign_lanes(lane_worker)
         self.stats: list[dict[str, Any]] = []
 
     def __enter__(self) -> Engine:
@@ -138,7 +151,7 @@ class ProxySubmitter(Submitter):
     summary = "mini-proxy: producers fill host rings, pinned CPU workers post chains of WQEs"
     shapes = frozenset(
         {Shape.LATENCY, Shape.RESPOND, Shape.RATE, Shape.LOADED, Shape.PROXY_RATE,
-         Shape.KERNEL_COST}
+         Shape.CYCLE, Shape.KERNEL_COST}
     )  # fmt: skip
     posting = (Posting.MLX5_QUEUES.value, Posting.POST_SEND.value)
     Params = ProxyParams
@@ -173,6 +186,8 @@ class ProxySubmitter(Submitter):
                 if why is not None:
                     raise ConfigError("workers (--workers)", params.workers, why)
                 continue
+            if exp == "active-connections":
+                cls._check_cycle(params, pt)
             batch, size = int(pt.get("batch", 1)), int(pt.get("size", 8))
             if size > max_length:
                 raise ConfigError(
@@ -209,6 +224,33 @@ class ProxySubmitter(Submitter):
                     producers,
                     f"<= {rings} rings with --handoff tuned (one producer per ring)",
                 )
+
+    @classmethod
+    def _check_cycle(cls, params: ProxyParams, pt: Mapping[str, Any]) -> None:
+        """What ProxySubmitter.cycle would refuse, from an active-connections point."""
+        if pt.get("transport") == "dc":
+            raise ConfigError(
+                "transport (--transport)", "dc",
+                "rc for active-connections with --submitter proxy: a worker owns each lane's "
+                "QP, and DCI-peer pairs share a DCI",
+            )
+        if params.producer == "gpu":
+            raise ConfigError(
+                "producer (--producer)", "gpu",
+                "host for active-connections: mini-proxy's GPU producers have no "
+                "connection-cycling kernel",
+            )
+        if int(pt.get("pool", 0)) > MAX_LANES:
+            raise ConfigError(
+                "pool (--pool)", pt["pool"],
+                f"<= {MAX_LANES} connections with --submitter proxy (a descriptor's 16-bit "
+                "lane field)",
+            )
+        if int(pt.get("threads", 1)) > MAX_RINGS:
+            raise ConfigError(
+                "threads (--threads)", pt["threads"],
+                f"1..{MAX_RINGS} with --submitter proxy (one ring per submitting unit)",
+            )
 
     @classmethod
     def check_rate_lanes(cls, params: ProxyParams, lanes: int) -> None:
@@ -313,13 +355,20 @@ class ProxySubmitter(Submitter):
         return HANDOFFS.index(self.params.handoff)
 
     def engine(
-        self, lanes: tuple, workers: int, rings: int, batch: int, max_size: int, inline: bool
+        self,
+        lanes: tuple,
+        workers: int,
+        rings: int,
+        batch: int,
+        max_size: int,
+        inline: bool,
+        lane_worker: list[int] | None = None,
     ) -> Engine:
         if batch > MAX_CHAIN:
             raise ConfigError("batch (--batch)", batch, f"1..{MAX_CHAIN} with --submitter proxy")
         if inline and max_size > MAX_INLINE:
             raise ConfigError("payload (--payload)", "inline", f"pointer above {MAX_INLINE} B")
-        return Engine(self, lanes, workers, rings, batch, max_size, inline)
+        return Engine(self, lanes, workers, rings, batch, max_size, inline, lane_worker)
 
     # ---- errors -------------------------------------------------------------------------
     def raise_error(self, what: str, err: dict[str, Any], values: dict[str, Any]) -> None:
@@ -444,6 +493,51 @@ class ProxySubmitter(Submitter):
                     err,
                     {"producers": work.producers, "messages": work.messages},
                 )
+        self.last_ring_messages = list(stats["ring_messages"])
+        return RateResult(
+            windows_ns=np.asarray(windows, dtype=np.int64),
+            elapsed_ns=int(stats["elapsed_ns"]),
+            messages=int(stats["messages"]),
+            doorbells=sum(int(w["doorbells"]) for w in eng.stats),
+            cqes=sum(int(w["cqes"]) for w in eng.stats),
+        )
+
+    def cycle(self, work: CycleWork) -> RateResult:
+        # Unit u is a producer on ring u; its lanes belong to ring u's worker (cycle_geometry).
+        qps = [id(lane.qp) for lane in work.lanes]
+        if len(set(qps)) != len(qps):
+            raise ConfigError(
+                "transport (--transport)", "dc",
+                "rc with --submitter proxy: a worker owns each lane's QP, and DCI-peer pairs "
+                "share a DCI",
+            )
+        if self.gpu is not None:
+            raise ConfigError(
+                "producer (--producer)", "gpu",
+                "host for active-connections: mini-proxy's GPU producers have no "
+                "connection-cycling kernel",
+            )
+        unit_lanes = cycle_unit_lanes(qps, work.units)
+        workers, lane_worker = cycle_geometry(self.params, unit_lanes, len(work.lanes))
+        with self.engine(
+            work.lanes, workers, len(unit_lanes), work.batch, work.size, work.inline, lane_worker
+        ) as eng:
+            ok, windows, stats, err = eng.native.cycle(
+                unit_lanes,
+                self.handoff_code,
+                work.size,
+                work.writes_per_visit,
+                work.visits,
+                work.warmup_visits,
+                work.window,
+            )
+            eng.check(
+                "active-connections cycle",
+                ok,
+                err,
+                {"threads": work.units, "writes_per_visit": work.writes_per_visit,
+                 "visits": work.visits, "warmup_visits": work.warmup_visits},
+            )  # fmt: skip
         self.last_ring_messages = list(stats["ring_messages"])
         return RateResult(
             windows_ns=np.asarray(windows, dtype=np.int64),
