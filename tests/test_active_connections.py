@@ -143,13 +143,19 @@ def test_landing_matches_the_cycle_rule(dc: bool, units: int, w: int, visits: in
         res = sub.cycle(CycleWork(lanes, units, w, 2, size, True, visits, 0, 4))
         counts = cycle_lane_writes(keys, units, w, visits)
         assert res.messages == visits * w * units
-        src, landing = t.src(0), t.landing(1)
-        for i, n in enumerate(counts):
-            got = landing[i * slice_bytes : (i + 1) * slice_bytes]
-            written = min(n, slice_bytes // size) * size
-            want = src[i * slice_bytes : i * slice_bytes + written]
-            assert np.array_equal(got[:written], want), f"lane {i}"
-            assert not got[written:].any(), f"lane {i} wrote past its {n} writes"
+        assert_cycle_landing(t, counts, size, slice_bytes)
+
+
+def assert_cycle_landing(t: Traffic, counts: list[int], size: int, slice_bytes: int) -> None:
+    """Lane i's slice of rank 1's landing holds the first min(counts[i], slots) slots of rank
+    0's source slice i, and nothing past them."""
+    src, landing = t.src(0), t.landing(1)
+    for i, n in enumerate(counts):
+        got = landing[i * slice_bytes : (i + 1) * slice_bytes]
+        written = min(n, slice_bytes // size) * size
+        want = src[i * slice_bytes : i * slice_bytes + written]
+        assert np.array_equal(got[:written], want), f"lane {i}"
+        assert not got[written:].any(), f"lane {i} wrote past its {n} writes"
 
 
 def _slices(t: Traffic, i: int, n: int):
@@ -178,7 +184,6 @@ def test_the_cycle_is_refused_by_shape_elsewhere(monkeypatch: pytest.MonkeyPatch
         (["--transport", "dc"], "transport (--transport)"),  # DCI-peer pairs share a DCI
         (["--threads", "33", "--active", "64"], "threads (--threads)"),  # a ring per unit
         (["--active", "70000", "--pool", "70000"], "pool (--pool)"),  # 16-bit lane field
-        (["--producer", "gpu"], "producer (--producer)"),
     ],
 )
 def test_proxy_cycle_refusals_name_the_field(args: list[str], field: str) -> None:
@@ -208,13 +213,7 @@ def test_proxy_landing_matches_the_cycle_rule(units: int, workers: int, w: int,
         assert res.messages == visits * w * units
         assert sum(sub.last_ring_messages) == (visits + 2) * w * units
         assert len(sub.last_workers) == min(workers, units)
-        src, landing = t.src(0), t.landing(1)
-        for i, n in enumerate(counts):
-            got = landing[i * slice_bytes : (i + 1) * slice_bytes]
-            written = min(n, slice_bytes // size) * size
-            want = src[i * slice_bytes : i * slice_bytes + written]
-            assert np.array_equal(got[:written], want), f"lane {i}"
-            assert not got[written:].any(), f"lane {i} wrote past its {n} writes"
+        assert_cycle_landing(t, counts, size, slice_bytes)
 
 
 def test_a_pool_larger_than_emus_table_is_refused_in_pre_flight(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import pytest
 from host_world import emu_world, proxy
 
 from gicbench import _native
-from gicbench.submit.base import Buffer, LatencyWork, ProxyRateWork
+from gicbench.submit.base import Buffer, CycleWork, LatencyWork, ProxyRateWork
 from gicbench.submit.proxy.gpu_kernels import options, source
 
 
@@ -67,6 +67,26 @@ def test_gpu_producers_enqueue_and_load(handoff) -> None:
             sub.close()
         assert _native.proxy.live_rings() == 0
         assert np.asarray(w.landing(1)).size
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _gpu(), reason="needs an NVIDIA GPU and CuPy")
+@pytest.mark.parametrize("handoff", ["baseline", "tuned"])
+def test_gpu_producers_cycle_connections(handoff) -> None:
+    """px_cycle on the GPU: 2 blocks (units) cycling 4 QPs, 3 writes a visit, every write
+    executed and the counts per ring the cycle's."""
+    with emu_world(nqps=4, depth=64) as w:
+        f = w.fabrics[0]
+        sub = proxy(w, 0, 5.0, producer="gpu", handoff=handoff, workers=2)
+        try:
+            before = f.counters()["wqes"]
+            r = sub.cycle(CycleWork(w.lanes(4), 2, 3, 2, 8, True, 40, 4, 10))
+            assert f.counters()["wqes"] - before == 2 * 44 * 3 and r.messages == 2 * 40 * 3
+            assert sub.last_ring_messages == [44 * 3, 44 * 3]
+            assert r.windows_ns.size == 2 * 12 and (r.windows_ns > 0).all()
+        finally:
+            sub.close()
+        assert _native.proxy.live_rings() == 0
 
 
 class _Event:

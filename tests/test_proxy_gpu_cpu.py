@@ -1,10 +1,10 @@
 """mini-proxy's GPU producer kernels, built for the CPU (tests/proxy_gpu_cpu.py), land exactly
 what the host producers (proxy_host.cpp, validated by the harness) land for the same work:
 single-op issue and put+completion, proxy-rate, msg-rate/payload through the generic rate loop,
-and loaded-rtt's probe and background. gpu.py computes the kernels' arguments as on a GPU; only
-the five PTX helpers and the launch differ. The first device run of single-op through the
-harness failed validation because px_latency did not stamp the sequence (fixed on main before
-this test): this is the test that would have caught it on the CPU."""
+loaded-rtt's probe and background, and active-connections' cycle. gpu.py computes the kernels'
+arguments as on a GPU; only the five PTX helpers and the launch differ. The first device run of
+single-op through the harness failed validation because px_latency did not stamp the sequence
+(fixed on main before this test): this is the test that would have caught it on the CPU."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from resources import sliced
 from gicbench import _native
 from gicbench.submit.base import (
     Buffer,
+    CycleWork,
     LatencyWork,
     LoadedWork,
     ProxyRateWork,
@@ -29,6 +30,7 @@ from gicbench.submit.base import (
 from gicbench.submit.proxy import ProxySubmitter
 from gicbench.submit.proxy.params import ProxyParams
 from gicbench.submit.proxy.rings import lane_counts, ring_counts
+from gicbench.submit.work import cycle_lane_writes
 
 pytestmark = pytest.mark.skipif(compiler() is None, reason="needs a C++ compiler")
 PX = _native.proxy
@@ -226,6 +228,37 @@ def test_msg_rate_lands_as_host_producers(
     for lane in range(lanes):
         lo = lane * region
         hi = lo + min(region // size, counts[lane]) * size
+        assert np.array_equal(g_land[lo:hi], src[lo:hi]), f"lane {lane}"
+        assert not g_land[hi : lo + region].any(), f"lane {lane}: written past its count"
+    assert np.array_equal(g_land, h_land)
+
+
+@pytest.mark.parametrize(
+    ("units", "workers", "w", "visits", "handoff"),
+    [(1, 1, 1, 9, "tuned"), (2, 2, 3, 7, "tuned"), (3, 2, 2, 10, "baseline"),
+     (4, 1, 5, 6, "baseline")],
+)  # fmt: skip
+def test_cycle_lands_as_host_producers(build_dir, units, workers, w, visits, handoff) -> None:
+    """px_cycle (block u on ring u, W writes a visit on its lanes in turn) lands what the host
+    producers' cycle lands, and what the experiment validates against (cycle_lane_writes)."""
+    size, warm, region, nlanes = 8, 2, 128, 4  # 16 slots a lane: laps wrap over them
+
+    def run(sub, world):
+        lanes = sliced(world.lanes(), nlanes, region)
+        res = sub.cycle(CycleWork(lanes, units, w, 2, size, True, visits, warm, 4))
+        return res, list(sub.last_ring_messages)
+
+    out = landing_of(run, build_dir, handoff=handoff, workers=workers)
+    (h_land, _, (h_res, h_rings), _), (g_land, _, (g_res, g_rings), _) = out["host"], out["gpu"]
+    assert h_rings == g_rings == [(visits + warm) * w] * units
+    assert h_res.messages == g_res.messages == visits * w * units
+    assert g_res.windows_ns.size == h_res.windows_ns.size
+    assert (g_res.windows_ns > 0).all() and g_res.windows_ns.max() <= g_res.elapsed_ns
+    src = np.random.default_rng(7).integers(0, 256, SIZE, dtype=np.uint8)
+    counts = cycle_lane_writes(list(range(nlanes)), units, w, visits + warm)
+    for lane, n in enumerate(counts):
+        lo = lane * region
+        hi = lo + min(region // size, n) * size
         assert np.array_equal(g_land[lo:hi], src[lo:hi]), f"lane {lane}"
         assert not g_land[hi : lo + region].any(), f"lane {lane}: written past its count"
     assert np.array_equal(g_land, h_land)

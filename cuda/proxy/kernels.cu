@@ -69,10 +69,12 @@ struct Producer {
   u64 cached;  // tuned: the worker's progress as last read
 };
 
-// One descriptor on `ring`: slot (slot0 + index mod slots) of `len` bytes, through `lane`.
-__device__ bool enqueue(unsigned char* ring, u64* reserve, int handoff, Producer& p,
-                        unsigned depth, unsigned lane, unsigned slot0, u64 slots, unsigned len,
-                        Waiter& w, u64& idx) {
+// One descriptor on `ring` of `len` bytes through `lane`, at offset offset_of(index) of the
+// lane's regions (the index is known once the handoff gave it).
+template <class Offset>
+__device__ bool publish(unsigned char* ring, u64* reserve, int handoff, Producer& p,
+                        unsigned depth, unsigned lane, unsigned len, Offset offset_of, Waiter& w,
+                        u64& idx) {
   const u64* head = word(ring, HEAD_OFF);
   if (handoff == 0) {
     idx = atomicAdd(reserve, 1ULL);
@@ -88,8 +90,7 @@ __device__ bool enqueue(unsigned char* ring, u64* reserve, int handoff, Producer
   }
   const u64 s = idx + 1;
   const u64 w0 = (s & 0xffffffffULL) | ((u64)lane << 32);
-  const u64 off = ((u64)slot0 + idx % slots) * len;
-  const u64 w1 = off | (((u64)len & MAX_LENGTH) << 32) | ((s & 0x7ffULL) << 53);
+  const u64 w1 = offset_of(idx) | (((u64)len & MAX_LENGTH) << 32) | ((s & 0x7ffULL) << 53);
   u64* slot = reinterpret_cast<u64*>(ring + HEADER_BYTES + (idx & (depth - 1)) * 16);
   if (handoff == 0) {
     st_word(slot + 1, w1);
@@ -99,6 +100,45 @@ __device__ bool enqueue(unsigned char* ring, u64* reserve, int handoff, Producer
   }
   return true;
 }
+
+// One descriptor on `ring`: slot (slot0 + index mod slots) of `len` bytes, through `lane`.
+__device__ bool enqueue(unsigned char* ring, u64* reserve, int handoff, Producer& p,
+                        unsigned depth, unsigned lane, unsigned slot0, u64 slots, unsigned len,
+                        Waiter& w, u64& idx) {
+  auto offset_of = [=](u64 i) { return ((u64)slot0 + i % slots) * len; };
+  return publish(ring, reserve, handoff, p, depth, lane, len, offset_of, w, idx);
+}
+
+// A producer block's timing, as the host producers' rate loop times itself (proxy_host.cpp
+// `stream`), in globaltimer nanoseconds (one clock for every SM): after `warmup` descriptors the
+// block's timed region starts (t_start); each `window` descriptors after it close a window
+// (out[0 .. max_windows)) while descriptors remain; the last window stays open (t_open) until
+// the drain, which the host closes at the latest t_end of all blocks.
+struct Windows {
+  u64 warmup, total, window, next_window, t_window;
+  unsigned nw, max_windows;
+  i64* out;
+  u64* t_start;
+  __device__ Windows(u64 warmup_, u64 total_, u64 window_, unsigned max_windows_, i64* out_,
+                     u64* t_start_)
+      : warmup(warmup_), total(total_), window(window_), next_window(warmup_ + window_),
+        t_window(warmup_ == 0 ? gtime() : 0), nw(0), max_windows(max_windows_), out(out_),
+        t_start(t_start_) {
+    *t_start = t_window;
+  }
+  // After the n-th descriptor was published.
+  __device__ void posted(u64 n) {
+    if (n == warmup) *t_start = t_window = gtime();
+    if (n >= next_window && next_window < total) {
+      const u64 t1 = gtime();
+      while (n >= next_window && next_window < total) {
+        if (nw < max_windows) out[nw++] = (i64)(t1 - t_window);
+        t_window = t1;
+        next_window += window;
+      }
+    }
+  }
+};
 
 __device__ bool wait_completed(unsigned char* ring, u64 count, Waiter& w) {
   const u64* done = word(ring, COMPLETED_OFF);
@@ -152,14 +192,10 @@ __global__ void px_latency(unsigned char* ring, u64* reserve, int handoff, unsig
 }
 
 // Block b (thread 0) is producer b: rings b, b+P, ... when P <= R, else ring b mod R; its k-th
-// descriptor goes to ring mine[k mod n], slot (index mod slots[ring]) of lanes[ring].
-// Timed as the host producers' rate loop (proxy_host.cpp `rate`), in globaltimer nanoseconds
-// (one clock for every SM): after `warmup` descriptors the block's timed region starts
-// (t_start[b]); each `window` descriptors after it close a window (windows[b * max_windows +
-// i], nwin[b] of them) while descriptors remain; the last window stays open (t_open[b]) until
-// the drain: the block then waits until each of its rings' counters reach what every producer
-// gave it (`given`), and t_end[b] is when it saw that. The host closes the last windows at the
-// latest t_end, as the host loop closes them at its drain.
+// descriptor goes to ring mine[k mod n], slot (index mod slots[ring]) of lanes[ring]. Timed by
+// Windows (windows[b * max_windows + i], nwin[b] of them); the drain: the block waits until
+// each of its rings' counters reach what every producer gave it (`given`), and t_end[b] is
+// when it saw that.
 __global__ void px_rate(unsigned char** rings, u64* reserve, int handoff, unsigned nrings,
                         unsigned depth, const unsigned* lanes, const u64* slots, unsigned len,
                         u64 warmup, u64 messages, u64 window, const u64* given,
@@ -179,9 +215,7 @@ __global__ void px_rate(unsigned char** rings, u64* reserve, int handoff, unsign
   }
   Waiter w{0, control, ST_OK};
   const u64 total = warmup + messages;
-  u64 next_window = warmup + window, t_window = warmup == 0 ? gtime() : 0;
-  unsigned nw = 0;
-  t_start[b] = t_window;
+  Windows win(warmup, total, window, max_windows, windows + (u64)b * max_windows, t_start + b);
   u64 k = 0;
   for (; k < total; ++k) {
     w.deadline = gtime() + (u64)timeout_ns;
@@ -190,20 +224,11 @@ __global__ void px_rate(unsigned char** rings, u64* reserve, int handoff, unsign
     if (!enqueue(rings[r], reserve + r, handoff, prod[j], depth, lanes[r], 0, slots[r], len, w,
                  idx))
       break;
-    const u64 posted = k + 1;
-    if (posted == warmup) t_start[b] = t_window = gtime();
-    if (posted >= next_window && next_window < total) {
-      const u64 t1 = gtime();
-      while (posted >= next_window && next_window < total) {
-        if (nw < max_windows) windows[(u64)b * max_windows + nw++] = (i64)(t1 - t_window);
-        t_window = t1;
-        next_window += window;
-      }
-    }
+    win.posted(k + 1);
   }
   sent[b] = k;
-  nwin[b] = nw;
-  t_open[b] = t_window;
+  nwin[b] = win.nw;
+  t_open[b] = win.t_window;
   if (k != total) { status[b] = w.status; return; }
   for (unsigned j = 0; j < n; ++j) {  // the drain (timed, as the host loop's)
     w.deadline = gtime() + (u64)timeout_ns;
@@ -211,6 +236,47 @@ __global__ void px_rate(unsigned char** rings, u64* reserve, int handoff, unsign
   }
   t_end[b] = gtime();
   status[b] = ST_OK;
+}
+
+// Active connections: block u (thread 0) is unit u on ring u, cycling its lanes
+// lanes[first[u] .. first[u+1]) (slots[i]: lane i's slots of `len` bytes). Its k-th write is
+// on visit v = k div W, lane j = v mod n, that lane's ((v div n) W + k mod W)-th write, to slot
+// (that mod slots[j]): the host producers' rule (proxy_host.cpp `cycle`). `warmup` and
+// `messages` count writes. Timed by Windows; the drain waits for ring u's counter.
+__global__ void px_cycle(unsigned char** rings, u64* reserve, int handoff, unsigned depth,
+                         const unsigned* lanes, const u64* slots, const unsigned* first,
+                         unsigned len, u64 writes_per_visit, u64 warmup, u64 messages,
+                         u64 window, unsigned max_windows, i64 timeout_ns, const u64* control,
+                         u64* sent, int* status, u64* t_start, u64* t_open, u64* t_end,
+                         i64* windows, unsigned* nwin) {
+  if (threadIdx.x != 0) return;
+  const unsigned u = blockIdx.x;
+  const unsigned lo = first[u], n = first[u + 1] - lo;
+  const u64 W = writes_per_visit;
+  Producer prod{0, 0};
+  Waiter w{0, control, ST_OK};
+  const u64 total = warmup + messages;
+  Windows win(warmup, total, window, max_windows, windows + (u64)u * max_windows, t_start + u);
+  u64 k = 0;
+  for (; k < total; ++k) {
+    w.deadline = gtime() + (u64)timeout_ns;
+    const u64 v = k / W;
+    const unsigned j = lo + (unsigned)(v % n);
+    const u64 off = (((v / n) * W + k % W) % slots[j]) * len;
+    u64 idx;
+    if (!publish(rings[u], reserve + u, handoff, prod, depth, lanes[j], len,
+                 [=](u64) { return off; }, w, idx))
+      break;
+    win.posted(k + 1);
+  }
+  sent[u] = k;
+  nwin[u] = win.nw;
+  t_open[u] = win.t_window;
+  if (k != total) { status[u] = w.status; return; }
+  w.deadline = gtime() + (u64)timeout_ns;
+  if (!wait_completed(rings[u], total, w)) { status[u] = w.status; return; }
+  t_end[u] = gtime();
+  status[u] = ST_OK;
 }
 
 // Background: block b loads rings first + (b, b+P, ...) (or first + b mod n) with descriptors

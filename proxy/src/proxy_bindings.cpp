@@ -76,6 +76,16 @@ proxy::Handoff handoff_of(int h) {
   return static_cast<proxy::Handoff>(h);
 }
 
+// A host producers' rate or cycle result: (ok, windows_ns, stats, error).
+auto rate_out(bool ok, proxy::RateResult& res, const proxy::EngineError& err) {
+  nb::dict r;
+  r["elapsed_ns"] = res.elapsed_ns;
+  r["messages"] = res.messages;
+  r["ring_messages"] = res.ring_messages;
+  r["enqueue_ns"] = res.enqueue_ns;
+  return std::make_tuple(ok, to_numpy(std::move(res.windows_ns)), r, error_dict(err));
+}
+
 }  // namespace
 
 void bind_proxy(nb::module_ m) {
@@ -290,12 +300,7 @@ void bind_proxy(nb::module_ m) {
               nb::gil_scoped_release nogil;
               ok = proxy::rate(s.get(), a, res, err);
             }
-            nb::dict r;
-            r["elapsed_ns"] = res.elapsed_ns;
-            r["messages"] = res.messages;
-            r["ring_messages"] = res.ring_messages;
-            r["enqueue_ns"] = res.enqueue_ns;
-            return std::make_tuple(ok, to_numpy(std::move(res.windows_ns)), r, error_dict(err));
+            return rate_out(ok, res, err);
           },
           nb::arg("producers"), nb::arg("handoff"), nb::arg("size"), nb::arg("messages"),
           nb::arg("warmup"), nb::arg("window"),
@@ -327,12 +332,7 @@ void bind_proxy(nb::module_ m) {
               nb::gil_scoped_release nogil;
               ok = proxy::cycle(s.get(), a, res, err);
             }
-            nb::dict r;
-            r["elapsed_ns"] = res.elapsed_ns;
-            r["messages"] = res.messages;
-            r["ring_messages"] = res.ring_messages;
-            r["enqueue_ns"] = res.enqueue_ns;
-            return std::make_tuple(ok, to_numpy(std::move(res.windows_ns)), r, error_dict(err));
+            return rate_out(ok, res, err);
           },
           nb::arg("unit_lanes"), nb::arg("handoff"), nb::arg("size"),
           nb::arg("writes_per_visit"), nb::arg("visits"), nb::arg("warmup_visits"),

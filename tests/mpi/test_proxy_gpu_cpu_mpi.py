@@ -58,6 +58,15 @@ CASES = {
         "size_factor": 64,
         "point_bytes": 1 << 16,
     },
+    "active-connections": {
+        "active": ("3", "8"),
+        "writes_per_visit": 4,
+        "batch": 2,
+        "messages": 200,
+        "passes": 1,
+        "threads": 2,
+        "workers": 2,
+    },
     "loaded-rtt": {
         "iters": 30,
         "warmup": 5,

@@ -16,7 +16,7 @@ import numpy as np
 from ...cuda_host import device_pointer, launch_stream
 from ...errors import CompletionTimeout, ConfigError, FabricError
 from ..failures import LoopInterrupted
-from ..work import LatencyWork, LoadedWork, ProxyRateWork, RespondWork
+from ..work import CycleWork, LatencyWork, LoadedWork, ProxyRateWork, RespondWork
 from .gpu_kernels import options, source
 from .params import ProxyParams
 from .rings import check_background, ring_counts, rings_of
@@ -28,7 +28,7 @@ STOP, ABORT = 1, 2
 STATUS = {1: "timeout", 2: "aborted by the host"}
 
 
-KERNELS = ("px_clock", "px_latency", "px_rate", "px_background", "px_probe")
+KERNELS = ("px_clock", "px_latency", "px_rate", "px_cycle", "px_background", "px_probe")
 # cuFuncLoad (CUDA >= 12.4): loads a function now where module loading is lazy.
 _CU_FUNC_LOAD: Any = None
 # Per process and device: (module, functions, SM clock Hz), compiled and loaded once.
@@ -80,6 +80,27 @@ def _measure_clock(cp: Any, fn: Any) -> float:
         stream.synchronize()
         cycles, ns = (int(v) for v in out.get())
     return cycles / ns * 1e9
+
+
+class _BlockTiming:
+    """The per-block outputs of a timed producer kernel (px_rate, px_cycle: the kernels'
+    Windows), and the trailing kernel arguments that carry them."""
+
+    def __init__(self, cp: Any, blocks: int, max_windows: int) -> None:
+        self.blocks, self.max_windows = blocks, max_windows
+        self.sent = cp.zeros(blocks, dtype=cp.uint64)
+        self.status = cp.zeros(blocks, dtype=cp.int32)
+        self.t_start, self.t_open, self.t_end = (cp.zeros(blocks, dtype=cp.uint64)
+                                                 for _ in range(3))  # fmt: skip
+        self.windows = cp.zeros(blocks * max_windows, dtype=cp.int64)
+        self.nwin = cp.zeros(blocks, dtype=cp.uint32)
+
+    def args(self, eng: Any, ctl_dev: int) -> tuple:
+        """max_windows, timeout_ns, control, sent, status, t_start, t_open, t_end, windows,
+        nwin: the kernels' last ten parameters."""
+        return (np.uint32(self.max_windows), np.int64(eng.sub.timeout_ns), np.uint64(ctl_dev),
+                self.sent, self.status, self.t_start, self.t_open, self.t_end, self.windows,
+                self.nwin)  # fmt: skip
 
 
 class GpuProducers:
@@ -333,12 +354,7 @@ class GpuProducers:
             total = work.messages + work.warmup
             given = ring_counts(nr, P, total)
             given_dev = cp.asarray(np.array(given, dtype=np.uint64))  # alive until the end
-            max_windows = work.messages // work.window + 1
-            sent = cp.zeros(P, dtype=cp.uint64)
-            status = cp.zeros(P, dtype=cp.int32)
-            t_start, t_open, t_end = (cp.zeros(P, dtype=cp.uint64) for _ in range(3))
-            windows = cp.zeros(P * max_windows, dtype=cp.int64)
-            nwin = cp.zeros(P, dtype=cp.uint32)
+            timing = _BlockTiming(cp, P, work.messages // work.window + 1)
             s = launch_stream(cp)
             with s:
                 self.fn["px_rate"](
@@ -357,36 +373,86 @@ class GpuProducers:
                         np.uint64(work.messages),
                         np.uint64(work.window),
                         given_dev,
-                        np.uint32(max_windows),
-                        np.int64(eng.sub.timeout_ns),
-                        np.uint64(ctl_dev),
-                        sent,
-                        status,
-                        t_start,
-                        t_open,
-                        t_end,
-                        windows,
-                        nwin,
+                        *timing.args(eng, ctl_dev),
                     ),
                 )
             self._watch(eng, s, "proxy rate (GPU producers)", self._timeout_s(eng, total))
-            self._status(eng, "proxy rate", status)
-            for r in range(nr):  # the kernel waited for these; a failed worker still says so
-                ok, err = eng.native.wait_completed(r, given[r], "drain")
-                eng.check("proxy rate drain", ok, err, {})
-            end = int(t_end.get().max())
-            opened, counts = t_open.get(), nwin.get()
-            per_block = windows.get().reshape(P, max_windows)
-            out = []
-            for b in range(P):  # each producer's windows, the last one closed by the drain
-                out.extend(int(v) for v in per_block[b, : int(counts[b])])
-                out.append(end - int(opened[b]))
-            elapsed = end - int(t_start.get().min())
-        return np.array(out, dtype=np.int64), {
+            self._status(eng, "proxy rate", timing.status)
+            windows, elapsed = self._drained(eng, timing, given, "proxy rate")
+        return windows, {
             "elapsed_ns": elapsed,
             "messages": work.messages * P,
             "ring_messages": given,
         }
+
+    def cycle(
+        self, eng: Any, work: CycleWork, unit_lanes: list[list[int]], handoff: int
+    ) -> tuple[np.ndarray, dict]:
+        """px_cycle: block u is unit u on ring u, visiting unit_lanes[u] in turn, W writes a
+        visit (the host producers' cycle rule), timed as px_rate."""
+        cp = self.cp
+        with ExitStack() as stack:
+            rings = self._rings(eng, stack)
+            ctl_dev = rings[0] + self.consts.CONTROL_OFF
+            U = len(unit_lanes)
+            flat = [lane for mine in unit_lanes for lane in mine]
+            first = np.cumsum([0, *(len(m) for m in unit_lanes)]).astype(np.uint32)
+            slots = [max(1, min(work.lanes[ln].src.length, work.lanes[ln].dst.length)
+                         // work.size) for ln in flat]  # fmt: skip
+            lanes_dev = cp.asarray(np.array(flat, dtype=np.uint32))
+            slots_dev = cp.asarray(np.array(slots, dtype=np.uint64))
+            first_dev = cp.asarray(first)
+            ring_ptrs = cp.asarray(np.array(rings[:U], dtype=np.uint64))
+            reserve = cp.zeros(U, dtype=cp.uint64)
+            warmup = work.warmup_visits * work.writes_per_visit
+            messages = work.visits * work.writes_per_visit
+            timing = _BlockTiming(cp, U, messages // work.window + 1)
+            s = launch_stream(cp)
+            with s:
+                self.fn["px_cycle"](
+                    (U,),
+                    (32,),
+                    (
+                        ring_ptrs,
+                        reserve,
+                        np.int32(handoff),
+                        np.uint32(self.params.ring_depth),
+                        lanes_dev,
+                        slots_dev,
+                        first_dev,
+                        np.uint32(work.size),
+                        np.uint64(work.writes_per_visit),
+                        np.uint64(warmup),
+                        np.uint64(messages),
+                        np.uint64(work.window),
+                        *timing.args(eng, ctl_dev),
+                    ),
+                )
+            given = [warmup + messages] * U + [0] * (len(rings) - U)
+            self._watch(eng, s, "active-connections cycle (GPU producers)",
+                        self._timeout_s(eng, warmup + messages))  # fmt: skip
+            self._status(eng, "active-connections cycle", timing.status)
+            windows, elapsed = self._drained(eng, timing, given, "active-connections cycle")
+        return windows, {"elapsed_ns": elapsed, "messages": messages * U, "ring_messages": given}
+
+    @staticmethod
+    def _drained(
+        eng: Any, timing: _BlockTiming, given: list[int], what: str
+    ) -> tuple[np.ndarray, int]:
+        """After the blocks' drain: each ring's counter checked on the host too (a failed
+        worker still says so), then each block's windows with its last one closed at the
+        latest drain, and the elapsed time from the first timed descriptor to it."""
+        for r, n in enumerate(given):
+            ok, err = eng.native.wait_completed(r, n, "drain")
+            eng.check(f"{what} drain", ok, err, {})
+        end = int(timing.t_end.get().max())
+        opened, counts = timing.t_open.get(), timing.nwin.get()
+        per_block = timing.windows.get().reshape(timing.blocks, timing.max_windows)
+        out = []
+        for b in range(timing.blocks):
+            out.extend(int(v) for v in per_block[b, : int(counts[b])])
+            out.append(end - int(opened[b]))
+        return np.array(out, dtype=np.int64), end - int(timing.t_start.get().min())
 
     # ---- loaded round trip ------------------------------------------------------------------
     def loaded(self, eng: Any, work: LoadedWork, handoff: int) -> tuple[np.ndarray, dict]:

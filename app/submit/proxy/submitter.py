@@ -234,12 +234,6 @@ class ProxySubmitter(Submitter):
                 "rc for active-connections with --submitter proxy: a worker owns each lane's "
                 "QP, and DCI-peer pairs share a DCI",
             )
-        if params.producer == "gpu":
-            raise ConfigError(
-                "producer (--producer)", "gpu",
-                "host for active-connections: mini-proxy's GPU producers have no "
-                "connection-cycling kernel",
-            )
         if int(pt.get("pool", 0)) > MAX_LANES:
             raise ConfigError(
                 "pool (--pool)", pt["pool"],
@@ -503,7 +497,8 @@ class ProxySubmitter(Submitter):
         )
 
     def cycle(self, work: CycleWork) -> RateResult:
-        # Unit u is a producer on ring u; its lanes belong to ring u's worker (cycle_geometry).
+        # Unit u is a producer (a host thread or a GPU block) on ring u; its lanes belong to ring
+        # u's worker (cycle_geometry).
         qps = [id(lane.qp) for lane in work.lanes]
         if len(set(qps)) != len(qps):
             raise ConfigError(
@@ -511,33 +506,30 @@ class ProxySubmitter(Submitter):
                 "rc with --submitter proxy: a worker owns each lane's QP, and DCI-peer pairs "
                 "share a DCI",
             )
-        if self.gpu is not None:
-            raise ConfigError(
-                "producer (--producer)", "gpu",
-                "host for active-connections: mini-proxy's GPU producers have no "
-                "connection-cycling kernel",
-            )
         unit_lanes = cycle_unit_lanes(qps, work.units)
         workers, lane_worker = cycle_geometry(self.params, unit_lanes, len(work.lanes))
         with self.engine(
             work.lanes, workers, len(unit_lanes), work.batch, work.size, work.inline, lane_worker
         ) as eng:
-            ok, windows, stats, err = eng.native.cycle(
-                unit_lanes,
-                self.handoff_code,
-                work.size,
-                work.writes_per_visit,
-                work.visits,
-                work.warmup_visits,
-                work.window,
-            )
-            eng.check(
-                "active-connections cycle",
-                ok,
-                err,
-                {"threads": work.units, "writes_per_visit": work.writes_per_visit,
-                 "visits": work.visits, "warmup_visits": work.warmup_visits},
-            )  # fmt: skip
+            if self.gpu is not None:
+                windows, stats = self.gpu.cycle(eng, work, unit_lanes, self.handoff_code)
+            else:
+                ok, windows, stats, err = eng.native.cycle(
+                    unit_lanes,
+                    self.handoff_code,
+                    work.size,
+                    work.writes_per_visit,
+                    work.visits,
+                    work.warmup_visits,
+                    work.window,
+                )
+                eng.check(
+                    "active-connections cycle",
+                    ok,
+                    err,
+                    {"threads": work.units, "writes_per_visit": work.writes_per_visit,
+                     "visits": work.visits, "warmup_visits": work.warmup_visits},
+                )  # fmt: skip
         self.last_ring_messages = list(stats["ring_messages"])
         return RateResult(
             windows_ns=np.asarray(windows, dtype=np.int64),
