@@ -173,7 +173,7 @@ def test_the_cycle_is_refused_by_shape_elsewhere(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(DocaSubmitter, "availability", classmethod(lambda cls, probes: None))
 
     having = [n for n in submitters.names() if Shape.CYCLE in submitters.get(n).shapes]
-    assert having == ["host", "proxy"]
+    assert sorted(having) == ["gpu", "host", "proxy"]
     with pytest.raises(UnsupportedError, match="cycle loops"):
         plan_of("--submitter", "doca")
 
@@ -189,6 +189,23 @@ def test_the_cycle_is_refused_by_shape_elsewhere(monkeypatch: pytest.MonkeyPatch
 def test_proxy_cycle_refusals_name_the_field(args: list[str], field: str) -> None:
     with pytest.raises((ConfigError, UnsupportedError)) as e:
         plan_of("--submitter", "proxy", *args)
+    assert f"invalid {field}=" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["--transport", "dc"], "transport (--transport)"),
+        (["--publish", "warp"], "publish (--publish)"),  # a unit is one thread
+    ],
+)
+def test_gpu_cycle_refusals_name_the_field(monkeypatch: pytest.MonkeyPatch, args: list[str],
+                                           field: str) -> None:
+    from gicbench.submit.gpu import GpuSubmitter
+
+    monkeypatch.setattr(GpuSubmitter, "availability", classmethod(lambda cls, probes: None))
+    with pytest.raises((ConfigError, UnsupportedError)) as e:
+        plan_of("--submitter", "gpu", *args)
     assert f"invalid {field}=" in str(e.value)
 
 

@@ -11,10 +11,11 @@ from resources import Traffic, factory
 
 from gicbench.errors import CompletionTimeout
 from gicbench.fabric.base import host_view
-from gicbench.submit.base import LatencyWork, RateWork
+from gicbench.submit.base import CycleWork, LatencyWork, RateWork
 from gicbench.submit.gpu import ORDERINGS
 from gicbench.submit.gpu.lanes import lane_messages
 from gicbench.submit.gpu.params import RECORD_UNORDERED_ORDERINGS, UNSAFE_ORDERINGS, GpuParams
+from gicbench.submit.work import cycle_lane_writes
 
 pytestmark = pytest.mark.gpu
 
@@ -111,6 +112,35 @@ def test_msg_rate_publication_modes_land_every_slot(world, publish, threads, bat
         # the queue state carries over: a second call on the same QPs
         res = sub.rate(RateWork(lanes, threads, batch, size, False, 50, 0, 10))
         assert res.messages == 50 * threads
+    finally:
+        sub.close()
+
+
+@pytest.mark.parametrize(
+    ("publish", "units", "w", "batch", "nlanes", "visits"),
+    [("thread", 1, 1, 1, 3, 40), ("thread", 2, 5, 2, 5, 21), ("lock", 3, 16, 4, 7, 12),
+     ("thread", 4, 32, 32, 8, 9)],
+)  # fmt: skip
+def test_cycle_visits_each_lane_w_writes_and_lands_every_slot(
+    world, publish, units, w, batch, nlanes, visits
+) -> None:
+    """gda_msg_rate as active-connections' cycle: unit u on lanes u, u+U, ..., W writes a
+    visit in chains of the batch; each lane carries what cycle_lane_writes says."""
+    fs, lanes, src, dst = _lanes(world, nlanes)
+    sub = _submitter(fs, "gpu-fence", publish)
+    try:
+        size, warm = 8, 2
+        res = sub.cycle(CycleWork(lanes, units, w, batch, size, True, visits, warm, 8))
+        assert res.messages == visits * w * units and res.elapsed_ns > 0
+        fs[1].quiesce()
+        counts = cycle_lane_writes(list(range(nlanes)), units, w, visits + warm)
+        assert sum(counts) == (visits + warm) * w * units
+        assert fs[0].counters()["wqes"] >= sum(counts)
+        for i, n in enumerate(counts):
+            k = min(n, SLICE // size) * size
+            assert bytes(host_view(dst.addr + i * SLICE, k)) == bytes(
+                host_view(src.addr + i * SLICE, k)
+            ), f"lane {i}"
     finally:
         sub.close()
 

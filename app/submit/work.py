@@ -236,6 +236,29 @@ def cycle_unit_lanes(qps: Sequence[Hashable], units: int) -> list[list[int]]:
     return owned
 
 
+def own_qp_lanes(lanes: Sequence[Lane], submitter: str) -> list[int]:
+    """The QP numbers of a cycle's lanes, for a submitter whose units own each lane's QP (one
+    lane per QP: RC); lanes sharing a QP (a DCI's destinations) are refused naming the field,
+    as `refuse_dci_pairs` refuses the point in pre-flight."""
+    qpns = [lane.qp.qpn for lane in lanes]
+    if len(set(qpns)) != len(qpns):
+        refuse_dci_pairs("dc", submitter)
+    return qpns
+
+
+def refuse_dci_pairs(transport: str | None, submitter: str) -> None:
+    """Refuse an active-connections point over DCI-peer pairs for `submitter` (its units or
+    workers own each lane's QP; the pairs of one DCI share it)."""
+    if transport == "dc":
+        from ..errors import ConfigError
+
+        raise ConfigError(
+            "transport (--transport)", "dc",
+            f"rc for active-connections with --submitter {submitter}: its units own each "
+            "lane's QP, and DCI-peer pairs share a DCI",
+        )
+
+
 def cycle_lane_writes(
     qps: Sequence[Hashable], units: int, writes_per_visit: int, visits: int
 ) -> list[int]:

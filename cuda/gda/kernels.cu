@@ -8,7 +8,9 @@
 // gda_respond    the far side of the round trip
 // gda_msg_rate   many writes outstanding: publication per thread (slot handoff in reservation
 //                order on a shared QP, none on a QP the thread owns), per warp (cooperative), or
-//                under one doorbell lock per WQE (a FIFO ticket lock)
+//                under one doorbell lock per WQE (a FIFO ticket lock); a unit moves to its next
+//                lane after each visit (a batch, or W writes in chains of the batch: the
+//                active-connections cycle)
 // gda_clock      clock64 against globaltimer: the effective SM clock
 //
 // Every wait checks a deadline (globaltimer) and a host abort word, and stops when another thread
@@ -356,7 +358,8 @@ extern "C" __global__ void gda_respond(const uint64_t* lanes, QpState* states, u
 // unit_out: per unit {t_start, t_end, doorbells, cqes, windows}; windows: per unit max_windows.
 extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpState* states,
                                         uint32_t threads, int pub_mode, uint32_t batch,
-                                        uint32_t size, int inl, uint64_t per_thread,
+                                        uint64_t writes_per_visit, uint32_t size, int inl,
+                                        uint64_t per_thread,
                                         uint64_t warmup_per_thread, uint64_t window,
                                         uint32_t signal_every, uint64_t timeout_ns,
                                         int64_t* unit_out, int64_t* windows, uint32_t max_windows,
@@ -377,7 +380,11 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
   const uint64_t total = (per_thread + warmup_per_thread) * usize;
   const uint64_t warm = warmup_per_thread * usize;
   const uint64_t win = window * usize;
-  const uint64_t nbatches = (total + batch - 1) / batch;
+  // A visit: `writes_per_visit` writes on one lane (0: one batch), in chains of at most `batch`
+  // with one doorbell each; then the unit's next lane. Counted down, no division per chain.
+  const uint64_t visit = writes_per_visit != 0 ? writes_per_visit * usize : batch;
+  uint64_t visit_left = visit;
+  uint32_t lane_k = 0;  // the unit's current lane: first + lane_k * units
   int64_t* out = unit_out + static_cast<uint64_t>(unit) * 5;
   int64_t* wout = windows + static_cast<uint64_t>(unit) * max_windows;
   uint64_t posted = 0, doorbells = 0, reaped = 0, next_window = warm + win;
@@ -396,8 +403,8 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
   uint64_t slots = 1;
   SendQp q{};
   QpState* s = nullptr;
-  for (uint64_t b = 0; b < nbatches && ok; ++b) {
-    const uint32_t li = first + static_cast<uint32_t>(b % n) * units;
+  while (posted < total && ok) {
+    const uint32_t li = first + lane_k * units;
     const Lane l = lane_at(lanes, li);
     if (li != cur) {
       cur = li;
@@ -412,7 +419,13 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
       known = false;
       if (owned && leader) own_resv = ld_volatile32(&s->resv);
     }
-    const uint32_t count = static_cast<uint32_t>(total - posted < batch ? total - posted : batch);
+    const uint64_t room_left = total - posted < visit_left ? total - posted : visit_left;
+    const uint32_t count = static_cast<uint32_t>(room_left < batch ? room_left : batch);
+    visit_left -= count;
+    if (visit_left == 0) {  // the visit is done: the next lane (every thread keeps the count)
+      visit_left = visit;
+      lane_k = lane_k + 1 == n ? 0 : lane_k + 1;
+    }
     uint32_t start = 0, ticket = 0;
     bool held = false;  // this thread's ticket is served (publish=lock)
     // reserve (and, for the lock, take it: a ticket lock, served in the order taken, so that no

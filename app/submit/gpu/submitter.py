@@ -30,22 +30,27 @@ from ..gpu_runtime.device_map import DeviceMap, stage
 from ..work import (
     MODE_CODES,
     Buffer,
+    CycleWork,
     DispatchResult,
     DispatchWork,
     KernelCostResult,
     KernelCostWork,
+    Lane,
     LatencyWork,
     LoadedResult,
     LoadedWork,
     RateResult,
     RateWork,
     RespondWork,
+    cycle_lane_writes,
+    own_qp_lanes,
+    refuse_dci_pairs,
 )
 from . import build, lanes, status
 from .forward import Forwarder
 from .params import CQ_POLLS, DOORBELLS, ORDERINGS, PUBLISH_CODES, UNSAFE_ORDERINGS, GpuParams
 
-MAX_QP_STATES = 8192
+MAX_QP_STATES = 32768  # emu's QP table holds 32,766 a rank
 STATE_WORDS = 16  # uint32 words of cuda/gda/queue.cuh QpState (one 64-byte row)
 MAX_DS = 63  # segments of one WQE (ds is 6 bits)
 BLOCK = 128  # msg-rate threads per block (whole warps)
@@ -68,13 +73,19 @@ def _abort_page(cp: Any, device: int) -> tuple[int, int]:
     return _ABORT_PAGES[device]
 
 
+def _refuse_warp_units(params: Any) -> None:
+    if getattr(params, "publish", None) == "warp":
+        raise ConfigError("publish (--publish)", "warp",
+                          "thread or lock for active-connections (a unit is one thread)")
+
+
 @register
 class GpuSubmitter(Submitter):
     name = "gpu"
     summary = "mini-gda: GPU threads build WQEs, ring doorbells and poll CQs (CUDA kernels)"
     shapes = frozenset(
-        {Shape.LATENCY, Shape.RESPOND, Shape.RATE, Shape.LOADED, Shape.CLOCK, Shape.DISPATCH,
-         Shape.KERNEL_COST}
+        {Shape.LATENCY, Shape.RESPOND, Shape.RATE, Shape.LOADED, Shape.CLOCK, Shape.CYCLE,
+         Shape.DISPATCH, Shape.KERNEL_COST}
     )  # fmt: skip
     posting = (Posting.MLX5_QUEUES.value,)
     needs_gpu = True
@@ -88,6 +99,18 @@ class GpuSubmitter(Submitter):
         if not cupy.ok:
             return f"the GPU submitter (mini-gda) needs an NVIDIA GPU and CuPy ({cupy.detail})"
         return None
+
+    @classmethod
+    def check_points(cls, params: Any, points: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+        """active-connections: a thread per unit, on its own QPs (what cycle refuses)."""
+        for exp, pt in points:
+            if exp != "active-connections":
+                continue
+            refuse_dci_pairs(pt.get("transport"), cls.name)
+            _refuse_warp_units(params)
+            if int(pt.get("pool", 0)) > MAX_QP_STATES:
+                raise ConfigError("pool (--pool)", pt["pool"],
+                                  f"<= {MAX_QP_STATES} QPs per rank with --submitter gpu")
 
     @classmethod
     def check_provider(
@@ -365,43 +388,79 @@ class GpuSubmitter(Submitter):
         return lanes.lane_messages(nlanes, threads, self.params.publish, batch, per_thread)
 
     def rate(self, work: RateWork) -> RateResult:
+        total = work.messages_per_thread + work.warmup_per_thread
+        per_lane = lanes.lane_messages(len(work.lanes), work.threads, self.params.publish,
+                                       work.batch, total)  # fmt: skip
+        return self._msg_rate(work.lanes, work.threads, work.batch, 0, work.size, work.inline,
+                              work.messages_per_thread, work.warmup_per_thread, work.window,
+                              per_lane, "msg-rate")  # fmt: skip
+
+    def cycle(self, work: CycleWork) -> RateResult:
+        """Active connections through gda_msg_rate: a thread per unit, unit u on lanes u, u+U,
+        ... (its QPs: CycleWork's rule), W writes a visit in chains of the batch, then its next
+        lane; with --doorbell host the host thread rings every lane (the paper's configuration
+        for the connection sweep)."""
+        qpns = own_qp_lanes(work.lanes, self.name)
+        _refuse_warp_units(self.params)
+        per_lane = cycle_lane_writes(qpns, work.units, work.writes_per_visit,
+                                     work.visits + work.warmup_visits)  # fmt: skip
+        W = work.writes_per_visit
+        return self._msg_rate(work.lanes, work.units, work.batch, W, work.size, work.inline,
+                              work.visits * W, work.warmup_visits * W, work.window, per_lane,
+                              "active-connections cycle")  # fmt: skip
+
+    def _msg_rate(
+        self,
+        work_lanes: tuple[Lane, ...],
+        threads: int,
+        batch: int,
+        writes_per_visit: int,
+        size: int,
+        inline: bool,
+        per_thread: int,
+        warmup_per_thread: int,
+        window: int,
+        per_lane: list[int],
+        what: str,
+    ) -> RateResult:
+        """One gda_msg_rate call: `threads` threads (units by --publish) over `work_lanes`,
+        lane i carrying per_lane[i] writes; a visit is a batch (writes_per_visit 0) or W
+        writes."""
         publish = self.params.publish
-        dc = any(lane.dc is not None for lane in work.lanes)
-        bbs = self._bbs(work.inline, work.size, dc)
-        L = len(work.lanes)
-        depth = min(lane.qp.sq.wqebb_cnt for lane in work.lanes)
-        ncqe = min(lane.qp.sq.cq.ncqe for lane in work.lanes)
-        if work.batch * bbs > depth:
+        dc = any(lane.dc is not None for lane in work_lanes)
+        bbs = self._bbs(inline, size, dc)
+        L = len(work_lanes)
+        depth = min(lane.qp.sq.wqebb_cnt for lane in work_lanes)
+        ncqe = min(lane.qp.sq.cq.ncqe for lane in work_lanes)
+        if batch * bbs > depth:
             raise ConfigError(
-                "batch", work.batch, f"<= {depth // bbs} WQEs of {bbs} WQEBBs (SQ of {depth})"
+                "batch", batch, f"<= {depth // bbs} WQEs of {bbs} WQEBBs (SQ of {depth})"
             )
-        se = lanes.signal_every(depth, bbs, work.batch)
+        se = lanes.signal_every(depth, bbs, batch)
         max_wqes = depth // bbs
         inflight = lanes.max_inflight_cqes(depth, bbs, se)
         if inflight > ncqe:
             raise ConfigError("lanes", ncqe, f"CQs of at least {-(-max_wqes // se) + 1} entries")
-        total = work.messages_per_thread + work.warmup_per_thread
-        per_lane = lanes.lane_messages(L, work.threads, publish, work.batch, total)
-        keep, staged = self._stage([lane.src for lane in work.lanes]) if work.inline else (None, [])
-        srcs = staged if work.inline else [0] * L
-        tab = self._prepare(work.lanes, bbs, srcs, per_lane, inflight)
-        nunits = len(lanes.units(work.threads, publish))
-        max_windows = work.messages_per_thread // work.window + 3
+        total = per_thread + warmup_per_thread
+        keep, staged = self._stage([lane.src for lane in work_lanes]) if inline else (None, [])
+        srcs = staged if inline else [0] * L
+        tab = self._prepare(work_lanes, bbs, srcs, per_lane, inflight)
+        nunits = len(lanes.units(threads, publish))
+        max_windows = per_thread // window + 3
         unit_out = self.cp.zeros((nunits, 5), dtype=self.cp.int64)
         windows = self.cp.zeros((nunits, max_windows), dtype=self.cp.int64)
-        block = min(BLOCK, -(-work.threads // 32) * 32)
-        grid = -(-work.threads // block)
+        block = min(BLOCK, -(-threads // 32) * 32)
+        grid = -(-threads // block)
         args = (
-            tab, np.int32(L), self.states, np.uint32(work.threads),
-            np.int32(PUBLISH_CODES[publish]), np.uint32(work.batch), np.uint32(work.size),
-            np.int32(work.inline), np.uint64(work.messages_per_thread),
-            np.uint64(work.warmup_per_thread), np.uint64(work.window), np.uint32(se),
+            tab, np.int32(L), self.states, np.uint32(threads),
+            np.int32(PUBLISH_CODES[publish]), np.uint32(batch), np.uint64(writes_per_visit),
+            np.uint32(size), np.int32(inline), np.uint64(per_thread),
+            np.uint64(warmup_per_thread), np.uint64(window), np.uint32(se),
             np.uint64(self.timeout_ns), unit_out, windows, np.uint32(max_windows),
             self.status, np.uint64(self._abort_dev),
         )  # fmt: skip
-        expect = [(lane.qp.qpn, n * bbs) for lane, n in zip(work.lanes, per_lane, strict=True)]
-        self._run("gda_msg_rate", (grid,), (block,), args, "msg-rate", total * work.threads,
-                  expect)  # fmt: skip
+        expect = [(lane.qp.qpn, n * bbs) for lane, n in zip(work_lanes, per_lane, strict=True)]
+        self._run("gda_msg_rate", (grid,), (block,), args, what, total * threads, expect)
         del keep
         out = unit_out.get()
         win = windows.get()
@@ -415,7 +474,7 @@ class GpuSubmitter(Submitter):
         return RateResult(
             windows_ns=wins.astype(np.int64),
             elapsed_ns=elapsed,
-            messages=work.messages_per_thread * work.threads,
+            messages=per_thread * threads,
             doorbells=self.host_rings if self.fwd is not None else int(out[:, 2].sum()),
             cqes=int(out[:, 3].sum()),
         )

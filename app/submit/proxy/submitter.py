@@ -31,6 +31,8 @@ from ..work import (
     RateWork,
     RespondWork,
     cycle_unit_lanes,
+    own_qp_lanes,
+    refuse_dci_pairs,
 )
 from .cores import default_cores
 from .params import HANDOFFS, MAX_CHAIN, ProxyParams
@@ -228,12 +230,7 @@ class ProxySubmitter(Submitter):
     @classmethod
     def _check_cycle(cls, params: ProxyParams, pt: Mapping[str, Any]) -> None:
         """What ProxySubmitter.cycle would refuse, from an active-connections point."""
-        if pt.get("transport") == "dc":
-            raise ConfigError(
-                "transport (--transport)", "dc",
-                "rc for active-connections with --submitter proxy: a worker owns each lane's "
-                "QP, and DCI-peer pairs share a DCI",
-            )
+        refuse_dci_pairs(pt.get("transport"), cls.name)
         if int(pt.get("pool", 0)) > MAX_LANES:
             raise ConfigError(
                 "pool (--pool)", pt["pool"],
@@ -499,13 +496,7 @@ class ProxySubmitter(Submitter):
     def cycle(self, work: CycleWork) -> RateResult:
         # Unit u is a producer (a host thread or a GPU block) on ring u; its lanes belong to ring
         # u's worker (cycle_geometry).
-        qps = [id(lane.qp) for lane in work.lanes]
-        if len(set(qps)) != len(qps):
-            raise ConfigError(
-                "transport (--transport)", "dc",
-                "rc with --submitter proxy: a worker owns each lane's QP, and DCI-peer pairs "
-                "share a DCI",
-            )
+        qps = own_qp_lanes(work.lanes, self.name)
         unit_lanes = cycle_unit_lanes(qps, work.units)
         workers, lane_worker = cycle_geometry(self.params, unit_lanes, len(work.lanes))
         with self.engine(
