@@ -53,3 +53,17 @@ def test_sigterm_to_the_sending_rank_ends_the_job(tmp_path: Path) -> None:
     os.kill(rank_pid(out, 0), signal.SIGTERM)  # rank 0 sends in pairs
     err = ended_incomplete(out, proc, within=30)
     assert "terminated by SIGTERM" in err
+
+
+@pytest.mark.parametrize("submitter", ["host", "proxy"])
+def test_sigterm_ends_a_long_connection_cycle(tmp_path: Path, submitter: str) -> None:
+    """active-connections' cycle loops (the host's native loop, mini-proxy's producers and
+    workers) end within seconds of a signal, the run marked incomplete."""
+    out = tmp_path / "run"
+    proc = start_run(out, ["active-connections", "--active", "16", "--messages",
+                           "1000000000000", "--passes", "1", "--threads", "2", "--quiet",
+                           "--batch", "16", "--submitter", submitter, "--progress", "inline"])  # fmt: skip
+    wait_running(out, proc)
+    proc.send_signal(signal.SIGTERM)
+    err = ended_incomplete(out, proc, within=30)
+    assert "Traceback" not in err
