@@ -242,3 +242,24 @@ def test_a_pool_larger_than_emus_table_is_refused_in_pre_flight(tmp_path: Path) 
     assert r.stderr.count("invalid QPs per rank=40000") == 1, r.stderr
     assert "32,766" in r.stderr and "--pool" in r.stderr
     assert not out.exists()
+
+
+def test_proxy_cycle_on_qps_that_never_complete_times_out_naming_the_qp() -> None:
+    """A worker whose lanes never complete (QPs left in RESET) gives up at the deadline with
+    the QP, the ring and its indices, never a hang; the rings are unmapped."""
+    from gicbench import _native
+    from gicbench.errors import CompletionTimeout
+    from gicbench.submit.proxy.params import ProxyParams
+    from gicbench.submit.proxy.submitter import ProxySubmitter
+
+    with _Cycle(qps=4, depth=64, slice_bytes=64, mr_bytes=4 * 64, both_ways=False, seed=1,
+                connect=False) as t:  # fmt: skip
+        sub = ProxySubmitter(rank=0, fabric=t.fabrics[0],
+                             progress=t.fabrics[0].progress_policy(), timeout_s=0.5,
+                             params=ProxyParams(workers=2, precondition_s=0.0))  # fmt: skip
+        with pytest.raises(CompletionTimeout) as e:
+            sub.cycle(CycleWork(t.lanes(4), 2, 4, 2, 8, True, 50, 0, 10))
+        msg = str(e.value)
+        assert "rank 0" in msg and "no completion" in msg and "worker" in msg, msg
+        assert "QP 0x" in msg and "SQ producer index" in msg and "ring" in msg, msg
+    assert _native.proxy.live_rings() == 0

@@ -60,9 +60,10 @@ def test_sigterm_ends_a_long_connection_cycle(tmp_path: Path, submitter: str) ->
     """active-connections' cycle loops (the host's native loop, mini-proxy's producers and
     workers) end within seconds of a signal, the run marked incomplete."""
     out = tmp_path / "run"
-    proc = start_run(out, ["active-connections", "--active", "16", "--messages",
-                           "1000000000000", "--passes", "1", "--threads", "2", "--quiet",
-                           "--batch", "16", "--submitter", submitter, "--progress", "inline"])  # fmt: skip
+    args = ["active-connections", "--active", "16", "--messages", "1000000000000", "--passes",
+            "1", "--threads", "2", "--batch", "16", "--quiet", "--submitter", submitter,
+            "--progress", "inline"]  # fmt: skip
+    proc = start_run(out, args)
     wait_running(out, proc)
     proc.send_signal(signal.SIGTERM)
     err = ended_incomplete(out, proc, within=30)
