@@ -132,6 +132,14 @@ step proxy_gpu_suite 120 $PX single-op proxy-rate loaded-rtt payload -q 4 -e 512
   --sweep-batch 1,16 --handoff baseline --background 64 -o "$O/tr/proxy_gpu_suite"
 step proxy_gpu_loaded_tuned 60 $PX loaded-rtt --handoff tuned --queue reserved --background 31 \
   -n 500 -w 50 -o "$O/tr/proxy_gpu_loaded_tuned"
+# active-connections on the GPU paths (ONLY='build|ac_.*'): mini-gda with the host thread
+# ringing (the paper's configuration for the connection sweep) and mini-proxy's GPU producers,
+# send-only, payloads validated by the harness; then the gpu-marked cycle tests.
+AC="$G active-connections --pattern pairs --active 16,256,2048 --writes-per-visit 32 --batch 16 --messages 20000 --passes 1 --threads 16 --progress thread"
+step ac_gda_host 60 $AC --submitter gpu --doorbell host -o "$O/tr/ac_gda_host"
+step ac_gda_gpu 60 $AC --submitter gpu -o "$O/tr/ac_gda_gpu"
+step ac_proxy_gpu 60 $AC --submitter proxy --producer gpu --workers 4 --precondition-s 0   -o "$O/tr/ac_proxy_gpu"
+step ac_pytest 60 python3 -m pytest -p no:cacheprovider -q -rs -m gpu tests/test_gpu_device.py   tests/test_proxy_gpu.py -k cycle
 for d in "$O"/tr/*; do python3 -m gicbench analyze "$d" > "$d.analyze.txt" 2>&1; done; pack
 cd "$ROOT" && for f in test_doca_submitter_gpu test_emu_cuda test_gpu_device test_proxy_gpu; do
   step "pytest_$f" 120 python3 -m pytest -p no:cacheprovider -q -rs -x -m gpu \
