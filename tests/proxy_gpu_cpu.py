@@ -115,18 +115,30 @@ def _arg(a: Any) -> Any:
     raise TypeError(f"kernel argument of type {type(a).__name__}")
 
 
+class _Current(threading.local):
+    stream: Stream | None = None
+
+
 class Stream:
-    current: Stream | None = None
+    """A stream: the blocks launched on it. The current stream is per thread, as CuPy's is
+    (two in-process ranks launch from two threads: a shared one would put one rank's kernels,
+    and its waits, on the other's stream)."""
+
+    _current = _Current()
 
     def __init__(self, non_blocking: bool = True) -> None:
         self.blocks: list[threading.Thread] = []
 
+    @classmethod
+    def current(cls) -> Stream | None:
+        return cls._current.stream
+
     def __enter__(self) -> Stream:
-        self.prev, Stream.current = Stream.current, self
+        self.prev, Stream._current.stream = Stream._current.stream, self
         return self
 
     def __exit__(self, *exc: object) -> None:
-        Stream.current = self.prev
+        Stream._current.stream = self.prev
 
     def synchronize(self) -> None:
         for t in self.blocks:
@@ -137,8 +149,8 @@ LEGACY_STREAM = Stream()
 
 
 def get_current_stream() -> Stream:
-    """The stream a launch outside `with stream:` would use (CuPy's legacy default)."""
-    return Stream.current or LEGACY_STREAM
+    """This thread's stream: a launch outside `with stream:` uses CuPy's legacy default."""
+    return Stream.current() or LEGACY_STREAM
 
 
 class Event:
@@ -164,7 +176,7 @@ class Kernel:
         self.launches: list[tuple[int, tuple]] = []
 
     def __call__(self, grid: tuple, block: tuple, args: tuple) -> None:
-        stream = Stream.current
+        stream = Stream.current()
         assert stream is not None, "a launch outside a stream"
         self.launches.append((int(grid[0]), args))
         cargs = [_arg(a) for a in args]
