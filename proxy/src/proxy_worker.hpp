@@ -93,9 +93,15 @@ void Engine::drive(uint32_t w, std::vector<WorkerLane<P>>& mine,
 
   std::vector<Piece> chain(cfg_.batch);
   // The lanes with chains in flight: only these are polled (a worker may own thousands of
-  // lanes, most of them idle at any moment, as when its producers cycle connections).
+  // lanes, most of them idle at any moment, as when its producers cycle connections). A pass
+  // that posted polls at most kReapPerPass of them, round robin (a lane that needs room is
+  // polled when it does): a cycle with a new connection every write leaves thousands in flight,
+  // and polling each after every descriptor made a worker's pass grow with the connections. A
+  // pass that posted nothing polls them all (the drain, and waits on a ring's counter).
+  constexpr size_t kReapPerPass = 8;
   std::vector<uint32_t> busy;
   std::vector<char> in_busy(mine.size(), 0);
+  size_t reap_at = 0;
   // Take completions of one lane; each retires one chain and credits its ring's counter.
   auto reap = [&](WorkerLane<P>& L) -> bool {
     for (;;) {
@@ -127,7 +133,7 @@ void Engine::drive(uint32_t w, std::vector<WorkerLane<P>>& mine,
       fail_here(e);
       return;
     }
-    bool any = false;
+    bool any = false, waiting = false;
     for (uint32_t r : my_rings) {
       const Ring& R = rings_[r];
       uint32_t n = 0, lane = 0;
@@ -165,7 +171,10 @@ void Engine::drive(uint32_t w, std::vector<WorkerLane<P>>& mine,
       WorkerLane<P>& L = mine[slot];
       if (!L.room(chain.data(), n)) {
         if (!reap(L)) return;
-        if (!L.room(chain.data(), n)) continue;  // its completions will come; the timeout watches
+        if (!L.room(chain.data(), n)) {  // its completions will come; the timeout watches
+          waiting = true;
+          continue;
+        }
       }
       if (L.chains.empty()) L.last_progress = now_ns();
       EngineError pe;
@@ -187,19 +196,25 @@ void Engine::drive(uint32_t w, std::vector<WorkerLane<P>>& mine,
       ++st.doorbells;
       any = true;
     }
-    for (size_t k = 0; k < busy.size();) {
-      WorkerLane<P>& L = mine[busy[k]];
+    for (size_t n = any ? std::min(kReapPerPass, busy.size()) : busy.size(); n > 0; --n) {
+      if (reap_at >= busy.size()) reap_at = 0;
+      WorkerLane<P>& L = mine[busy[reap_at]];
       if (!reap(L)) return;
       if (L.chains.empty()) {
-        in_busy[busy[k]] = 0;
-        busy[k] = busy.back();
+        in_busy[busy[reap_at]] = 0;
+        busy[reap_at] = busy.back();
         busy.pop_back();
       } else {
-        ++k;
+        ++reap_at;
       }
     }
     const bool outstanding = !busy.empty();
-    if (cfg_.progress.fn && !progress_busy_.test_and_set(std::memory_order_acquire)) {
+    // An inline-progress NIC is driven when the worker would otherwise wait (a pass that posted
+    // nothing, or a lane without room), as the host loops drive it between empty polls: a pass
+    // of the emulated NIC reads every recently rung QP's doorbell, so driving it after every
+    // chain made each of a thousand-connection cycle's writes pay a thousand reads.
+    if ((!any || waiting) && cfg_.progress.fn &&
+        !progress_busy_.test_and_set(std::memory_order_acquire)) {
       cfg_.progress();
       progress_busy_.clear(std::memory_order_release);
     }
