@@ -21,18 +21,24 @@ from gicbench.submit.gpu.params import ORDERINGS
 from gicbench.submit.gpu_runtime import clock_lock as clock
 
 
-def simulate(nlanes: int, threads: int, publish: str, batch: int, per_thread: int) -> list[int]:
-    """A literal walk of gda_msg_rate's loop: unit by unit, batch by batch."""
+def simulate(nlanes: int, threads: int, publish: str, batch: int, per_thread: int,
+             writes_per_visit: int = 0) -> list[int]:
+    """A literal walk of gda_msg_rate's loop: unit by unit, chain by chain, a visit of
+    `writes_per_visit` writes (0: one batch) on a lane before the unit's next."""
     us = lanes.units(threads, publish)
     counts = [0] * nlanes
     for u, size in enumerate(us):
         mine = lanes.unit_lanes(u, len(us), nlanes)
-        total, posted, b = per_thread * size, 0, 0
+        total, posted, k = per_thread * size, 0, 0
+        visit = writes_per_visit * size if writes_per_visit else batch
+        left = visit
         while posted < total:
-            n = min(batch, total - posted)
-            counts[mine[b % len(mine)]] += n
+            n = min(batch, total - posted, left)
+            counts[mine[k]] += n
             posted += n
-            b += 1
+            left -= n
+            if left == 0:
+                left, k = visit, (k + 1) % len(mine)
     return counts
 
 
@@ -52,6 +58,19 @@ def test_lane_messages_match_the_kernel_walk(nlanes, threads, publish, batch, pe
     got = lanes.lane_messages(nlanes, threads, publish, batch, per_thread)
     assert got == simulate(nlanes, threads, publish, batch, per_thread)
     assert sum(got) == per_thread * threads
+
+
+@pytest.mark.parametrize(
+    ("nlanes", "units", "batch", "w", "visits"),
+    [(1, 1, 1, 1, 9), (5, 2, 2, 5, 21), (7, 3, 4, 16, 12), (8, 4, 32, 32, 9), (16, 5, 16, 7, 3)],
+)
+def test_the_kernel_walk_with_visits_is_the_cycle_rule(nlanes, units, batch, w, visits) -> None:
+    """gda_msg_rate with a visit of W writes (active-connections through mini-gda) carries on
+    each lane what the experiment validates against (cycle_lane_writes)."""
+    from gicbench.submit.work import cycle_lane_writes
+
+    got = simulate(nlanes, units, "thread", batch, visits * w, writes_per_visit=w)
+    assert got == cycle_lane_writes(list(range(nlanes)), units, w, visits)
 
 
 def test_thread_publication_with_own_lanes_is_the_host_rule() -> None:
