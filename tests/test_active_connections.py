@@ -184,6 +184,8 @@ def test_the_cycle_is_refused_by_shape_elsewhere(monkeypatch: pytest.MonkeyPatch
         (["--transport", "dc"], "transport (--transport)"),  # DCI-peer pairs share a DCI
         (["--threads", "33", "--active", "64"], "threads (--threads)"),  # a ring per unit
         (["--active", "70000", "--pool", "70000"], "pool (--pool)"),  # 16-bit lane field
+        (["--rings", "4"], "rings (--rings)"),  # a ring per unit: --rings would do nothing
+        (["--producers", "2"], "producers (--producers)"),
     ],
 )
 def test_proxy_cycle_refusals_name_the_field(args: list[str], field: str) -> None:

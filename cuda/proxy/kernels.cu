@@ -257,17 +257,26 @@ __global__ void px_cycle(unsigned char** rings, u64* reserve, int handoff, unsig
   Waiter w{0, control, ST_OK};
   const u64 total = warmup + messages;
   Windows win(warmup, total, window, max_windows, windows + (u64)u * max_windows, t_start + u);
-  u64 k = 0;
+  // write k of the unit: visit v = k div W (its lane pos = v mod n, lap = v div n), write jv =
+  // k mod W of the visit; counted, not divided, per write
+  u64 k = 0, lap = 0, jv = 0;
+  unsigned pos = 0;
   for (; k < total; ++k) {
     w.deadline = gtime() + (u64)timeout_ns;
-    const u64 v = k / W;
-    const unsigned j = lo + (unsigned)(v % n);
-    const u64 off = (((v / n) * W + k % W) % slots[j]) * len;
+    const unsigned j = lo + pos;
+    const u64 off = ((lap * W + jv) % slots[j]) * len;
     u64 idx;
     if (!publish(rings[u], reserve + u, handoff, prod, depth, lanes[j], len,
                  [=](u64) { return off; }, w, idx))
       break;
     win.posted(k + 1);
+    if (++jv == W) {
+      jv = 0;
+      if (++pos == n) {
+        pos = 0;
+        ++lap;
+      }
+    }
   }
   sent[u] = k;
   nwin[u] = win.nw;

@@ -260,13 +260,13 @@ bool bad_arguments(EngineError& err, const char* field, const std::string& allow
 }
 
 // P host producers, each publishing `total` descriptors (the first `warmup` untimed) through
-// put(p, k, caches, rings_given, who, err), which enqueues producer p's k-th descriptor and
-// counts it in rings_given[ring]; then the drain: every ring's counter reaches what it was given
+// put(p, k, caches, rings_given, who, err), which enqueues producer p's k-th descriptor (on ring
+// ring_of(p, k)) and counts it in rings_given[ring]; then the drain: every ring's counter reaches what it was given
 // (timed). Windows of `window` descriptors per producer, producer after producer, the last one
 // carrying the drain; elapsed from the first timed enqueue to the last completion.
-template <class Put>
+template <class Put, class RingOf>
 bool stream(Engine& e, uint32_t P, uint64_t warmup, uint64_t total, uint64_t window, Put put,
-            RateResult& res, EngineError& err) {
+            RingOf ring_of, RateResult& res, EngineError& err) {
   struct Out {
     std::vector<int64_t> windows;
     std::vector<uint64_t> given;
@@ -294,6 +294,7 @@ bool stream(Engine& e, uint32_t P, uint64_t warmup, uint64_t total, uint64_t win
         o.err.failed = true;
         o.err.kind = interrupted() ? "interrupted" : "stopped";
         o.err.who = who;
+        e.fill_ring(o.err, ring_of(p, k));
         break;
       }
       const int64_t t0 = now_ns();
@@ -367,9 +368,10 @@ bool rate(Engine& e, const RateArgs& a, RateResult& res, EngineError& err) {
                          "messages=" + std::to_string(a.messages_per_producer));
   std::vector<std::vector<uint32_t>> mine(P);
   for (uint32_t p = 0; p < P; ++p) mine[p] = rings_of(p, P, e.rings(), 0);
+  auto ring_of = [&](uint32_t p, uint64_t k) { return mine[p][k % mine[p].size()]; };
   auto put = [&](uint32_t p, uint64_t k, std::vector<ProducerCache>& caches,
                  std::vector<uint64_t>& given, const char* who, EngineError& pe) {
-    const uint32_t r = mine[p][k % mine[p].size()];
+    const uint32_t r = ring_of(p, k);
     uint64_t idx = 0;
     if (!enqueue(e, r, a.handoff, caches[r], e.ring_lane(r), Slots{0, slots_of(e, r, a.size)},
                  a.size, idx, who, pe)) {
@@ -380,7 +382,7 @@ bool rate(Engine& e, const RateArgs& a, RateResult& res, EngineError& err) {
     return true;
   };
   return stream(e, P, a.warmup_per_producer, a.warmup_per_producer + a.messages_per_producer,
-                a.window, put, res, err);
+                a.window, put, ring_of, res, err);
 }
 
 bool cycle(Engine& e, const CycleArgs& a, RateResult& res, EngineError& err) {
@@ -426,7 +428,8 @@ bool cycle(Engine& e, const CycleArgs& a, RateResult& res, EngineError& err) {
     return true;
   };
   const uint64_t total = (a.warmup_visits + a.visits) * W;
-  return stream(e, U, a.warmup_visits * W, total, a.window, put, res, err);
+  auto ring_of = [](uint32_t u, uint64_t) { return u; };
+  return stream(e, U, a.warmup_visits * W, total, a.window, put, ring_of, res, err);
 }
 
 bool loaded(Engine& e, const LoadedArgs& a, LoadedResult& res, EngineError& err) {

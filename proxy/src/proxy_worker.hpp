@@ -97,11 +97,13 @@ void Engine::drive(uint32_t w, std::vector<WorkerLane<P>>& mine,
   // that posted polls at most kReapPerPass of them, round robin (a lane that needs room is
   // polled when it does): a cycle with a new connection every write leaves thousands in flight,
   // and polling each after every descriptor made a worker's pass grow with the connections. A
-  // pass that posted nothing polls them all (the drain, and waits on a ring's counter).
+  // pass that posted nothing polls each of them once (the drain, and waits on a ring's counter).
   constexpr size_t kReapPerPass = 8;
   std::vector<uint32_t> busy;
   std::vector<char> in_busy(mine.size(), 0);
   size_t reap_at = 0;
+  constexpr int64_t kProgressNs = 50'000;
+  int64_t last_drive = 0;  // when this worker last drove an inline NIC
   // Take completions of one lane; each retires one chain and credits its ring's counter.
   auto reap = [&](WorkerLane<P>& L) -> bool {
     for (;;) {
@@ -196,27 +198,47 @@ void Engine::drive(uint32_t w, std::vector<WorkerLane<P>>& mine,
       ++st.doorbells;
       any = true;
     }
-    for (size_t n = any ? std::min(kReapPerPass, busy.size()) : busy.size(); n > 0; --n) {
-      if (reap_at >= busy.size()) reap_at = 0;
-      WorkerLane<P>& L = mine[busy[reap_at]];
-      if (!reap(L)) return;
-      if (L.chains.empty()) {
-        in_busy[busy[reap_at]] = 0;
-        busy[reap_at] = busy.back();
+    // Poll busy[k]; false on a failure. A lane left with nothing in flight leaves the list
+    // (the last one takes its place, so k then holds a lane not yet polled).
+    auto poll_busy = [&](size_t k, bool& removed) -> bool {
+      WorkerLane<P>& L = mine[busy[k]];
+      if (!reap(L)) return false;
+      removed = L.chains.empty();
+      if (removed) {
+        in_busy[busy[k]] = 0;
+        busy[k] = busy.back();
         busy.pop_back();
-      } else {
-        ++reap_at;
+      }
+      return true;
+    };
+    bool removed = false;
+    if (any) {  // a bounded share, round robin
+      for (size_t n = std::min(kReapPerPass, busy.size()); n > 0 && !busy.empty(); --n) {
+        if (reap_at >= busy.size()) reap_at = 0;
+        if (!poll_busy(reap_at, removed)) return;
+        if (!removed) ++reap_at;
+      }
+    } else {  // every lane in flight, each once
+      for (size_t k = 0; k < busy.size();) {
+        if (!poll_busy(k, removed)) return;
+        if (!removed) ++k;
       }
     }
     const bool outstanding = !busy.empty();
     // An inline-progress NIC is driven when the worker would otherwise wait (a pass that posted
-    // nothing, or a lane without room), as the host loops drive it between empty polls: a pass
-    // of the emulated NIC reads every recently rung QP's doorbell, so driving it after every
-    // chain made each of a thousand-connection cycle's writes pay a thousand reads.
-    if ((!any || waiting) && cfg_.progress.fn &&
-        !progress_busy_.test_and_set(std::memory_order_acquire)) {
-      cfg_.progress();
-      progress_busy_.clear(std::memory_order_release);
+    // nothing, or a lane without room), as the host loops drive it between empty polls, and at
+    // least every kProgressNs while it keeps posting (what it posted is not held back longer,
+    // and a lane's deadline never counts time the worker kept the NIC from running): a pass of
+    // the emulated NIC reads every recently rung QP's doorbell, so driving it after every chain
+    // made each of a thousand-connection cycle's writes pay a thousand reads.
+    if (cfg_.progress.fn) {
+      const int64_t t = any && !waiting ? now_ns() : 0;
+      if ((t == 0 || t - last_drive >= kProgressNs) &&
+          !progress_busy_.test_and_set(std::memory_order_acquire)) {
+        cfg_.progress();
+        progress_busy_.clear(std::memory_order_release);
+        last_drive = t ? t : now_ns();
+      }
     }
     if (!any) {
       // Finish what the rings held when stop was asked, then leave.
@@ -224,7 +246,8 @@ void Engine::drive(uint32_t w, std::vector<WorkerLane<P>>& mine,
       if ((spins & 255) == 255 && outstanding) {
         const int64_t t = now_ns();
         for (uint32_t b : busy)
-          if (WorkerLane<P>& L = mine[b]; t - L.last_progress > cfg_.timeout_ns) {
+          if (WorkerLane<P>& L = mine[b];
+              !L.chains.empty() && t - L.last_progress > cfg_.timeout_ns) {
             EngineError e;
             L.poster.fail(e, "timeout");
             fill_ring(e, L.chains.front().ring);

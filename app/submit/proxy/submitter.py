@@ -231,6 +231,13 @@ class ProxySubmitter(Submitter):
     def _check_cycle(cls, params: ProxyParams, pt: Mapping[str, Any]) -> None:
         """What ProxySubmitter.cycle would refuse, from an active-connections point."""
         refuse_dci_pairs(pt.get("transport"), cls.name)
+        for name, value in (("rings", params.rings), ("producers", params.producers)):
+            if value:
+                raise ConfigError(
+                    f"{name} (--{name})", value,
+                    "0 for active-connections with --submitter proxy (a ring and a producer "
+                    "per submitting unit: --threads)",
+                )
         if int(pt.get("pool", 0)) > MAX_LANES:
             raise ConfigError(
                 "pool (--pool)", pt["pool"],
