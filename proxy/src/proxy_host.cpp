@@ -213,9 +213,13 @@ std::vector<uint32_t> rings_of(uint32_t p, uint32_t producers, uint32_t rings, u
   return out;
 }
 
-uint64_t slots_of(const Engine& e, uint32_t r, uint32_t size) {
-  const auto& l = e.lanes()[e.ring_lane(r)];
+// `size`-byte slots of a lane's regions (at least 1): its k-th write goes to slot k mod this.
+uint64_t lane_slots(const host::Lane& l, uint32_t size) {
   return std::max<uint64_t>(1, std::min(l.src.length, l.dst.length) / size);
+}
+
+uint64_t slots_of(const Engine& e, uint32_t r, uint32_t size) {
+  return lane_slots(e.lanes()[e.ring_lane(r)], size);
 }
 
 // Start `n` threads running f(i); false (err) if the system refuses one: the started ones are
@@ -406,8 +410,7 @@ bool cycle(Engine& e, const CycleArgs& a, RateResult& res, EngineError& err) {
       if (l >= e.lanes().size() || e.owner(l) != u % e.config().workers)
         return bad_arguments(err, "lanes", "lanes owned by the unit's ring's worker",
                              "unit " + std::to_string(u) + " visits lane " + std::to_string(l));
-      const auto& L = e.lanes()[l];
-      slots[u].push_back(std::max<uint64_t>(1, std::min(L.src.length, L.dst.length) / a.size));
+      slots[u].push_back(lane_slots(e.lanes()[l], a.size));
     }
   }
   // Unit u's k-th write: visit v = k div W on its (v mod n)-th lane, that lane's

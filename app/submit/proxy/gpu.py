@@ -19,7 +19,7 @@ from ..failures import LoopInterrupted
 from ..work import CycleWork, LatencyWork, LoadedWork, ProxyRateWork, RespondWork
 from .gpu_kernels import options, source
 from .params import ProxyParams
-from .rings import check_background, ring_counts, rings_of
+from .rings import check_background, lane_slots, ring_counts, rings_of
 
 _REGISTER_PORTABLE_MAPPED = 0x1 | 0x2  # cudaHostRegisterPortable | cudaHostRegisterMapped
 _ALREADY_REGISTERED = 712  # cudaErrorHostMemoryAlreadyRegistered
@@ -219,7 +219,7 @@ class GpuProducers:
     def _lanes_slots(self, eng: Any, size: int, lanes: tuple) -> tuple[Any, Any]:
         rr = self._ring_range(eng)
         lane_of = [eng.native.ring_lane(r) for r in rr]
-        slots = [max(1, min(lanes[ln].src.length, lanes[ln].dst.length) // size) for ln in lane_of]
+        slots = [lane_slots(lanes[ln], size) for ln in lane_of]
         return (
             self.cp.asarray(np.array(lane_of, dtype=np.uint32)),
             self.cp.asarray(np.array(slots, dtype=np.uint64)),
@@ -397,12 +397,11 @@ class GpuProducers:
             U = len(unit_lanes)
             flat = [lane for mine in unit_lanes for lane in mine]
             first = np.cumsum([0, *(len(m) for m in unit_lanes)]).astype(np.uint32)
-            slots = [max(1, min(work.lanes[ln].src.length, work.lanes[ln].dst.length)
-                         // work.size) for ln in flat]  # fmt: skip
+            slots = [lane_slots(work.lanes[ln], work.size) for ln in flat]
             lanes_dev = cp.asarray(np.array(flat, dtype=np.uint32))
             slots_dev = cp.asarray(np.array(slots, dtype=np.uint64))
             first_dev = cp.asarray(first)
-            ring_ptrs = cp.asarray(np.array(rings[:U], dtype=np.uint64))
+            ring_ptrs = cp.asarray(np.array(rings, dtype=np.uint64))  # ring u: unit u's
             reserve = cp.zeros(U, dtype=cp.uint64)
             warmup = work.warmup_visits * work.writes_per_visit
             messages = work.visits * work.writes_per_visit
@@ -428,7 +427,7 @@ class GpuProducers:
                         *timing.args(eng, ctl_dev),
                     ),
                 )
-            given = [warmup + messages] * U + [0] * (len(rings) - U)
+            given = [warmup + messages] * U
             self._watch(eng, s, "active-connections cycle (GPU producers)",
                         self._timeout_s(eng, warmup + messages))  # fmt: skip
             self._status(eng, "active-connections cycle", timing.status)

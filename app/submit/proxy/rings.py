@@ -5,6 +5,7 @@ geometry the native engine (proxy/src/proxy_engine.cpp, proxy_host.cpp) and the 
 from __future__ import annotations
 
 from ...errors import ConfigError
+from ..work import Lane
 from .params import ProxyParams
 
 
@@ -96,6 +97,29 @@ MAX_RINGS = 32  # the native engine's limit (proxy_engine.cpp, Engine::init)
 MAX_LANES = 1 << 16  # a descriptor's 16-bit lane field (proxy/src/proxy_ring.hpp)
 
 
+def check_cycle_limits(units: int, connections: int, connections_field: str) -> None:
+    """A cycle's units (one ring each) and connections (a descriptor's 16-bit lane field)
+    within what the engine takes: in pre-flight from --threads and --pool, at run time from
+    the units and lanes of the point."""
+    if units > MAX_RINGS:
+        raise ConfigError(
+            "threads (--threads)", units,
+            f"1..{MAX_RINGS} with --submitter proxy (one ring per submitting unit)",
+        )
+    if connections > MAX_LANES:
+        raise ConfigError(
+            connections_field, connections,
+            f"<= {MAX_LANES} connections per rank with --submitter proxy (a descriptor's "
+            "16-bit lane field)",
+        )
+
+
+def lane_slots(lane: Lane, size: int) -> int:
+    """How many `size`-byte slots a lane's regions hold (at least 1): a descriptor's k-th write
+    on it goes to slot k mod this (proxy_host.cpp's lane_slots, the same rule)."""
+    return max(1, min(lane.src.length, lane.dst.length) // size)
+
+
 def cycle_geometry(params: ProxyParams, unit_lanes: list[list[int]], lanes: int) -> tuple[
     int, list[int]
 ]:
@@ -104,17 +128,7 @@ def cycle_geometry(params: ProxyParams, unit_lanes: list[list[int]], lanes: int)
     descriptor of a ring names a lane of the ring's worker). T: --workers, fewer when there are
     fewer units."""
     units = len(unit_lanes)
-    if units > MAX_RINGS:
-        raise ConfigError(
-            "threads (--threads)", units,
-            f"1..{MAX_RINGS} with --submitter proxy (one ring per submitting unit)",
-        )
-    if lanes > MAX_LANES:
-        raise ConfigError(
-            "active (--active)", lanes,
-            f"<= {MAX_LANES} connections per rank with --submitter proxy (a descriptor's "
-            "16-bit lane field)",
-        )
+    check_cycle_limits(units, lanes, "active (--active)")
     workers = min(params.workers, units)
     lane_worker = [0] * lanes
     for u, mine in enumerate(unit_lanes):

@@ -37,9 +37,8 @@ from ..work import (
 from .cores import default_cores
 from .params import HANDOFFS, MAX_CHAIN, ProxyParams
 from .rings import (
-    MAX_LANES,
-    MAX_RINGS,
     check_background,
+    check_cycle_limits,
     cycle_geometry,
     lane_counts,
     proxy_geometry,
@@ -238,17 +237,7 @@ class ProxySubmitter(Submitter):
                     "0 for active-connections with --submitter proxy (a ring and a producer "
                     "per submitting unit: --threads)",
                 )
-        if int(pt.get("pool", 0)) > MAX_LANES:
-            raise ConfigError(
-                "pool (--pool)", pt["pool"],
-                f"<= {MAX_LANES} connections with --submitter proxy (a descriptor's 16-bit "
-                "lane field)",
-            )
-        if int(pt.get("threads", 1)) > MAX_RINGS:
-            raise ConfigError(
-                "threads (--threads)", pt["threads"],
-                f"1..{MAX_RINGS} with --submitter proxy (one ring per submitting unit)",
-            )
+        check_cycle_limits(int(pt.get("threads", 1)), int(pt.get("pool", 0)), "pool (--pool)")
 
     @classmethod
     def check_rate_lanes(cls, params: ProxyParams, lanes: int) -> None:
