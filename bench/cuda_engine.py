@@ -18,6 +18,11 @@ latency     doorbell store to CQE for one signaled 8-byte write posted by a one-
             p50/p99 of `pings`: the CUDA engine with GPU-resident queues, with host-resident
             queues (the rank's shared memory, mapped), the CPU engine (thread) with host-resident
             queues, and the CUDA engine with 16,384 QPs configured and one active.
+stamps      (--stamps) where the GPU-resident one-QP latency goes: the engine built with
+            GICBENCH_ENGINE_STAMPS=1 stamps each stage of every serve of the pinged QP (doorbell
+            seen, core doorbell step, record read, payload stores, CQEs, core serve, pass end);
+            p50 of each stage beside the floor of the same hand-off (bench_echo: one warp polls
+            the doorbell, stores the payload and the CQE, no checks) measured in the same run.
 
 --json writes the figures (the README's table comes from it).
 """
@@ -28,6 +33,7 @@ import argparse
 import concurrent.futures
 import hashlib
 import json
+import re
 import sys
 import tempfile
 import time
@@ -52,9 +58,16 @@ class Kernels:
     def __init__(self, cp: Any) -> None:
         cc = cp.cuda.Device().compute_capability
         mod = cp.RawModule(path=str(compile_engine(f"sm_{cc}", "emu_engine_bench.cu")))
-        self.fill, self.ring, self.wait, self.bare, self.ping = (
+        self.fill, self.ring, self.wait, self.bare, self.ping, self.echo = (
             mod.get_function(n)
-            for n in ("bench_fill", "bench_ring", "bench_wait", "bench_bare", "bench_ping")
+            for n in (
+                "bench_fill",
+                "bench_ring",
+                "bench_wait",
+                "bench_bare",
+                "bench_ping",
+                "bench_echo",
+            )
         )
 
 
@@ -96,6 +109,15 @@ def variant_source(spec: str, tmp: Path) -> str:
     p = tmp / f"emu_engine_v{hashlib.sha256(text.encode()).hexdigest()[:12]}.cu"
     p.write_text(text)
     return str(p)
+
+
+def default_rounds() -> int:
+    """GICBENCH_ENGINE_ROUNDS as cuda/emu_engine.cu defines it (the stamp build keeps it)."""
+    text = (ce.cuda_dir() / "emu_engine.cu").read_text()
+    m = re.search(r"^#define GICBENCH_ENGINE_ROUNDS (\d+)$", text, re.M)
+    if m is None:
+        raise RuntimeError("cuda/emu_engine.cu defines no GICBENCH_ENGINE_ROUNDS")
+    return int(m.group(1))
 
 
 def use_engine(cp: Any, cubin: Path) -> None:
@@ -198,22 +220,116 @@ def engine_rate(cp: Any, k: Kernels, ctas: int, nq: int, depth: int, laps: int) 
 
 
 def ping(cp: Any, k: Kernels, f: EmuFabric, qp: Any, mr_dev: int, rkey: int, pings: int,
-         start: int = 0) -> Any:  # fmt: skip
-    """`pings` one-at-a-time signaled writes from WQE (and CQE) index `start`; ns each."""
+         start: int = 0, t0: Any = None) -> Any:  # fmt: skip
+    """`pings` one-at-a-time signaled writes from WQE (and CQE) index `start`; ns each (and
+    each doorbell's %globaltimer into `t0`, a GPU array, when given)."""
     sq, cq = qp.sq, qp.sq.cq
     out = cp.zeros(pings, dtype=cp.uint64)
     k.ping((1,), (1,), (np.uint64(sq.device_buf), np.uint32(sq.wqebb_cnt),
                         np.uint64(sq.device_dbrec), np.uint64(sq.device_doorbell),
                         np.uint64(cq.device_buf), np.uint64(cq.device_dbrec), np.uint32(cq.ncqe),
                         np.uint32(qp.qpn), np.uint64(mr_dev), np.uint32(rkey), np.uint32(pings),
-                        np.uint32(start), np.uint32(start), out))  # fmt: skip
+                        np.uint32(start), np.uint32(start), out,
+                        np.uint64(0) if t0 is None else t0))  # fmt: skip
     cp.cuda.Stream.null.synchronize()
     v = out.get()
     return v[v > 0]
 
 
+# The engine's stamp stages (cuda/emu_engine.cu, kSt*), in order, and what each delta measures.
+STAMP_WORDS = 8
+STAGES = ("scan", "entry", "doorbell", "record", "stored", "cqe", "core", "pass_end")
+STAGE_DELTAS = (  # (name, from, to): "t0" is the pinger's doorbell store, "seen" its CQE read
+    ("doorbell store -> pass sees it", "t0", "scan"),
+    ("pass -> serve entry", "scan", "entry"),
+    ("core doorbell step", "entry", "doorbell"),
+    ("record read + responder", "doorbell", "record"),
+    ("WQE reads + checks + payload stores", "record", "stored"),
+    ("fence + CQ lock + CQE + unlock", "stored", "cqe"),
+    ("CQE written -> pinger sees it", "cqe", "seen"),
+    ("core serve after the batch", "cqe", "core"),
+    ("rest of the pass (flushes)", "core", "pass_end"),
+    ("pass end -> next doorbell store", "pass_end", "next_t0"),
+)
+
+
+def stamp_breakdown(records: np.ndarray, t0: np.ndarray, lat: np.ndarray) -> dict[str, Any]:
+    """p50 (ns) of each stage of STAGE_DELTAS over the pings whose one stamp record matches
+    (record i = ping i: its scan stamp between the ping's doorbell and its CQE)."""
+    n = min(len(records), len(t0), len(lat))
+    rec, t0, lat = records[:n].astype(np.int64), t0[:n].astype(np.int64), lat[:n].astype(np.int64)
+    cols = {name: rec[:, i] for i, name in enumerate(STAGES)}
+    cols["t0"], cols["seen"] = t0, t0 + lat
+    cols["next_t0"] = np.append(t0[1:], -1)
+    ok = (cols["scan"] >= t0) & (cols["scan"] <= t0 + lat) & (cols["cqe"] > 0)
+    ok[-1] = False  # no next ping
+    out: dict[str, Any] = {"pings": int(n), "matched": int(ok.sum()),
+                           "total_p50_ns": float(np.median(lat[ok])) if ok.any() else None,
+                           "stages_p50_ns": {}}  # fmt: skip
+    for name, a, b in STAGE_DELTAS:
+        d = cols[b][ok] - cols[a][ok]
+        out["stages_p50_ns"][name] = float(np.median(d)) if d.size else None
+    return out
+
+
+def engine_stamps(cp: Any, pings: int) -> tuple[np.ndarray, Any]:
+    """The stamp records the running engine wrote (one per serve of QP slot 1 a doorbell began)
+    and a function that zeroes its count (the engine built with GICBENCH_ENGINE_STAMPS=1)."""
+    module = ce.CudaEngine._modules[cp.cuda.Device().compute_capability][0]
+    n_ptr = module.get_global("gicbench_engine_stamp_n")
+    arr = module.get_global("gicbench_engine_stamps")
+    count = cp.ndarray((1,), cp.uint32, n_ptr)
+    words = cp.ndarray((arr.mem.size // 8,), cp.uint64, arr)
+
+    def read() -> np.ndarray:
+        n = int(count.get()[0])
+        return words[: n * STAMP_WORDS].get().reshape(n, STAMP_WORDS)
+
+    def reset() -> None:
+        count.fill(0)
+        cp.cuda.Stream.null.synchronize()
+
+    return read, reset
+
+
+def echo_floor(cp: Any, k: Kernels, pings: int) -> dict[str, Any]:
+    """The pinger against bench_echo (one warp: poll the doorbell, store the payload, fence, the
+    CQE) on GPU-memory queues of the same shapes: the hand-off's floor on this GPU."""
+    depth, ncqe = 64, 64
+    ring = cp.zeros(depth * 64, dtype=cp.uint8)
+    dbrec = cp.zeros(2, dtype=cp.uint32)
+    doorbell = cp.zeros(1, dtype=cp.uint64)
+    cq = cp.zeros(ncqe * 64, dtype=cp.uint8)
+    cq[63::64] = 0xF0  # every CQE invalid (opcode 15, owner 0)
+    cq_dbrec = cp.zeros(2, dtype=cp.uint32)
+    target = cp.zeros(512, dtype=cp.uint64)
+    failed = cp.zeros(1, dtype=cp.uint32)
+    warm = min(200, pings)
+    total = warm + pings
+    s_echo = cp.cuda.Stream(non_blocking=True)
+    with s_echo:
+        k.echo((1,), (32,), (doorbell, ring, np.uint32(depth), cq, np.uint32(ncqe),
+                             np.uint32(total), np.uint32(0), failed))  # fmt: skip
+    out = cp.zeros(total, dtype=cp.uint64)
+    k.ping((1,), (1,), (ring, np.uint32(depth), dbrec, doorbell, cq, cq_dbrec, np.uint32(ncqe),
+                        np.uint32(1), np.uint64(target.data.ptr), np.uint32(0), np.uint32(total),
+                        np.uint32(0), np.uint32(0), out, np.uint64(0)))  # fmt: skip
+    cp.cuda.Stream.null.synchronize()
+    s_echo.synchronize()
+    v = out.get()[warm:]
+    got = target.get()
+    # the last 64 pings' payloads (ping i writes its WQE index at raddr + 8 * (i % 64))
+    want = np.array([max(i for i in range(total) if i % 64 == j) for j in range(64)], np.uint64)
+    v = v[v > 0]
+    return {"case": "floor: pinger against bench_echo, GPU memory", "p50_us": _pct(v, 50),
+            "p99_us": _pct(v, 99), "n": int(v.size), "timed_out": pings - int(v.size),
+            "echo_failed": int(failed.get()[0]),
+            "payloads_ok": bool((got[:64] == want).all())}  # fmt: skip
+
+
 def latency(cp: Any, k: Kernels, label: str, pings: int, *, engine: str, queues: str,
-            nqps: int = 1, ctas: int | None = None) -> dict[str, Any]:  # fmt: skip
+            nqps: int = 1, ctas: int | None = None,
+            stamps: bool = False) -> dict[str, Any]:  # fmt: skip
     seg = segment_bytes_for(nqps, 2, 0, 64, 64, [4096])
     f = EmuFabric(0, 1, "cl-" + uuid.uuid4().hex[:8],
                   progress="thread" if engine == "cpu" else "inline", segment_bytes=seg,
@@ -240,12 +356,21 @@ def latency(cp: Any, k: Kernels, label: str, pings: int, *, engine: str, queues:
         setup_s = time.monotonic() - t0
         warm = min(200, pings)
         ping(cp, k, f, qp, dev, mr.rkey, warm)  # warm-up
-        v = ping(cp, k, f, qp, dev, mr.rkey, pings, start=warm)
+        read = None
+        if stamps:
+            read, reset = engine_stamps(cp, pings)
+            reset()
+        t0 = cp.zeros(pings, dtype=cp.uint64) if stamps else None
+        v = ping(cp, k, f, qp, dev, mr.rkey, pings, start=warm, t0=t0)
+        records = read() if read is not None else None
         f.quiesce()
         f.check()
-        return {"case": label, "engine": engine, "queues": queues, "qps_configured": nqps,
-                "p50_us": _pct(v, 50), "p99_us": _pct(v, 99), "n": int(v.size),
-                "timed_out": pings - int(v.size), "setup_s": round(setup_s, 2)}  # fmt: skip
+        r = {"case": label, "engine": engine, "queues": queues, "qps_configured": nqps,
+             "p50_us": _pct(v, 50), "p99_us": _pct(v, 99), "n": int(v.size),
+             "timed_out": pings - int(v.size), "setup_s": round(setup_s, 2)}  # fmt: skip
+        if records is not None and v.size == pings:
+            r["stamps"] = stamp_breakdown(records, t0.get(), v)
+        return r
     finally:
         f.close()
 
@@ -283,6 +408,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="which --variants give the CUDA engine's GPU-resident latency\n"
                          "cases (1 QP; --many-qps configured): the first, or each in turn\n"
                          "(host-resident and CPU-engine cases: once, with the first)")  # fmt: skip
+    ap.add_argument(
+        "--stamps",
+        action="store_true",
+        help="first: the GPU-resident one-QP latency stage by stage (an engine built\n"
+        "with GICBENCH_ENGINE_STAMPS=1) beside the hand-off's floor (bench_echo)",
+    )
     ap.add_argument("--json", help="write the figures here (rewritten after every row)")
     a = ap.parse_args(argv)
     for v in a.variants:  # refused before anything is compiled or created
@@ -334,6 +465,30 @@ def main(argv: list[str] | None = None) -> int:
             with open(a.json, "w") as fh:
                 json.dump(out, fh, indent=2)
 
+    if a.stamps:
+        r = echo_floor(cp, k, a.pings)
+        out["floor"] = r
+        save()
+        log(
+            f"floor {r['case']}: p50 {r['p50_us']:.2f} us p99 {r['p99_us']:.2f} us "
+            f"(n={r['n']}, payloads ok {r['payloads_ok']}, echo failed {r['echo_failed']})"
+        )
+        arch = f"sm_{cp.cuda.Device().compute_capability}"
+        tmp = Path(tempfile.mkdtemp(prefix="cuda-engine-stamps-"))
+        use_engine(cp, compile_engine(arch, variant_source(f"r{default_rounds()}@STAMPS=1", tmp)))
+        r = latency(cp, k, "cuda, GPU-resident queues, stamped engine", a.pings, engine="cuda",
+                    queues="device", stamps=True)  # fmt: skip
+        r["variant"] = "stamps"
+        out["latency"].append(r)
+        save()
+        st = r.get("stamps")
+        log(
+            f"stamped engine: p50 {r['p50_us']:.2f} us (n={r['n']}); "
+            f"{st['matched'] if st else 0} pings matched to stamp records"
+        )
+        for name, ns in (st or {}).get("stages_p50_ns", {}).items():
+            log(f"  {name:40s} {ns if ns is not None else float('nan'):9.0f} ns")
+        ce.CudaEngine._modules.clear()  # the next parts build the installed engine again
     if "latency" not in skip:
         cases = [("cuda, GPU-resident queues", "cuda", "device", 1),
                  ("cuda, host-resident queues", "cuda", "host", 1),

@@ -122,6 +122,10 @@ python3 bench/gda_paths.py "$O/runs" "$O/gda_paths" > "$O/gda_paths.txt" 2>&1; p
   tests/test_gpu_paths_device.py)
 step engine_latency 70 python3 bench/cuda_engine.py --skip bare,rate --pings 2000 \
   --json "$O/engine_latency.json"
+# Where the one-QP doorbell-to-CQE time goes: the stamped engine's stages beside the floor of
+# the same hand-off on this GPU (bench/cuda_engine.py --stamps).
+step engine_stamps 90 python3 bench/cuda_engine.py --stamps --skip bare,rate,latency --pings 2000 \
+  --json "$O/engine_stamps.json"
 # mini-proxy with GPU producers (docs/proxy.md): the four proxy experiments under mpiexec -n 2
 # (two ranks on the GPU under MPS, the CPU engine), payloads validated by the harness; the
 # tuned-handoff loaded-rtt run (a background CTA per non-probe ring) that did not finish before.

@@ -47,6 +47,12 @@ namespace m5 = gicbench::mlx5;
 namespace ec = gicbench::emu_core;
 namespace el = gicbench::emu;
 
+__device__ __forceinline__ uint64_t engine_clock_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 // Rounds of 32 WQEBBs the whole warp takes from one QP per serve (the batch): more rounds amortise
 // a serve's fixed costs (record, responder, CQ lock, fences) over more WQEs. bench/cuda_engine.py
 // builds variants with -DGICBENCH_ENGINE_ROUNDS=N to compare.
@@ -122,6 +128,31 @@ constexpr bool kCqRegs = GICBENCH_ENGINE_CQ_REGS != 0;
 #define GICBENCH_ENGINE_HEAD_CACHE 1
 #endif
 constexpr bool kHeadCache = GICBENCH_ENGINE_HEAD_CACHE != 0;
+// 1: lane 0 of the warp that owns QP slot 1 stamps %globaltimer at each stage of every serve of
+// that slot that a doorbell started (the pass's doorbell read, the serve's entry, the core's
+// doorbell step, the record read, the payload stores, the CQEs, the core's serve, the pass's
+// end), into gicbench_engine_stamps (bench/cuda_engine.py --stamps reads it beside the pinger's
+// doorbell and CQE times): where a doorbell-to-CQE microsecond goes. 0: no stamp code.
+#ifndef GICBENCH_ENGINE_STAMPS
+#define GICBENCH_ENGINE_STAMPS 0
+#endif
+constexpr bool kStamps = GICBENCH_ENGINE_STAMPS != 0;
+enum : uint32_t { kStScan, kStEntry, kStDoorbell, kStRecord, kStStored, kStCqe, kStCore, kStPassEnd };
+#if GICBENCH_ENGINE_STAMPS
+constexpr uint32_t kStampRecords = 4096, kStampWords = 8;  // bench/cuda_engine.py reads these
+extern "C" {  // unmangled: the bench finds them by name (cuModuleGetGlobal)
+__device__ unsigned long long gicbench_engine_stamps[kStampRecords * kStampWords];
+__device__ unsigned int gicbench_engine_stamp_n;  // records written (the host zeroes it)
+}
+#define ENGINE_STAMP(env, k)                                                     \
+  do {                                                                           \
+    if ((env).stamp) (env).stamp[k] = engine_clock_ns();                         \
+  } while (0)
+#else
+#define ENGINE_STAMP(env, k) \
+  do {                       \
+  } while (0)
+#endif
 constexpr uint32_t kStateCheckPasses = 4096;  // passes between re-reads of QP states (peer ERR)
 constexpr uint32_t kFlushServes = 256;        // serves between counter flushes while busy
 constexpr uint64_t kLockSpins = 1ull << 20;   // CQ lock: take over after this many spins
@@ -388,6 +419,9 @@ struct Env {
   bool have_rc = false;  // the RC responder, resolved once per serve
   bool rc_ok = false;
   Resp rc;
+#if GICBENCH_ENGINE_STAMPS
+  unsigned long long* stamp = nullptr;  // this serve's stamp record (lane 0, slot 1 only)
+#endif
 
   __device__ Env(const Config& c, EngineQp& q, const Seg& s) : cfg(c), eq(q), self(s) {
     state = ld_vol(&q.state);
@@ -913,6 +947,7 @@ __device__ uint32_t run_batch(Env& env, EngineQp& eq, uint32_t lane, bool* more)
       if (avail > kFastMax) avail = kFastMax;
       if (avail) resp_ok = env.responder(nullptr, resp);
     }
+    ENGINE_STAMP(env, kStRecord);
   }
   avail = __shfl_sync(0xffffffffu, avail, 0);
   if (avail == 0) return 0;
@@ -973,6 +1008,7 @@ __device__ uint32_t run_batch(Env& env, EngineQp& eq, uint32_t lane, bool* more)
     }
   }
   *more = run < avail;
+  if (lane == 0) ENGINE_STAMP(env, kStStored);
   if (run == 0) return 0;
   for (int o = 16; o; o >>= 1) {
     bytes += shfl64(bytes, lane ^ o);  // xor butterfly: every lane ends with the sum
@@ -1016,6 +1052,7 @@ __device__ uint32_t run_batch(Env& env, EngineQp& eq, uint32_t lane, bool* more)
     if (lane == 0) {
       env.release_held(held);
       env.unlock_cq(cq);
+      ENGINE_STAMP(env, kStCqe);
     }
   }
   if (lane == 0) {
@@ -1102,13 +1139,26 @@ __device__ __noinline__ uint32_t core_serve(Env& env, EngineQp& eq, uint32_t bud
 // Serve QP slot i (all lanes): the doorbell (if rung), the batch, then the core. Lane 0 returns
 // the work done.
 __device__ uint32_t serve_qp(const Config& cfg, const Seg& self, WarpCounters& wc, uint32_t i,
-                             uint64_t db, bool rung, uint32_t lane) {
+                             uint64_t db, bool rung, uint32_t lane,
+                             unsigned long long** stamp_rec, uint64_t t_scan) {
   EngineQp& eq = cfg.qps[i];
   Env env(cfg, eq, self);
   uint32_t work = 0;
+#if GICBENCH_ENGINE_STAMPS
+  if (lane == 0 && rung && i == 1 && gicbench_engine_stamp_n < kStampRecords) {
+    env.stamp = &gicbench_engine_stamps[gicbench_engine_stamp_n++ * kStampWords];
+    env.stamp[kStScan] = t_scan;
+    ENGINE_STAMP(env, kStEntry);
+    *stamp_rec = env.stamp;
+  }
+#else
+  (void)stamp_rec;
+  (void)t_scan;
+#endif
   if (lane == 0 && rung) {
     eq.last_db = db;
     core_doorbell(env, eq, db);
+    ENGINE_STAMP(env, kStDoorbell);
     work = 1;
   }
   __syncwarp();
@@ -1123,6 +1173,7 @@ __device__ uint32_t serve_qp(const Config& cfg, const Seg& self, WarpCounters& w
       // What the batch left (at most one batch's worth), or only the core's bookkeeping after
       // it (the record re-read, lag checks, pending): the core.
       work += core_serve(env, eq, more ? kBatch : 0);
+      ENGINE_STAMP(env, kStCore);
     }
   } else if (lane == 0) {
     eq.e.pending = 0;
@@ -1246,6 +1297,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) gicbench_emu_engine(const C
     c_pend[g] = false;
   }
   uint32_t head_n = 0;
+  unsigned long long* stamp_rec = nullptr;  // kStamps: the record a serve of slot 1 began
   for (;;) {
     // The control block every kCtlPasses passes, and every kIdleCtlPasses idle ones (a read of
     // it costs a fence: on every idle pass it would lengthen the doorbell poll).
@@ -1369,6 +1421,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) gicbench_emu_engine(const C
         if (want_m[g]) groups |= 1u << g;
       }
       if (groups) served_any = true;  // a serve changes heads (last doorbell, pending)
+      const uint64_t t_scan = kStamps && groups ? engine_clock_ns() : 0;
 #pragma unroll 1
       for (; groups; groups &= groups - 1) {  // one copy of the serve code, not four
         const uint32_t g = __ffs(groups) - 1;
@@ -1387,7 +1440,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) gicbench_emu_engine(const C
           const int k = __ffs(m) - 1;
           const uint32_t qi = base + k * nw;
           const uint64_t dbk = shfl64(dbg, k);
-          work += serve_qp(cfg, self, wc, qi, dbk, (rm >> k) & 1, lane);
+          work += serve_qp(cfg, self, wc, qi, dbk, (rm >> k) & 1, lane, &stamp_rec, t_scan);
           ++served;
           if (++since_flush >= kFlushServes) {
             since_flush = 0;
@@ -1421,6 +1474,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) gicbench_emu_engine(const C
       }
       q_acked = q_req;
       q_pending = false;
+    }
+    if (kStamps && stamp_rec) {  // lane 0 only sets it: the pass that served slot 1 ends here
+      stamp_rec[kStPassEnd] = engine_clock_ns();
+      stamp_rec = nullptr;
     }
     // A warp that owns no QP only watches the control block: it need not spin at full rate.
     if (idle && 1 + wq >= n && !q_pending && (!mirror || kCtlPaceNs))

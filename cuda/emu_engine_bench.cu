@@ -123,7 +123,7 @@ extern "C" __global__ void bench_ping(uint8_t* ring, uint32_t wqebbs, uint32_t* 
                                       uint64_t* doorbell, uint8_t* cq, uint32_t* cq_dbrec,
                                       uint32_t ncqe, uint32_t qpn, uint64_t raddr, uint32_t rkey,
                                       uint32_t n, uint32_t pi0, uint32_t ci0,
-                                      unsigned long long* out) {
+                                      unsigned long long* out, unsigned long long* t0_out) {
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
   const m5::SqRing sq{ring, wqebbs};
   for (uint32_t i = 0; i < n; ++i) {
@@ -148,6 +148,40 @@ extern "C" __global__ void bench_ping(uint8_t* ring, uint32_t wqebbs, uint32_t* 
       }
     }
     out[i] = gtime() - t0;
+    if (t0_out) t0_out[i] = t0;  // the doorbell's time, for the engine's stamps (--stamps)
     st_vol(cq_dbrec, m5::cq_ci_value(ci + 1));
+  }
+}
+
+// The floor of the doorbell-to-CQE hand-off on one GPU, for the pinger above: lane 0 of one warp
+// polls the doorbell word (as the engine's pass does), reads the WQE's 8-byte inline payload,
+// stores it at the WQE's raddr, fences at GPU scope (payload before CQE), and writes the CQE's
+// op_own with the owner bit the pinger waits for. Every check, lock and count of the engine is
+// left out: what remains is the mechanism (two GPU kernels handing two words back and forth
+// through L2). Serves n doorbells; gives up after kSpinNs without one (*failed set).
+extern "C" __global__ void bench_echo(const uint64_t* doorbell, const uint8_t* ring,
+                                      uint32_t wqebbs, uint8_t* cq, uint32_t ncqe, uint32_t n,
+                                      uint32_t pi0, uint32_t* failed) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  const m5::SqRing sq{const_cast<uint8_t*>(ring), wqebbs};
+  uint64_t last = 0;  // the doorbell word starts zeroed; every ring stores a new value
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint64_t t0 = gtime();
+    uint64_t db;
+    while ((db = ld_vol(doorbell)) == last) {
+      if (gtime() - t0 > kSpinNs) {
+        *failed = 1;
+        return;
+      }
+    }
+    last = db;
+    __threadfence();  // acquire: the WQE the doorbell announces, not a stale line of the ring
+    const uint64_t raddr = m5::get_raddr_seg(sq.wqe(pi0 + i) + m5::kSegBytes).raddr;
+    uint64_t v;
+    m5::get_inline_payload(sq, pi0 + i, 2, &v, 8);  // ctrl, raddr, then the inline segment
+    st_vol(reinterpret_cast<uint64_t*>(raddr), v);
+    __threadfence();  // the payload before the CQE, for this GPU's threads
+    st_vol(cq + ((pi0 + i) & (ncqe - 1)) * m5::kCqeBytes + m5::kCqeOpOwn,
+           static_cast<uint8_t>((m5::kCqeReq << 4) | m5::cqe_owner_for(pi0 + i, ncqe)));
   }
 }

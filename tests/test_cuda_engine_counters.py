@@ -101,7 +101,8 @@ def test_variant_switches_are_the_engines() -> None:
     for m in ("GICBENCH_ENGINE_ROUNDS", "GICBENCH_ENGINE_IDLE_PACE_NS",
               "GICBENCH_ENGINE_SCOPE_GPU", "GICBENCH_ENGINE_CTL_WARP",
               "GICBENCH_ENGINE_CTL_PACE_NS", "GICBENCH_ENGINE_SEG_COUNTERS",
-              "GICBENCH_ENGINE_CQ_REGS", "GICBENCH_ENGINE_HEAD_CACHE"):  # fmt: skip
+              "GICBENCH_ENGINE_CQ_REGS", "GICBENCH_ENGINE_HEAD_CACHE",
+              "GICBENCH_ENGINE_STAMPS"):  # fmt: skip
         assert m in known
     assert b.variant_defines("r8@SCOPE_GPU=1@GICBENCH_ENGINE_IDLE_PACE_NS=200") == [
         "#define GICBENCH_ENGINE_ROUNDS 8",
@@ -113,6 +114,25 @@ def test_variant_switches_are_the_engines() -> None:
                      ("/nonexistent.cu", "neither")):  # fmt: skip
         with pytest.raises(ValueError, match=msg):
             b.variant_defines(bad)
+
+
+def test_stamp_breakdown_pairs_each_ping_with_its_record() -> None:
+    """Stage deltas from synthetic stamps: ping i rings at t0[i] and sees its CQE lat[i] later;
+    its record's stages are 100 ns apart. A record whose scan stamp is outside its ping (a
+    record of another serve) is left out, as is the last ping (no next doorbell)."""
+    b = _bench()
+    t0 = np.arange(6, dtype=np.int64) * 10_000 + 1_000
+    rec = np.stack([t0 + 100 * (k + 1) for k in range(len(b.STAGES))], axis=1)
+    rec[2, 0] = t0[2] - 50  # seen before its doorbell: not this ping's
+    lat = np.full(6, 900, np.int64)
+    out = b.stamp_breakdown(rec, t0, lat)
+    assert out["pings"] == 6 and out["matched"] == 4
+    st = out["stages_p50_ns"]
+    assert st["doorbell store -> pass sees it"] == 100
+    assert st["fence + CQ lock + CQE + unlock"] == 100
+    assert st["CQE written -> pinger sees it"] == 900 - 600
+    assert st["pass end -> next doorbell store"] == 10_000 - 800
+    assert out["total_p50_ns"] == 900
 
 
 def test_bad_variant_refused_with_exit_2_before_anything_runs(capsys: Any) -> None:
@@ -151,6 +171,7 @@ def test_engine_compiles_with_every_switch(tmp_path: Path) -> None:
             "-DGICBENCH_ENGINE_IDLE_PACE_NS=200",
             "-DGICBENCH_ENGINE_ROUNDS=8",
             "-DGICBENCH_ENGINE_CQ_REGS=1",
+            "-DGICBENCH_ENGINE_STAMPS=1",
         ],
         "seg": ["-DGICBENCH_ENGINE_SEG_COUNTERS=1"],
         "bad": ["-DGICBENCH_ENGINE_CTL_WARP=2"],
