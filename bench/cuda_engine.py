@@ -237,7 +237,7 @@ def ping(cp: Any, k: Kernels, f: EmuFabric, qp: Any, mr_dev: int, rkey: int, pin
 
 
 # The engine's stamp stages (cuda/emu_engine.cu, kSt*), in order, and what each delta measures.
-STAMP_WORDS = 8
+STAMP_RECORDS, STAMP_WORDS = 4096, 8  # cuda/emu_engine.cu kStampRecords, kStampWords
 STAGES = ("scan", "entry", "doorbell", "record", "stored", "cqe", "core", "pass_end")
 STAGE_DELTAS = (  # (name, from, to): "t0" is the pinger's doorbell store, "seen" its CQE read
     ("doorbell store -> pass sees it", "t0", "scan"),
@@ -272,24 +272,24 @@ def stamp_breakdown(records: np.ndarray, t0: np.ndarray, lat: np.ndarray) -> dic
     return out
 
 
-def engine_stamps(cp: Any, pings: int) -> tuple[np.ndarray, Any]:
-    """The stamp records the running engine wrote (one per serve of QP slot 1 a doorbell began)
-    and a function that zeroes its count (the engine built with GICBENCH_ENGINE_STAMPS=1)."""
+def engine_stamps(cp: Any) -> tuple[Any, Any]:
+    """The running engine's stamp records (one per serve of QP slot 1 a doorbell began; the
+    engine built with GICBENCH_ENGINE_STAMPS=1): mark() -> the records written so far,
+    read(since) -> those written after `since` (the engine never waits for these copies)."""
     module = ce.CudaEngine._modules[cp.cuda.Device().compute_capability][0]
-    n_ptr = module.get_global("gicbench_engine_stamp_n")
-    arr = module.get_global("gicbench_engine_stamps")
-    count = cp.ndarray((1,), cp.uint32, n_ptr)
-    words = cp.ndarray((arr.mem.size // 8,), cp.uint64, arr)
+    count = cp.ndarray((1,), cp.uint32, module.get_global("gicbench_engine_stamp_n"))
+    # a module global's size is not kept by CuPy: the engine's own (kStampRecords x kStampWords)
+    words = cp.ndarray((STAMP_RECORDS * STAMP_WORDS,), cp.uint64,
+                       module.get_global("gicbench_engine_stamps"))  # fmt: skip
 
-    def read() -> np.ndarray:
-        n = int(count.get()[0])
-        return words[: n * STAMP_WORDS].get().reshape(n, STAMP_WORDS)
+    def mark() -> int:
+        return min(int(count.get()[0]), STAMP_RECORDS)
 
-    def reset() -> None:
-        count.fill(0)
-        cp.cuda.Stream.null.synchronize()
+    def read(since: int) -> np.ndarray:
+        n = mark()
+        return words[since * STAMP_WORDS : n * STAMP_WORDS].get().reshape(n - since, STAMP_WORDS)
 
-    return read, reset
+    return mark, read
 
 
 def echo_floor(cp: Any, k: Kernels, pings: int) -> dict[str, Any]:
@@ -356,13 +356,13 @@ def latency(cp: Any, k: Kernels, label: str, pings: int, *, engine: str, queues:
         setup_s = time.monotonic() - t0
         warm = min(200, pings)
         ping(cp, k, f, qp, dev, mr.rkey, warm)  # warm-up
-        read = None
+        mark = read = None
         if stamps:
-            read, reset = engine_stamps(cp, pings)
-            reset()
+            mark, read = engine_stamps(cp)
+        since = mark() if mark is not None else 0
         t0 = cp.zeros(pings, dtype=cp.uint64) if stamps else None
         v = ping(cp, k, f, qp, dev, mr.rkey, pings, start=warm, t0=t0)
-        records = read() if read is not None else None
+        records = read(since) if read is not None else None
         f.quiesce()
         f.check()
         r = {"case": label, "engine": engine, "queues": queues, "qps_configured": nqps,

@@ -128,6 +128,28 @@ constexpr bool kCqRegs = GICBENCH_ENGINE_CQ_REGS != 0;
 #define GICBENCH_ENGINE_HEAD_CACHE 1
 #endif
 constexpr bool kHeadCache = GICBENCH_ENGINE_HEAD_CACHE != 0;
+// 1: a serve works on a copy of its QP's EngineQp in shared memory (served_copy, below); 0: on
+// the EngineQp in GPU memory, every read an L2 round trip.
+#ifndef GICBENCH_ENGINE_QP_COPY
+#define GICBENCH_ENGINE_QP_COPY 1
+#endif
+constexpr bool kQpCopy = GICBENCH_ENGINE_QP_COPY != 0;
+// Idle passes a warp waits before it stores its counts and its QPs' counters (the flush ends
+// with a system-scope fence behind stores to host memory: ~0.6 us on the H200, during which a
+// new doorbell waits). 0: at the first idle pass. Quiesce, hold and stop flush at once anyway,
+// so counters() after quiesce stay exact; between, they lag a few more passes.
+#ifndef GICBENCH_ENGINE_IDLE_FLUSH_PASSES
+#define GICBENCH_ENGINE_IDLE_FLUSH_PASSES 16
+#endif
+constexpr uint32_t kIdleFlushPasses = GICBENCH_ENGINE_IDLE_FLUSH_PASSES;
+// 1: the batch finds its send CQ and reads the CQ's fixed words (ring, record, size, flags)
+// before it reads the WQEs, so those loads overlap the WQE reads instead of following the CQ
+// lock (own CQs in GPU memory: written once by the host before any QP uses them); the words
+// the lock guards (status, pi, dropped) are still read after it. 0: all of them after the lock.
+#ifndef GICBENCH_ENGINE_CQ_PREFETCH
+#define GICBENCH_ENGINE_CQ_PREFETCH 1
+#endif
+constexpr bool kCqPrefetch = GICBENCH_ENGINE_CQ_PREFETCH != 0;
 // 1: lane 0 of the warp that owns QP slot 1 stamps %globaltimer at each stage of every serve of
 // that slot that a doorbell started (the pass's doorbell read, the serve's entry, the core's
 // doorbell step, the record read, the payload stores, the CQEs, the core's serve, the pass's
@@ -142,7 +164,7 @@ enum : uint32_t { kStScan, kStEntry, kStDoorbell, kStRecord, kStStored, kStCqe, 
 constexpr uint32_t kStampRecords = 4096, kStampWords = 8;  // bench/cuda_engine.py reads these
 extern "C" {  // unmangled: the bench finds them by name (cuModuleGetGlobal)
 __device__ unsigned long long gicbench_engine_stamps[kStampRecords * kStampWords];
-__device__ unsigned int gicbench_engine_stamp_n;  // records written (the host zeroes it)
+__device__ unsigned int gicbench_engine_stamp_n;  // records written
 }
 #define ENGINE_STAMP(env, k)                                                     \
   do {                                                                           \
@@ -423,8 +445,13 @@ struct Env {
   unsigned long long* stamp = nullptr;  // this serve's stamp record (lane 0, slot 1 only)
 #endif
 
-  __device__ Env(const Config& c, EngineQp& q, const Seg& s) : cfg(c), eq(q), self(s) {
-    state = ld_vol(&q.state);
+  uint32_t* state_home;  // the QP's state word in cfg.qps (other warps' cq_fatal write it too)
+  bool peers_shared;     // peers map our GPU memory (read once a serve, not at every lock)
+
+  __device__ Env(const Config& c, EngineQp& q, uint32_t* home, const Seg& s)
+      : cfg(c), eq(q), self(s), state_home(home) {
+    state = ld_vol(home);
+    peers_shared = ld_vol(&c.peer_map->shared) != 0;
     mr_n = ld_vol(c.mr_count);
     for (uint32_t i = 0; i < el::kNumCounters; ++i) cnt[i] = 0;
   }
@@ -446,6 +473,7 @@ struct Env {
   __device__ void qp_to_error() {
     state = el::kErr;
     st_vol(&eq.state, state);
+    st_vol(state_home, state);
     st_rel_sys(&self.qps()[el::num_index(eq.q.qpn)].state, state);
   }
 
@@ -574,7 +602,7 @@ struct Env {
   // A CQ in host memory, or one that engines on another GPU lock too (a peer's, or ours once
   // peers have mapped our GPU memory): lock hand-offs at system scope.
   __device__ bool sys_lock(const Cq& cq) const {
-    return !cq.d || cq.peer >= 0 || ld_vol(&cfg.peer_map->shared) != 0;
+    return !cq.d || cq.peer >= 0 || peers_shared;
   }
   __device__ void unlock_cq(const Cq& cq) {
     if (!sys_lock(cq)) {
@@ -661,6 +689,20 @@ struct Env {
   __device__ void hold_cq(const Seg& s, const Cq& cq, HeldCq& h) const {
     h.ok = cq_ref(s, cq, h.ref);
     if (!h.ok) return;
+    h.home[0] = h.ref.status;
+    h.home[1] = h.ref.pi;
+    h.home[2] = h.ref.dropped;
+    for (uint32_t k = 0; k < 3; ++k) h.v[k] = *h.home[k];
+    h.ref.status = &h.v[0];
+    h.ref.pi = &h.v[1];
+    h.ref.dropped = &h.v[2];
+  }
+  // hold_cq with the fixed words read before the lock (kCqPrefetch): an own CQ in GPU memory.
+  __device__ void hold_cq_from(const Cq& cq, const DevCq& fixed, HeldCq& h) const {
+    h.ref = ec::CqRef{reinterpret_cast<uint8_t*>(fixed.buf),
+                      reinterpret_cast<const uint32_t*>(fixed.ci_rec), &cq.d->status, &cq.d->pi,
+                      &cq.d->dropped, fixed.ncqe, fixed.flags};
+    h.ok = true;
     h.home[0] = h.ref.status;
     h.home[1] = h.ref.pi;
     h.home[2] = h.ref.dropped;
@@ -933,6 +975,19 @@ __device__ uint32_t run_batch(Env& env, EngineQp& eq, uint32_t lane, bool* more)
   Fast f{};
   bool resp_ok = false;
   *more = true;
+  Env::Cq cq{nullptr, nullptr};  // lane 0: the send CQ (found here when kCqPrefetch)
+  DevCq fixed{};                  // lane 0: its fixed words, read before the WQEs
+  bool prefetched = false;
+  if (lane == 0 && kCqPrefetch) {
+    cq = env.cq_of(env.self, eq.send_cqn);
+    if (cq.d && cq.peer < 0 && !cq.lost) {
+      fixed.buf = ld_vol(&cq.d->buf);
+      fixed.ci_rec = ld_vol(&cq.d->ci_rec);
+      fixed.ncqe = ld_vol(&cq.d->ncqe);
+      fixed.flags = ld_vol(&cq.d->flags);
+      prefetched = true;
+    }
+  }
   if (lane == 0) {
     const ec::SqParams& q = eq.q;
     const bool fast = env.state == el::kRts && !(q.flags & (el::kQpNoDbr | el::kQpWqeSig)) &&
@@ -1021,14 +1076,16 @@ __device__ uint32_t run_batch(Env& env, EngineQp& eq, uint32_t lane, bool* more)
     fence_rel_gpu();  // every lane's payloads before lane 0's CQEs (whose fence is system scope
     __syncwarp();     // for a CQ in host memory or a responder in another process
                       // (env.remote_sys), cumulative over these)
-    Env::Cq cq{nullptr, nullptr};
     Env::HeldCq held;
     held.ok = false;
     const uint32_t qpn = f.qpn;
     if (lane == 0) {
-      cq = env.cq_of(env.self, eq.send_cqn);
+      if (!kCqPrefetch) cq = env.cq_of(env.self, eq.send_cqn);
       env.lock_cq(env.self, cq);
-      if (kCqRegs) env.hold_cq(env.self, cq, held);
+      if (kCqRegs && prefetched)
+        env.hold_cq_from(cq, fixed, held);
+      else if (kCqRegs)
+        env.hold_cq(env.self, cq, held);
     }
 #pragma unroll
     for (uint32_t r = 0; r < kRounds; ++r) {
@@ -1136,17 +1193,54 @@ __device__ __noinline__ uint32_t core_serve(Env& env, EngineQp& eq, uint32_t bud
   return ec::serve(env, eq.e, eq.q, budget);
 }
 
+// The QP a warp serves, copied into shared memory for the serve: the serve reads its state many
+// times, each read depending on the last, and from L2 each such read cost ~0.5 us on the H200
+// (bench/cuda_engine.py --stamps: about 25 dependent L2 round trips made the one-QP latency
+// ~14 us). One coalesced read of the whole EngineQp at the start (all lanes), the serve works on
+// the copy, and the copy is stored back at its end, except `state`: other warps move a QP to
+// ERR (cq_fatal) in cfg.qps, so the serve reads and writes state there (Env::state_home). Only
+// the owning warp writes the rest of an EngineQp, so nothing else is lost by the store back.
+constexpr uint32_t kWarpsPerCta = 8;  // __launch_bounds__(256): at most 8 warps a CTA
+constexpr uint32_t kQpWords = sizeof(EngineQp) / 4;
+constexpr uint32_t kStateWord = offsetof(EngineQp, state) / 4;
+static_assert(sizeof(EngineQp) % 4 == 0 && offsetof(EngineQp, state) % 4 == 0, "EngineQp words");
+__device__ __forceinline__ EngineQp& served_copy(EngineQp& home, uint32_t lane) {
+  if (!kQpCopy) return home;
+  __shared__ alignas(32) uint32_t copies[kWarpsPerCta][kQpWords];
+  uint32_t* dst = copies[threadIdx.x / 32];
+  const uint32_t* src = reinterpret_cast<const uint32_t*>(&home);
+  for (uint32_t w = lane; w < kQpWords; w += 32) dst[w] = ld_vol(&src[w]);
+  __syncwarp();
+  return *reinterpret_cast<EngineQp*>(dst);
+}
+__device__ __forceinline__ void store_served(EngineQp& home, const EngineQp& copy, uint32_t lane) {
+  if (!kQpCopy) {
+    __syncwarp();
+    return;
+  }
+  __syncwarp();  // lane 0's last writes to the copy before every lane's stores
+  const uint32_t* src = reinterpret_cast<const uint32_t*>(&copy);
+  uint32_t* dst = reinterpret_cast<uint32_t*>(&home);
+  for (uint32_t w = lane; w < kQpWords; w += 32)
+    if (w != kStateWord) st_vol(&dst[w], src[w]);
+  __syncwarp();  // the stores before the warp goes on (flush_qp, the next pass read home)
+}
+
 // Serve QP slot i (all lanes): the doorbell (if rung), the batch, then the core. Lane 0 returns
 // the work done.
 __device__ uint32_t serve_qp(const Config& cfg, const Seg& self, WarpCounters& wc, uint32_t i,
                              uint64_t db, bool rung, uint32_t lane,
                              unsigned long long** stamp_rec, uint64_t t_scan) {
-  EngineQp& eq = cfg.qps[i];
-  Env env(cfg, eq, self);
+  EngineQp& home = cfg.qps[i];
+  EngineQp& eq = served_copy(home, lane);
+  Env env(cfg, eq, &home.state, self);
   uint32_t work = 0;
 #if GICBENCH_ENGINE_STAMPS
-  if (lane == 0 && rung && i == 1 && gicbench_engine_stamp_n < kStampRecords) {
-    env.stamp = &gicbench_engine_stamps[gicbench_engine_stamp_n++ * kStampWords];
+  // The count through L2 (volatile): the host reads it between pings.
+  const uint32_t sn = lane == 0 && rung && i == 1 ? ld_vol(&gicbench_engine_stamp_n) : kStampRecords;
+  if (sn < kStampRecords) {
+    st_vol(&gicbench_engine_stamp_n, sn + 1);
+    env.stamp = &gicbench_engine_stamps[sn * kStampWords];
     env.stamp[kStScan] = t_scan;
     ENGINE_STAMP(env, kStEntry);
     *stamp_rec = env.stamp;
@@ -1182,7 +1276,7 @@ __device__ uint32_t serve_qp(const Config& cfg, const Seg& self, WarpCounters& w
     for (uint32_t c = 0; c < el::kNumCounters; ++c) wc.c[c] += env.cnt[c];
     eq.want = eq.e.pending;
   }
-  __syncwarp();
+  store_served(home, eq, lane);
   return work;
 }
 
@@ -1454,7 +1548,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) gicbench_emu_engine(const C
     head_n = one_sweep && !served_any ? n : 0;
     idle = work == 0;
     if (!idle) idle_run = 0;
-    if (idle && since_flush) {
+    if (idle && since_flush && idle_run + 1 > kIdleFlushPasses) {
       since_flush = 0;
       flush_counters(cfg, w, wc, lane);
       for (uint32_t i = 1 + wq + lane * nw; i < n; i += stride) flush_qp(self, cfg.qps[i]);

@@ -102,7 +102,8 @@ def test_variant_switches_are_the_engines() -> None:
               "GICBENCH_ENGINE_SCOPE_GPU", "GICBENCH_ENGINE_CTL_WARP",
               "GICBENCH_ENGINE_CTL_PACE_NS", "GICBENCH_ENGINE_SEG_COUNTERS",
               "GICBENCH_ENGINE_CQ_REGS", "GICBENCH_ENGINE_HEAD_CACHE",
-              "GICBENCH_ENGINE_STAMPS"):  # fmt: skip
+              "GICBENCH_ENGINE_STAMPS", "GICBENCH_ENGINE_QP_COPY",
+              "GICBENCH_ENGINE_IDLE_FLUSH_PASSES", "GICBENCH_ENGINE_CQ_PREFETCH"):  # fmt: skip
         assert m in known
     assert b.variant_defines("r8@SCOPE_GPU=1@GICBENCH_ENGINE_IDLE_PACE_NS=200") == [
         "#define GICBENCH_ENGINE_ROUNDS 8",
@@ -172,7 +173,10 @@ def test_engine_compiles_with_every_switch(tmp_path: Path) -> None:
             "-DGICBENCH_ENGINE_ROUNDS=8",
             "-DGICBENCH_ENGINE_CQ_REGS=1",
             "-DGICBENCH_ENGINE_STAMPS=1",
+            "-DGICBENCH_ENGINE_QP_COPY=1",
         ],
+        "nocopy": ["-DGICBENCH_ENGINE_QP_COPY=0", "-DGICBENCH_ENGINE_IDLE_FLUSH_PASSES=0",
+                   "-DGICBENCH_ENGINE_CQ_PREFETCH=0"],
         "seg": ["-DGICBENCH_ENGINE_SEG_COUNTERS=1"],
         "bad": ["-DGICBENCH_ENGINE_CTL_WARP=2"],
     }
@@ -181,7 +185,7 @@ def test_engine_compiles_with_every_switch(tmp_path: Path) -> None:
                                capture_output=True, text=True)
                 for k, d in builds.items()}  # fmt: skip
         res = {k: f.result() for k, f in futs.items()}
-    for k in ("all", "seg"):
+    for k in ("all", "seg", "nocopy"):
         log = (res[k].stdout + res[k].stderr).strip()
         assert res[k].returncode == 0, f"nvcc failed ({k}):\n{log}"
         assert "warning" not in log.lower(), f"nvcc warnings ({k}):\n{log}"

@@ -1,0 +1,57 @@
+#!/bin/bash
+# The CUDA engine's doorbell-to-CQE latency in ONE call on a lent H200 (one GPU), every step under
+# a deadline:
+#   build;
+#   stamps (bench/cuda_engine.py --stamps: the one-QP latency stage by stage on the stamped
+#     engine, beside the floor of the same hand-off, bench_echo);
+#   ab (the engine variants of AB side by side: latency at 1 QP and 16,384 configured for each,
+#     throughput at 16/32 CTAs x 64 and 1,024 QPs; host-resident queues and the CPU engine once);
+#   conformance (the conformance suite and the GPU engine tests against the default engine);
+#   mps (two ranks under MPS through gicbench's CLI: mini-gda put+completion on the CUDA engine
+#     with GPU-resident queues, the engine beside a running submitter);
+#   memcheck (compute-sanitizer on the engine alone, the host its submitter).
+#   OUT=/path bash bench/cuda_engine_latency.sh       ($OUT: summary.txt, one log per step, JSON)
+#   ONLY='build|stamps' bash bench/cuda_engine_latency.sh      (a regex of step names)
+set -u
+DEADLINE=$((SECONDS + ${DEADLINE_S:-540}))
+O=${OUT:-/tmp/cuda-engine-latency}; mkdir -p "$O"
+export PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) OMPI_ALLOW_RUN_AS_ROOT=1 \
+  OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+G=16+32:64+1024  # CTAs x QPs of each variant's throughput rows
+# Cumulative: the engine before the shared-memory QP copy, the deferred idle flush and the CQ
+# prefetch; with the copy; with the copy and the flush; all three (the default).
+AB=${AB:-"r8@QP_COPY=0@IDLE_FLUSH_PASSES=0@CQ_PREFETCH=0:$G r8@IDLE_FLUSH_PASSES=0@CQ_PREFETCH=0:$G
+ r8@CQ_PREFETCH=0:$G r8:$G"}
+step() {  # step NAME SECONDS CMD...: at most SECONDS (less if the deadline is nearer)
+  local name=$1 t=$2; shift 2
+  [[ "$name" =~ ^(${ONLY:-.*})$ ]] || return 0
+  local left=$((DEADLINE - SECONDS)); [ "$left" -lt "$t" ] && t=$left
+  if [ "$t" -le 5 ]; then echo "== $name: skipped (deadline)" | tee -a "$O/summary.txt"; return; fi
+  local t0=$SECONDS
+  timeout -k 5 "$t" "$@" > "$O/$name.log" 2>&1; local rc=$?
+  echo "== $name rc=$rc $((SECONDS - t0)) s (limit $t)" | tee -a "$O/summary.txt"
+  tail -"${TAILN:-6}" "$O/$name.log" | tee -a "$O/summary.txt"
+}
+{ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv; nproc; git log --oneline -1
+} > "$O/machine.txt" 2>&1
+rm -rf /tmp/gs  # pip --target leaves an earlier install in place
+step build 150 python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/gs .
+export PYTHONPATH=/tmp/gs
+B="python3 bench/cuda_engine.py"
+TAILN=14 step stamps 90 $B --stamps --skip bare,rate,latency --pings 2000 --json "$O/stamps.json"
+TAILN=24 step ab 200 $B --skip bare --pings 2000 --latency-variants all --json "$O/ab.json" \
+  --variants $AB
+PYT="python3 -m pytest -q -p no:cacheprovider -rs -o faulthandler_timeout=60"
+step conformance 120 $PYT tests/conformance/test_conformance.py tests/test_emu_cuda.py \
+  tests/conformance/test_emu_core_cuda.py -k "cuda or batch"
+export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps_log
+mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY && nvidia-cuda-mps-control -d
+TAILN=20 step mps 60 bash -c "mpiexec --bind-to none -n 2 python3 -m gicbench run --timeout 5 \
+  --json --quiet --sq-depth 256 -b 8 single-op --modes issue,put_completion -n 2000 -w 200 \
+  --submitter gpu --engine cuda --queues device -o $O/mps_gda > $O/mps_gda.json \
+  && python3 -m gicbench analyze $O/mps_gda"
+echo quit | nvidia-cuda-mps-control 2>/dev/null
+GICBENCH_CUDA_ENGINE_ARENA_MB=64 GICBENCH_CUDA_ENGINE_TIMEOUT_S=60 TAILN=8 step memcheck 100 \
+  compute-sanitizer --tool memcheck --target-processes all --print-limit 20 \
+  python3 bench/cuda_engine_memcheck.py --ops 60
+echo "== done $SECONDS s" | tee -a "$O/summary.txt"
