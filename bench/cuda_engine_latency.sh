@@ -9,7 +9,10 @@
 #   conformance (the conformance suite and the GPU engine tests against the default engine);
 #   mps (two ranks under MPS through gicbench's CLI: mini-gda put+completion on the CUDA engine
 #     with GPU-resident queues, the engine beside a running submitter);
-#   memcheck (compute-sanitizer on the engine alone, the host its submitter).
+#   rate_t*_q* (mini-gda's msg-rate on the CUDA engine, two Table 5 rows, 32 engine CTAs);
+#   hostrung (bench/engine_threads.py: the host-rung doorbell against the GPU-rung one at 16 QPs);
+#   gda_tests (mini-gda's gpu-marked tests); memcheck (compute-sanitizer on the engine alone, the
+#   host its submitter).
 #   OUT=/path bash bench/cuda_engine_latency.sh       ($OUT: summary.txt, one log per step, JSON)
 #   ONLY='build|stamps' bash bench/cuda_engine_latency.sh      (a regex of step names)
 set -u
@@ -50,7 +53,17 @@ TAILN=20 step mps 60 bash -c "mpiexec --bind-to none -n 2 python3 -m gicbench ru
   --json --quiet --sq-depth 256 -b 8 single-op --modes issue,put_completion -n 2000 -w 200 \
   --submitter gpu --engine cuda --queues device -o $O/mps_gda > $O/mps_gda.json \
   && python3 -m gicbench analyze $O/mps_gda"
+# mini-gda on the CUDA engine (GPU-resident queues, 32 engine CTAs): two Table 5 rows
+for row in "1 1" "16 16"; do set -- $row
+  TAILN=3 step "rate_t$1_q$2" 45 mpiexec --bind-to none -n 2 python3 -m gicbench run --timeout 5 \
+    --json --quiet --sq-depth 256 -b 8 msg-rate -t $1 -q $2 --batch 16 --messages 100000 \
+    --submitter gpu --engine cuda --queues device --engine-ctas 32 -o $O/rate_t$1_q$2
+done
+# the host-rung doorbell against the GPU-rung one, 16 QPs x 16 threads, batch 16 (CPU engine)
+TAILN=12 step hostrung 90 python3 bench/engine_threads.py --only host-rung --threads 1 \
+  --messages 100000 --md "$O/hostrung.md"
 echo quit | nvidia-cuda-mps-control 2>/dev/null
+step gda_tests 90 $PYT -m gpu tests/test_gpu_device.py tests/test_gpu_paths_device.py
 GICBENCH_CUDA_ENGINE_ARENA_MB=64 GICBENCH_CUDA_ENGINE_TIMEOUT_S=60 TAILN=8 step memcheck 100 \
   compute-sanitizer --tool memcheck --target-processes all --print-limit 20 \
   python3 bench/cuda_engine_memcheck.py --ops 60

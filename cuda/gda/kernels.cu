@@ -474,8 +474,15 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
       const uint64_t off = (k % slots) * size;
       const ConstPayload p{reinterpret_cast<const uint8_t*>(q.src_dev) + off, size};
       db = build_write_q(q, pi, q.dst + off, inl != 0, size, p, q.src_addr + off, sig);
-      if (host_db)  // each builder publishes its own WQE
+      if (host_db && !kMarkAfterFence)  // each builder publishes its own WQE
         mark_ready(q.ready + (pi & (q.wqebbs - 1)), static_cast<uint64_t>(pi + bbs));
+    }
+    if (host_db && kMarkAfterFence) {  // each builder's WQEs: one fence, then their slots
+      mark_fence();
+      for (uint32_t j = warp_mode ? lane_id : 0; j < count; j += step) {
+        const uint32_t pi = start + j * bbs;
+        mark_slot(q.ready + (pi & (q.wqebbs - 1)), static_cast<uint64_t>(pi + bbs));
+      }
     }
     if (warp_mode && !host_db) {
       db = __shfl_sync(mask, db, (count - 1) % usize);

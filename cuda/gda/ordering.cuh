@@ -109,6 +109,25 @@ __device__ __forceinline__ void mark_ready(uint64_t* slot, uint64_t v) {
   }
 }
 
+// Host-forwarded doorbell, a thread's chain of WQEs, for the fence orderings (kMarkAfterFence):
+// the ordering's fence once after all of the thread's WQE stores (mark_fence), then one plain
+// store per WQE into its slot (mark_slot), as publish() fences once a doorbell. Each mark still
+// follows every WQE store of the thread, with one fence a chain instead of one a WQE (each waits
+// for the WQE's stores across PCIe). A mark that shows before an earlier one only holds the
+// host's prefix walk a moment (a hole). The release-store orderings keep a release store per
+// mark (mark_ready): a release orders what came before it, not the marks after it.
+constexpr bool kMarkAfterFence = kOrdering != kGpuReleaseStore && kOrdering != kSysReleaseStore;
+__device__ __forceinline__ void mark_fence() {
+  if constexpr (kOrdering == kGpuFence || kOrdering == kGpuFenceDbrec) {
+    fence_acq_rel_gpu();
+  } else if constexpr (kOrdering == kThreadfence) {
+    __threadfence();
+  } else if constexpr (kOrdering == kSysFence) {
+    fence_acq_rel_sys();
+  }
+}
+__device__ __forceinline__ void mark_slot(uint64_t* slot, uint64_t v) { st_volatile64(slot, v); }
+
 // --cq-poll expected: the CQE's last word with a relaxed load at the ordering's scope (no acquire
 // per poll); acquire_after_hit() once the owner bit says the CQE is there.
 __device__ __forceinline__ uint32_t poll_word_relaxed(const void* p) {
