@@ -150,6 +150,14 @@ constexpr uint32_t kIdleFlushPasses = GICBENCH_ENGINE_IDLE_FLUSH_PASSES;
 #define GICBENCH_ENGINE_CQ_PREFETCH 1
 #endif
 constexpr bool kCqPrefetch = GICBENCH_ENGINE_CQ_PREFETCH != 0;
+// 1: the batch resolves its RC responder (the peer QP's state, number and PD) before it acquires
+// the doorbell record, so those reads are not ordered behind the acquire (they do not depend on
+// it: the responder's state is read once a serve either way); 0: after it, only when the record
+// announced work.
+#ifndef GICBENCH_ENGINE_RESP_EARLY
+#define GICBENCH_ENGINE_RESP_EARLY 1
+#endif
+constexpr bool kRespEarly = GICBENCH_ENGINE_RESP_EARLY != 0;
 // 1: lane 0 of the warp that owns QP slot 1 stamps %globaltimer at each stage of every serve of
 // that slot that a doorbell started (the pass's doorbell read, the serve's entry, the core's
 // doorbell step, the record read, the payload stores, the CQEs, the core's serve, the pass's
@@ -995,12 +1003,13 @@ __device__ uint32_t run_batch(Env& env, EngineQp& eq, uint32_t lane, bool* more)
     ci = eq.e.ci;
     f = Fast{q.ring, env.cfg.mr_mirror, env.self.base, q.qpn, q.max_inline, q.pd, env.mr_n};
     if (fast) {
+      if (kRespEarly) resp_ok = env.responder(nullptr, resp);
       const uint32_t pi =
           m5::bswap32(ld_acq_rec(q.snd_dbrec, (eq.pflags & kPlaceDbrecGpu) != 0)) & 0xffff;
       avail = (pi - ci) & 0xffff;
       if (avail > q.ring.wqebb_cnt) avail = 0;  // the core reports it
       if (avail > kFastMax) avail = kFastMax;
-      if (avail) resp_ok = env.responder(nullptr, resp);
+      if (avail && !kRespEarly) resp_ok = env.responder(nullptr, resp);
     }
     ENGINE_STAMP(env, kStRecord);
   }
