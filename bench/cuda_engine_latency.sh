@@ -25,16 +25,7 @@ G=16+32:64+1024  # CTAs x QPs of each variant's throughput rows
 # prefetch; with the copy; with the copy and the flush; all three (the default).
 AB=${AB:-"r8@QP_COPY=0@IDLE_FLUSH_PASSES=0@CQ_PREFETCH=0:$G r8@IDLE_FLUSH_PASSES=0@CQ_PREFETCH=0:$G
  r8@CQ_PREFETCH=0:$G r8:$G"}
-step() {  # step NAME SECONDS CMD...: at most SECONDS (less if the deadline is nearer)
-  local name=$1 t=$2; shift 2
-  [[ "$name" =~ ^(${ONLY:-.*})$ ]] || return 0
-  local left=$((DEADLINE - SECONDS)); [ "$left" -lt "$t" ] && t=$left
-  if [ "$t" -le 5 ]; then echo "== $name: skipped (deadline)" | tee -a "$O/summary.txt"; return; fi
-  local t0=$SECONDS
-  timeout -k 5 "$t" "$@" > "$O/$name.log" 2>&1; local rc=$?
-  echo "== $name rc=$rc $((SECONDS - t0)) s (limit $t)" | tee -a "$O/summary.txt"
-  tail -"${TAILN:-6}" "$O/$name.log" | tee -a "$O/summary.txt"
-}
+. "$(dirname "$0")/step.sh"
 { nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv; nproc; git log --oneline -1
 } > "$O/machine.txt" 2>&1
 rm -rf /tmp/gs  # pip --target leaves an earlier install in place

@@ -28,16 +28,7 @@ LAT=${LAT:-"r4 r4@IDLE_PACE_NS=200 r4@IDLE_PACE_NS=1000 r4@CTL_WARP=1
  r4@SCOPE_GPU=1@CTL_WARP=1@CQ_REGS=1@IDLE_PACE_NS=200"}
 # The combined variant under the conformance suite (last: runs if time is left).
 CONF_DEFINES=${CONF_DEFINES:-SCOPE_GPU=1,CTL_WARP=1,CQ_REGS=1,IDLE_PACE_NS=200}
-step() {  # step NAME SECONDS CMD...: at most SECONDS (less if the deadline is nearer)
-  local name=$1 t=$2; shift 2
-  [[ "$name" =~ ^(${ONLY:-.*})$ ]] || return 0
-  local left=$((DEADLINE - SECONDS)); [ "$left" -lt "$t" ] && t=$left
-  if [ "$t" -le 5 ]; then echo "== $name: skipped (deadline)" | tee -a "$O/summary.txt"; return; fi
-  local t0=$SECONDS
-  timeout -k 5 "$t" "$@" > "$O/$name.log" 2>&1; local rc=$?
-  echo "== $name rc=$rc $((SECONDS - t0)) s (limit $t)" | tee -a "$O/summary.txt"
-  tail -"${TAILN:-6}" "$O/$name.log" | tee -a "$O/summary.txt"
-}
+. "$(dirname "$0")/step.sh"
 { nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv; nvcc --version | tail -2; nproc
   git log --oneline -1; } > "$O/machine.txt" 2>&1
 rm -rf /tmp/gs  # pip --target leaves an earlier install in place
