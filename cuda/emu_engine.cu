@@ -137,7 +137,10 @@ constexpr bool kQpCopy = GICBENCH_ENGINE_QP_COPY != 0;
 // Idle passes a warp waits before it stores its counts and its QPs' counters (the flush ends
 // with a system-scope fence behind stores to host memory: ~0.6 us on the H200, during which a
 // new doorbell waits). 0: at the first idle pass. Quiesce, hold and stop flush at once anyway,
-// so counters() after quiesce stay exact; between, they lag a few more passes.
+// so counters() after quiesce stay exact. Between, the segment's per-QP counters (and sq_ci)
+// lag until the warp has been idle that many passes (about 8 us) or 256 serves have passed
+// (that flush stores the served QP's only): under a steady stream of doorbells less than that
+// apart, until the quiesce.
 #ifndef GICBENCH_ENGINE_IDLE_FLUSH_PASSES
 #define GICBENCH_ENGINE_IDLE_FLUSH_PASSES 16
 #endif
@@ -150,14 +153,6 @@ constexpr uint32_t kIdleFlushPasses = GICBENCH_ENGINE_IDLE_FLUSH_PASSES;
 #define GICBENCH_ENGINE_CQ_PREFETCH 1
 #endif
 constexpr bool kCqPrefetch = GICBENCH_ENGINE_CQ_PREFETCH != 0;
-// 1: the batch resolves its RC responder (the peer QP's state, number and PD) before it acquires
-// the doorbell record, so those reads are not ordered behind the acquire (they do not depend on
-// it: the responder's state is read once a serve either way); 0: after it, only when the record
-// announced work.
-#ifndef GICBENCH_ENGINE_RESP_EARLY
-#define GICBENCH_ENGINE_RESP_EARLY 1
-#endif
-constexpr bool kRespEarly = GICBENCH_ENGINE_RESP_EARLY != 0;
 // 1: lane 0 of the warp that owns QP slot 1 stamps %globaltimer at each stage of every serve of
 // that slot that a doorbell started (the pass's doorbell read, the serve's entry, the core's
 // doorbell step, the record read, the payload stores, the CQEs, the core's serve, the pass's
@@ -183,6 +178,8 @@ __device__ unsigned int gicbench_engine_stamp_n;  // records written
   do {                       \
   } while (0)
 #endif
+// Threads of an engine CTA (the kernel's __launch_bounds__; cuda_engine.py's THREADS launches it).
+constexpr uint32_t kCtaThreads = 256;
 constexpr uint32_t kStateCheckPasses = 4096;  // passes between re-reads of QP states (peer ERR)
 constexpr uint32_t kFlushServes = 256;        // serves between counter flushes while busy
 constexpr uint64_t kLockSpins = 1ull << 20;   // CQ lock: take over after this many spins
@@ -710,7 +707,8 @@ struct Env {
     h.ref = ec::CqRef{reinterpret_cast<uint8_t*>(fixed.buf),
                       reinterpret_cast<const uint32_t*>(fixed.ci_rec), &cq.d->status, &cq.d->pi,
                       &cq.d->dropped, fixed.ncqe, fixed.flags};
-    h.ok = true;
+    h.ok = h.ref.buf && h.ref.ci_rec;  // as cq_ref: a CQ without a ring is never written
+    if (!h.ok) return;
     h.home[0] = h.ref.status;
     h.home[1] = h.ref.pi;
     h.home[2] = h.ref.dropped;
@@ -1003,13 +1001,12 @@ __device__ uint32_t run_batch(Env& env, EngineQp& eq, uint32_t lane, bool* more)
     ci = eq.e.ci;
     f = Fast{q.ring, env.cfg.mr_mirror, env.self.base, q.qpn, q.max_inline, q.pd, env.mr_n};
     if (fast) {
-      if (kRespEarly) resp_ok = env.responder(nullptr, resp);
       const uint32_t pi =
           m5::bswap32(ld_acq_rec(q.snd_dbrec, (eq.pflags & kPlaceDbrecGpu) != 0)) & 0xffff;
       avail = (pi - ci) & 0xffff;
       if (avail > q.ring.wqebb_cnt) avail = 0;  // the core reports it
       if (avail > kFastMax) avail = kFastMax;
-      if (avail && !kRespEarly) resp_ok = env.responder(nullptr, resp);
+      if (avail) resp_ok = env.responder(nullptr, resp);
     }
     ENGINE_STAMP(env, kStRecord);
   }
@@ -1209,7 +1206,7 @@ __device__ __noinline__ uint32_t core_serve(Env& env, EngineQp& eq, uint32_t bud
 // the copy, and the copy is stored back at its end, except `state`: other warps move a QP to
 // ERR (cq_fatal) in cfg.qps, so the serve reads and writes state there (Env::state_home). Only
 // the owning warp writes the rest of an EngineQp, so nothing else is lost by the store back.
-constexpr uint32_t kWarpsPerCta = 8;  // __launch_bounds__(256): at most 8 warps a CTA
+constexpr uint32_t kWarpsPerCta = kCtaThreads / 32;
 constexpr uint32_t kQpWords = sizeof(EngineQp) / 4;
 constexpr uint32_t kStateWord = offsetof(EngineQp, state) / 4;
 static_assert(sizeof(EngineQp) % 4 == 0 && offsetof(EngineQp, state) % 4 == 0, "EngineQp words");
@@ -1365,7 +1362,7 @@ using namespace gicbench::cuda_engine;
 // The engine: `cfg` in GPU memory; blockDim.x a multiple of 32.
 // QP ownership: warp j of CTA b owns slots 1 + wq + k*nw with wq = j*gridDim + b, so slots
 // 1, 2, 3, ... go to different CTAs (SMs) first: few QPs spread over the SMs, not 8 to a CTA.
-extern "C" __global__ void __launch_bounds__(256, 1) gicbench_emu_engine(const Config* __restrict__ pcfg) {
+extern "C" __global__ void __launch_bounds__(kCtaThreads, 1) gicbench_emu_engine(const Config* __restrict__ pcfg) {
   const Config& cfg = *pcfg;
   const uint32_t lane = threadIdx.x & 31;
   const uint32_t wpc = blockDim.x / 32;

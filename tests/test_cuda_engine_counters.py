@@ -103,8 +103,7 @@ def test_variant_switches_are_the_engines() -> None:
               "GICBENCH_ENGINE_CTL_PACE_NS", "GICBENCH_ENGINE_SEG_COUNTERS",
               "GICBENCH_ENGINE_CQ_REGS", "GICBENCH_ENGINE_HEAD_CACHE",
               "GICBENCH_ENGINE_STAMPS", "GICBENCH_ENGINE_QP_COPY",
-              "GICBENCH_ENGINE_IDLE_FLUSH_PASSES", "GICBENCH_ENGINE_CQ_PREFETCH",
-              "GICBENCH_ENGINE_RESP_EARLY"):  # fmt: skip
+              "GICBENCH_ENGINE_IDLE_FLUSH_PASSES", "GICBENCH_ENGINE_CQ_PREFETCH"):  # fmt: skip
         assert m in known
     assert b.variant_defines("r8@SCOPE_GPU=1@GICBENCH_ENGINE_IDLE_PACE_NS=200") == [
         "#define GICBENCH_ENGINE_ROUNDS 8",
@@ -177,7 +176,7 @@ def test_engine_compiles_with_every_switch(tmp_path: Path) -> None:
             "-DGICBENCH_ENGINE_QP_COPY=1",
         ],
         "nocopy": ["-DGICBENCH_ENGINE_QP_COPY=0", "-DGICBENCH_ENGINE_IDLE_FLUSH_PASSES=0",
-                   "-DGICBENCH_ENGINE_CQ_PREFETCH=0", "-DGICBENCH_ENGINE_RESP_EARLY=0"],
+                   "-DGICBENCH_ENGINE_CQ_PREFETCH=0"],
         "seg": ["-DGICBENCH_ENGINE_SEG_COUNTERS=1"],
         "bad": ["-DGICBENCH_ENGINE_CTL_WARP=2"],
     }
