@@ -32,6 +32,28 @@ def cupy_or_skip() -> Any:
     return cupy
 
 
+def doca_or_skip() -> None:
+    """DOCA GPUNetIO's device headers (make setup fetches them), else skip naming what is
+    missing and how to get it."""
+    from gicbench.submit.doca.headers import find, unavailable_reason
+
+    if find() is None:
+        pytest.skip(unavailable_reason())
+
+
+def ranks_share_gpus_or_skip(cupy: Any, ranks: int) -> None:
+    """`ranks` GPU ranks of a `gicbench run` on this node can run: a GPU each, or MPS running
+    (the run refuses several GPU ranks on one GPU without it), else skip with the run's rule."""
+    from gicbench.platform import probe_mps
+
+    if cupy.cuda.runtime.getDeviceCount() >= ranks:
+        return
+    mps = probe_mps()
+    if not mps.ok:
+        pytest.skip(f"{ranks} GPU ranks on {cupy.cuda.runtime.getDeviceCount()} GPU(s): "
+                    f"{mps.detail}")  # fmt: skip
+
+
 # The in-process worlds of the gpu-marked tests (resources.EmuRanks keywords): two ranks with
 # an engine thread each, 64 MiB segments, not sealed.
 GPU_RANKS: dict[str, Any] = {"progress": "thread", "segment_bytes": 64 << 20, "seal": False}

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 from doca_helpers import DocaQueues
-from gpu_helpers import cupy_or_skip
+from gpu_helpers import cupy_or_skip, doca_or_skip
 
 from gicbench.fabric.base import Access, host_view
 from gicbench.submit.doca.layout import (
@@ -51,6 +51,7 @@ QUEUES = {"depth": DEPTH, "both_ways": False, "slice_bytes": REGION, "progress":
 
 def _gpu() -> None:
     cupy_or_skip()
+    doca_or_skip()
 
 
 class DeviceQueues(DocaQueues):

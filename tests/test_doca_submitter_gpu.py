@@ -11,10 +11,18 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from doca_helpers import DocaQueues
-from gpu_helpers import CUDA_RANKS, GPU_LANES, SLICE, cupy_or_skip
+from gpu_helpers import (
+    CUDA_RANKS,
+    GPU_LANES,
+    SLICE,
+    cupy_or_skip,
+    doca_or_skip,
+    ranks_share_gpus_or_skip,
+)
 from resources import factory
 
 from gicbench.fabric.base import host_view
@@ -25,12 +33,10 @@ pytestmark = pytest.mark.gpu
 DEPTH = 256
 
 
-def _gpu() -> None:
-    cupy_or_skip()
-    from gicbench.submit.doca.headers import find, unavailable_reason
-
-    if find() is None:
-        pytest.skip(unavailable_reason())
+def _gpu() -> Any:
+    cp = cupy_or_skip()
+    doca_or_skip()
+    return cp
 
 
 class DocaLanes(DocaQueues):
@@ -144,7 +150,7 @@ def _mpiexec() -> list[str]:
 
 @pytest.mark.parametrize("handler", HANDLERS)
 def test_gicbench_run_every_handler_end_to_end(tmp_path: Path, handler: str) -> None:
-    _gpu()
+    ranks_share_gpus_or_skip(_gpu(), 2)
     env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMPI_MCA_rmaps_base_oversubscribe": "1"}  # fmt: skip
     common = ["--submitter", "doca", "--doca-handler", handler, "--progress", "thread",
