@@ -693,14 +693,7 @@ struct Env {
   };
   __device__ void hold_cq(const Seg& s, const Cq& cq, HeldCq& h) const {
     h.ok = cq_ref(s, cq, h.ref);
-    if (!h.ok) return;
-    h.home[0] = h.ref.status;
-    h.home[1] = h.ref.pi;
-    h.home[2] = h.ref.dropped;
-    for (uint32_t k = 0; k < 3; ++k) h.v[k] = *h.home[k];
-    h.ref.status = &h.v[0];
-    h.ref.pi = &h.v[1];
-    h.ref.dropped = &h.v[2];
+    hold_words(h);
   }
   // hold_cq with the fixed words read before the lock (kCqPrefetch): an own CQ in GPU memory.
   __device__ void hold_cq_from(const Cq& cq, const DevCq& fixed, HeldCq& h) const {
@@ -708,6 +701,10 @@ struct Env {
                       reinterpret_cast<const uint32_t*>(fixed.ci_rec), &cq.d->status, &cq.d->pi,
                       &cq.d->dropped, fixed.ncqe, fixed.flags};
     h.ok = h.ref.buf && h.ref.ci_rec;  // as cq_ref: a CQ without a ring is never written
+    hold_words(h);
+  }
+  // status/pi/dropped of a held CQ (h.ref found) into registers, h.ref pointed at them.
+  __device__ static void hold_words(HeldCq& h) {
     if (!h.ok) return;
     h.home[0] = h.ref.status;
     h.home[1] = h.ref.pi;
@@ -1220,11 +1217,8 @@ __device__ __forceinline__ EngineQp& served_copy(EngineQp& home, uint32_t lane) 
   return *reinterpret_cast<EngineQp*>(dst);
 }
 __device__ __forceinline__ void store_served(EngineQp& home, const EngineQp& copy, uint32_t lane) {
-  if (!kQpCopy) {
-    __syncwarp();
-    return;
-  }
   __syncwarp();  // lane 0's last writes to the copy before every lane's stores
+  if (!kQpCopy) return;
   const uint32_t* src = reinterpret_cast<const uint32_t*>(&copy);
   uint32_t* dst = reinterpret_cast<uint32_t*>(&home);
   for (uint32_t w = lane; w < kQpWords; w += 32)

@@ -481,7 +481,7 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
       mark_fence();
       for (uint32_t j = warp_mode ? lane_id : 0; j < count; j += step) {
         const uint32_t pi = start + j * bbs;
-        mark_slot(q.ready + (pi & (q.wqebbs - 1)), static_cast<uint64_t>(pi + bbs));
+        st_volatile64(q.ready + (pi & (q.wqebbs - 1)), static_cast<uint64_t>(pi + bbs));
       }
     }
     if (warp_mode && !host_db) {

@@ -88,34 +88,14 @@ __device__ __forceinline__ void publish(uint32_t* dbrec, uint64_t* doorbell, uin
   }
 }
 
-// Host-forwarded doorbell: publish one WQE by storing `v` (the producer index after it) into its
-// ready slot, ordered after the WQE stores as the ordering orders the record.
-__device__ __forceinline__ void mark_ready(uint64_t* slot, uint64_t v) {
-  if constexpr (kOrdering == kNone) {
-    st_volatile64(slot, v);
-  } else if constexpr (kOrdering == kGpuFence || kOrdering == kGpuFenceDbrec) {
-    fence_acq_rel_gpu();
-    st_volatile64(slot, v);
-  } else if constexpr (kOrdering == kGpuReleaseStore) {
-    st_release_gpu64(slot, v);
-  } else if constexpr (kOrdering == kThreadfence) {
-    __threadfence();
-    st_volatile64(slot, v);
-  } else if constexpr (kOrdering == kSysReleaseStore) {
-    st_release_sys64(slot, v);
-  } else {
-    fence_acq_rel_sys();
-    st_volatile64(slot, v);
-  }
-}
-
-// Host-forwarded doorbell, a thread's chain of WQEs, for the fence orderings (kMarkAfterFence):
-// the ordering's fence once after all of the thread's WQE stores (mark_fence), then one plain
-// store per WQE into its slot (mark_slot), as publish() fences once a doorbell. Each mark still
-// follows every WQE store of the thread, with one fence a chain instead of one a WQE (each waits
-// for the WQE's stores across PCIe). A mark that shows before an earlier one only holds the
-// host's prefix walk a moment (a hole). The release-store orderings keep a release store per
-// mark (mark_ready): a release orders what came before it, not the marks after it.
+// Host-forwarded doorbell: the fence orderings' step before ready marks (kMarkAfterFence): the
+// ordering's fence (none for `none`). mark_ready puts one before each mark; in a thread's chain
+// of WQEs it comes once after all of the thread's WQE stores, then a plain store per WQE's slot,
+// as publish() fences once a doorbell. Each mark still follows every WQE store of the thread,
+// with one fence a chain instead of one a WQE (each waits for the WQE's stores across PCIe). A
+// mark that shows before an earlier one only holds the host's prefix walk a moment (a hole). The
+// release-store orderings store each mark with a release (a release orders what came before
+// it, not the marks after it).
 constexpr bool kMarkAfterFence = kOrdering != kGpuReleaseStore && kOrdering != kSysReleaseStore;
 __device__ __forceinline__ void mark_fence() {
   if constexpr (kOrdering == kGpuFence || kOrdering == kGpuFenceDbrec) {
@@ -126,7 +106,19 @@ __device__ __forceinline__ void mark_fence() {
     fence_acq_rel_sys();
   }
 }
-__device__ __forceinline__ void mark_slot(uint64_t* slot, uint64_t v) { st_volatile64(slot, v); }
+
+// Host-forwarded doorbell: publish one WQE by storing `v` (the producer index after it) into its
+// ready slot, ordered after the WQE stores as the ordering orders the record.
+__device__ __forceinline__ void mark_ready(uint64_t* slot, uint64_t v) {
+  if constexpr (kMarkAfterFence) {
+    mark_fence();
+    st_volatile64(slot, v);
+  } else if constexpr (kOrdering == kGpuReleaseStore) {
+    st_release_gpu64(slot, v);
+  } else {
+    st_release_sys64(slot, v);
+  }
+}
 
 // --cq-poll expected: the CQE's last word with a relaxed load at the ordering's scope (no acquire
 // per poll); acquire_after_hit() once the owner bit says the CQE is there.
