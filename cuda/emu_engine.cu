@@ -153,6 +153,42 @@ constexpr uint32_t kIdleFlushPasses = GICBENCH_ENGINE_IDLE_FLUSH_PASSES;
 #define GICBENCH_ENGINE_CQ_PREFETCH 1
 #endif
 constexpr bool kCqPrefetch = GICBENCH_ENGINE_CQ_PREFETCH != 0;
+// 1: each EngineQp keeps, from its first serve after each generation its warp has acted on
+// (Control.gen: every create, register and state change bumps it), its send CQ's DevCq pointer
+// and fixed words and the MR entry its last batch's rkey named; a serve whose gen matches uses
+// them instead of reading cq_dev, the DevCq and the MR mirror (they arrive with the QP's copy:
+// two dependent L2 round trips and one fewer). Both tables are append-only and their entries
+// fixed once published, and any change goes through a new gen, so the copies are what the
+// reads would return. 0: read every serve.
+#ifndef GICBENCH_ENGINE_SERVE_CACHE
+#define GICBENCH_ENGINE_SERVE_CACHE 0
+#endif
+constexpr bool kServeCache = GICBENCH_ENGINE_SERVE_CACHE != 0;
+// 1: the responder of an own-rank RC QP is checked from loads issued at once (the table's use
+// count, the peer's live, state, qpn, pd) instead of three dependent round trips; the same
+// checks on the same words. 0: each read after the check before it.
+#ifndef GICBENCH_ENGINE_RESP_PAR
+#define GICBENCH_ENGINE_RESP_PAR 0
+#endif
+constexpr bool kRespPar = GICBENCH_ENGINE_RESP_PAR != 0;
+// 1: the batch takes the producer index from the doorbell record the core's doorbell step
+// acquired in the same serve (lane 0, before the WQE reads either way) instead of a second
+// acquire of it; later WQEs are the core's serve's (it re-reads the record). 0: the batch
+// acquires it again.
+#ifndef GICBENCH_ENGINE_REC_ONCE
+#define GICBENCH_ENGINE_REC_ONCE 0
+#endif
+// 1: the batch issues its own GPU-memory CQ's lock CAS before the record read and the WQEs and
+// checks it only at the CQEs, so its round trip overlaps theirs; the lock is still taken (with
+// its acquire fence before the CQ's words are read) and held through the payload stores (no
+// other lock is taken meanwhile), and let go on every exit. The engine cannot skip the lock for
+// a CQ only one QP uses: a DCT binds a CQ at create_dct, with no gen. 0: CAS at the CQEs.
+#ifndef GICBENCH_ENGINE_LOCK_EARLY
+#define GICBENCH_ENGINE_LOCK_EARLY 0
+#endif
+constexpr bool kLockEarly = GICBENCH_ENGINE_LOCK_EARLY != 0;
+static_assert(kCqPrefetch || (!kServeCache && !kLockEarly),
+              "GICBENCH_ENGINE_SERVE_CACHE and _LOCK_EARLY build on GICBENCH_ENGINE_CQ_PREFETCH");
 // 1: lane 0 of the warp that owns QP slot 1 stamps %globaltimer at each stage of every serve of
 // that slot that a doorbell started (the pass's doorbell read, the serve's entry, the core's
 // doorbell step, the record read, the payload stores, the CQEs, the core's serve, the pass's
@@ -279,6 +315,15 @@ struct alignas(32) EngineQp {
   // the owner engine writes them, as the CPU engine does) at each flush; dirty: not yet stored.
   uint64_t t_wqes, t_doorbells, t_errors, t_stale;
   uint32_t t_lag, dirty;
+#if GICBENCH_ENGINE_SERVE_CACHE
+  // Filled by the serves of generation c_gen (0: never): the send CQ c_cqn's DevCq (null: not an
+  // own GPU-memory CQ, or not read yet) with its fixed words, and MR mirror entry c_mr (0: none).
+  uint32_t c_gen, c_cqn, c_mr, c_pad;
+  DevCq* c_cq;
+  uint64_t c_buf, c_ci_rec;
+  uint32_t c_ncqe, c_flags;
+  el::MrEntry c_m;
+#endif
 };
 
 // ---- memory operations -----------------------------------------------------------------------
@@ -452,6 +497,10 @@ struct Env {
 
   uint32_t* state_home;  // the QP's state word in cfg.qps (other warps' cq_fatal write it too)
   bool peers_shared;     // peers map our GPU memory (read once a serve, not at every lock)
+#if GICBENCH_ENGINE_REC_ONCE
+  mutable const uint32_t* rec_p = nullptr;  // the record the core acquired this serve, its value
+  mutable uint32_t rec_v = 0;
+#endif
 
   __device__ Env(const Config& c, EngineQp& q, uint32_t* home, const Seg& s)
       : cfg(c), eq(q), self(s), state_home(home) {
@@ -462,7 +511,13 @@ struct Env {
   }
 
   __device__ uint32_t ld_acq32(const uint32_t* p) const {  // the SQ's doorbell record
+#if GICBENCH_ENGINE_REC_ONCE
+    rec_v = ld_acq_rec(p, (eq.pflags & kPlaceDbrecGpu) != 0);
+    rec_p = p;
+    return rec_v;
+#else
     return ld_acq_rec(p, (eq.pflags & kPlaceDbrecGpu) != 0);
+#endif
   }
   __device__ uint64_t fetch_add64(uint64_t* p, uint64_t v) const {
     return atomicAdd_system(reinterpret_cast<unsigned long long*>(p), v);
@@ -488,6 +543,16 @@ struct Env {
     const uint32_t ri = el::num_index(eq.remote_qpn);
     if (ri == 0 || (ri & el::kDctBit)) return false;
     if (rr == cfg.rank) {  // our own QP: the GPU mirror, no PCIe read
+      if constexpr (kRespPar) {
+        if (ri >= cfg.max_qps) return false;  // every load below inside the table
+        const EngineQp& p = cfg.qps[ri];
+        const uint32_t n = ld_vol(cfg.n_qps), lv = ld_vol(&p.live), rs = ld_vol(&p.state);
+        const uint32_t pq = ld_vol(&p.q.qpn), ppd = ld_vol(&p.q.pd);
+        if (ri >= n || !lv || pq != eq.remote_qpn || (rs != el::kRtr && rs != el::kRts))
+          return false;
+        r = Resp{self, &self.qps()[ri].rq, eq.remote_qpn, ppd, true, false};
+        return true;
+      }
       if (ri >= ld_vol(cfg.n_qps) || !cfg.qps[ri].live) return false;
       const EngineQp& p = cfg.qps[ri];
       const uint32_t rs = ld_vol(&p.state);
@@ -603,6 +668,18 @@ struct Env {
       __threadfence_system();
     else
       fence_acq_gpu();  // the previous holder's pi and CQEs, not this SM's cached copy
+  }
+  // lock_cq after a first CAS issued earlier (kLockEarly) returned `cur`: 0, the lock is ours
+  // (its acquire fence still follows, as lock_cq's), else lock_cq from the start.
+  __device__ void lock_cq_from(const Seg& s, const Cq& cq, uint32_t cur) {
+    if (cur != 0) {
+      lock_cq(s, cq);
+      return;
+    }
+    if (sys_lock(cq))
+      __threadfence_system();
+    else
+      fence_acq_gpu();
   }
   // A CQ in host memory, or one that engines on another GPU lock too (a peer's, or ours once
   // peers have mapped our GPU memory): lock hand-offs at system scope.
@@ -972,7 +1049,7 @@ __device__ __forceinline__ void store_round(const Lane& l, uint32_t lane, uint32
 // Then, after a release fence, lane 0 writes the signaled WQEs' CQEs in WQE order under one hold
 // of the CQ's lock. Returns (lane-uniform) the WQEs executed; *more is set when the run ended at
 // a WQE the core must handle.
-__device__ uint32_t run_batch(Env& env, EngineQp& eq, uint32_t lane, bool* more) {
+__device__ uint32_t run_batch(Env& env, EngineQp& eq, uint32_t lane, bool* more, uint32_t gen) {
   uint32_t avail = 0, ci = 0;
   Env::Resp resp{};
   Fast f{};
@@ -981,14 +1058,52 @@ __device__ uint32_t run_batch(Env& env, EngineQp& eq, uint32_t lane, bool* more)
   Env::Cq cq{nullptr, nullptr};  // lane 0: the send CQ (found here when kCqPrefetch)
   DevCq fixed{};                  // lane 0: its fixed words, read before the WQEs
   bool prefetched = false;
+  uint32_t early = 1;  // lane 0 (kLockEarly): the early lock CAS's result, 0 when it took it
+  (void)gen;
   if (lane == 0 && kCqPrefetch) {
+#if GICBENCH_ENGINE_SERVE_CACHE
+    if (eq.c_gen != gen) {  // a new generation: nothing kept is used
+      eq.c_gen = gen;
+      eq.c_cq = nullptr;
+      eq.c_mr = 0;
+    }
+    if (eq.c_cq && eq.c_cqn == eq.send_cqn) {  // what cq_of and the reads below gave
+      cq = Env::Cq{&env.self.cqs()[el::num_index(eq.send_cqn)], eq.c_cq, -1, false};
+      fixed.buf = eq.c_buf;
+      fixed.ci_rec = eq.c_ci_rec;
+      fixed.ncqe = eq.c_ncqe;
+      fixed.flags = eq.c_flags;
+      prefetched = true;
+    } else {
+      cq = env.cq_of(env.self, eq.send_cqn);
+    }
+#else
     cq = env.cq_of(env.self, eq.send_cqn);
+#endif
+    if constexpr (kLockEarly) {  // only where the batch can run (its `fast`, below)
+      const bool fast = env.state == el::kRts &&
+                        !(eq.q.flags & (el::kQpNoDbr | el::kQpWqeSig)) && !eq.q.dci &&
+                        !eq.e.db_last_open;
+      if (fast && cq.d && cq.peer < 0 && !cq.lost) early = env.lock_cas(cq, 0u, env.cfg.pid);
+    }
+#if GICBENCH_ENGINE_SERVE_CACHE
+    if (!prefetched && cq.d && cq.peer < 0 && !cq.lost) {
+#else
     if (cq.d && cq.peer < 0 && !cq.lost) {
+#endif
       fixed.buf = ld_vol(&cq.d->buf);
       fixed.ci_rec = ld_vol(&cq.d->ci_rec);
       fixed.ncqe = ld_vol(&cq.d->ncqe);
       fixed.flags = ld_vol(&cq.d->flags);
       prefetched = true;
+#if GICBENCH_ENGINE_SERVE_CACHE
+      eq.c_cqn = eq.send_cqn;
+      eq.c_cq = cq.d;
+      eq.c_buf = fixed.buf;
+      eq.c_ci_rec = fixed.ci_rec;
+      eq.c_ncqe = fixed.ncqe;
+      eq.c_flags = fixed.flags;
+#endif
     }
   }
   if (lane == 0) {
@@ -998,8 +1113,14 @@ __device__ uint32_t run_batch(Env& env, EngineQp& eq, uint32_t lane, bool* more)
     ci = eq.e.ci;
     f = Fast{q.ring, env.cfg.mr_mirror, env.self.base, q.qpn, q.max_inline, q.pd, env.mr_n};
     if (fast) {
-      const uint32_t pi =
-          m5::bswap32(ld_acq_rec(q.snd_dbrec, (eq.pflags & kPlaceDbrecGpu) != 0)) & 0xffff;
+      uint32_t raw;
+#if GICBENCH_ENGINE_REC_ONCE
+      if (env.rec_p == q.snd_dbrec)  // the core's doorbell step acquired it this serve
+        raw = env.rec_v;
+      else
+#endif
+        raw = ld_acq_rec(q.snd_dbrec, (eq.pflags & kPlaceDbrecGpu) != 0);
+      const uint32_t pi = m5::bswap32(raw) & 0xffff;
       avail = (pi - ci) & 0xffff;
       if (avail > q.ring.wqebb_cnt) avail = 0;  // the core reports it
       if (avail > kFastMax) avail = kFastMax;
@@ -1008,6 +1129,7 @@ __device__ uint32_t run_batch(Env& env, EngineQp& eq, uint32_t lane, bool* more)
     ENGINE_STAMP(env, kStRecord);
   }
   avail = __shfl_sync(0xffffffffu, avail, 0);
+  if (kLockEarly && lane == 0 && early == 0 && avail == 0) env.unlock_cq(cq);
   if (avail == 0) return 0;
   ci = __shfl_sync(0xffffffffu, ci, 0);
   resp_ok = __shfl_sync(0xffffffffu, resp_ok, 0);
@@ -1034,7 +1156,20 @@ __device__ uint32_t run_batch(Env& env, EngineQp& eq, uint32_t lane, bool* more)
       // The entry lane 0's first WQE names (rkey of an RDMA WRITE's raddr segment), for all.
       const uint32_t i = el::key_index(__shfl_sync(0xffffffffu, m5::bswap32(w[0].r.z), 0));
       if (resp_ok && resp.own && i != 0 && i < f.mr_n) {
+#if GICBENCH_ENGINE_SERVE_CACHE
+        if (eq.c_mr == i) {  // this generation's copy of mirror entry i (lane 0 set it)
+          mc.m = eq.c_m;
+        } else {
+          mc.m = f.mrs[i];
+          __syncwarp();  // every lane's read of c_mr before lane 0 changes it
+          if (lane == 0) {
+            eq.c_m = mc.m;
+            eq.c_mr = i;
+          }
+        }
+#else
         mc.m = f.mrs[i];
+#endif
         mc.index = i;
       }
     }
@@ -1067,6 +1202,7 @@ __device__ uint32_t run_batch(Env& env, EngineQp& eq, uint32_t lane, bool* more)
   }
   *more = run < avail;
   if (lane == 0) ENGINE_STAMP(env, kStStored);
+  if (kLockEarly && lane == 0 && early == 0 && run == 0) env.unlock_cq(cq);
   if (run == 0) return 0;
   for (int o = 16; o; o >>= 1) {
     bytes += shfl64(bytes, lane ^ o);  // xor butterfly: every lane ends with the sum
@@ -1075,6 +1211,7 @@ __device__ uint32_t run_batch(Env& env, EngineQp& eq, uint32_t lane, bool* more)
   uint32_t any = 0;
 #pragma unroll
   for (uint32_t r = 0; r < kRounds; ++r) any |= sig[r];
+  if (kLockEarly && lane == 0 && early == 0 && !any) env.unlock_cq(cq);
   if (any) {
     fence_rel_gpu();  // every lane's payloads before lane 0's CQEs (whose fence is system scope
     __syncwarp();     // for a CQ in host memory or a responder in another process
@@ -1084,7 +1221,10 @@ __device__ uint32_t run_batch(Env& env, EngineQp& eq, uint32_t lane, bool* more)
     const uint32_t qpn = f.qpn;
     if (lane == 0) {
       if (!kCqPrefetch) cq = env.cq_of(env.self, eq.send_cqn);
-      env.lock_cq(env.self, cq);
+      if (kLockEarly && prefetched)
+        env.lock_cq_from(env.self, cq, early);
+      else
+        env.lock_cq(env.self, cq);
       if (kCqRegs && prefetched)
         env.hold_cq_from(cq, fixed, held);
       else if (kCqRegs)
@@ -1230,7 +1370,7 @@ __device__ __forceinline__ void store_served(EngineQp& home, const EngineQp& cop
 // the work done.
 __device__ uint32_t serve_qp(const Config& cfg, const Seg& self, WarpCounters& wc, uint32_t i,
                              uint64_t db, bool rung, uint32_t lane,
-                             unsigned long long** stamp_rec, uint64_t t_scan) {
+                             unsigned long long** stamp_rec, uint64_t t_scan, uint32_t gen) {
   EngineQp& home = cfg.qps[i];
   EngineQp& eq = served_copy(home, lane);
   Env env(cfg, eq, &home.state, self);
@@ -1262,7 +1402,7 @@ __device__ uint32_t serve_qp(const Config& cfg, const Seg& self, WarpCounters& w
   const bool go = __shfl_sync(0xffffffffu, lane == 0 ? eq.e.pending : 0, 0) != 0;
   if (go && (state == el::kRts || state == el::kErr)) {
     bool more = true;
-    if (state == el::kRts) work += run_batch(env, eq, lane, &more);
+    if (state == el::kRts) work += run_batch(env, eq, lane, &more, gen);
     if (lane == 0) {
       // What the batch left (at most one batch's worth), or only the core's bookkeeping after
       // it (the record re-read, lag checks, pending): the core.
@@ -1534,7 +1674,8 @@ extern "C" __global__ void __launch_bounds__(kCtaThreads, 1) gicbench_emu_engine
           const int k = __ffs(m) - 1;
           const uint32_t qi = base + k * nw;
           const uint64_t dbk = shfl64(dbg, k);
-          work += serve_qp(cfg, self, wc, qi, dbk, (rm >> k) & 1, lane, &stamp_rec, t_scan);
+          work += serve_qp(cfg, self, wc, qi, dbk, (rm >> k) & 1, lane, &stamp_rec, t_scan,
+                           gen_seen);
           ++served;
           if (++since_flush >= kFlushServes) {
             since_flush = 0;

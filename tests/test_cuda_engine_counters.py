@@ -103,7 +103,9 @@ def test_variant_switches_are_the_engines() -> None:
               "GICBENCH_ENGINE_CTL_PACE_NS", "GICBENCH_ENGINE_SEG_COUNTERS",
               "GICBENCH_ENGINE_CQ_REGS", "GICBENCH_ENGINE_HEAD_CACHE",
               "GICBENCH_ENGINE_STAMPS", "GICBENCH_ENGINE_QP_COPY",
-              "GICBENCH_ENGINE_IDLE_FLUSH_PASSES", "GICBENCH_ENGINE_CQ_PREFETCH"):  # fmt: skip
+              "GICBENCH_ENGINE_IDLE_FLUSH_PASSES", "GICBENCH_ENGINE_CQ_PREFETCH",
+              "GICBENCH_ENGINE_SERVE_CACHE", "GICBENCH_ENGINE_RESP_PAR",
+              "GICBENCH_ENGINE_REC_ONCE", "GICBENCH_ENGINE_LOCK_EARLY"):  # fmt: skip
         assert m in known
     assert b.variant_defines("r8@SCOPE_GPU=1@GICBENCH_ENGINE_IDLE_PACE_NS=200") == [
         "#define GICBENCH_ENGINE_ROUNDS 8",
@@ -174,23 +176,34 @@ def test_engine_compiles_with_every_switch(tmp_path: Path) -> None:
             "-DGICBENCH_ENGINE_CQ_REGS=1",
             "-DGICBENCH_ENGINE_STAMPS=1",
             "-DGICBENCH_ENGINE_QP_COPY=1",
+            "-DGICBENCH_ENGINE_SERVE_CACHE=1",
+            "-DGICBENCH_ENGINE_RESP_PAR=1",
+            "-DGICBENCH_ENGINE_REC_ONCE=1",
+            "-DGICBENCH_ENGINE_LOCK_EARLY=1",
         ],
         "nocopy": ["-DGICBENCH_ENGINE_QP_COPY=0", "-DGICBENCH_ENGINE_IDLE_FLUSH_PASSES=0",
                    "-DGICBENCH_ENGINE_CQ_PREFETCH=0"],
+        "nocopy_serve": ["-DGICBENCH_ENGINE_QP_COPY=0", "-DGICBENCH_ENGINE_SERVE_CACHE=1",
+                         "-DGICBENCH_ENGINE_RESP_PAR=1", "-DGICBENCH_ENGINE_REC_ONCE=1",
+                         "-DGICBENCH_ENGINE_LOCK_EARLY=1"],
         "seg": ["-DGICBENCH_ENGINE_SEG_COUNTERS=1"],
         "bad": ["-DGICBENCH_ENGINE_CTL_WARP=2"],
+        "bad_cache": ["-DGICBENCH_ENGINE_CQ_PREFETCH=0", "-DGICBENCH_ENGINE_SERVE_CACHE=1"],
     }
     with ThreadPoolExecutor(len(builds)) as pool:
         futs = {k: pool.submit(subprocess.run, [*common, *d, "-o", str(tmp_path / f"{k}.o")],
                                capture_output=True, text=True)
                 for k, d in builds.items()}  # fmt: skip
         res = {k: f.result() for k, f in futs.items()}
-    for k in ("all", "seg", "nocopy"):
+    for k in ("all", "seg", "nocopy", "nocopy_serve"):
         log = (res[k].stdout + res[k].stderr).strip()
         assert res[k].returncode == 0, f"nvcc failed ({k}):\n{log}"
         assert "warning" not in log.lower(), f"nvcc warnings ({k}):\n{log}"
     assert res["bad"].returncode != 0
     assert "GICBENCH_ENGINE_CTL_WARP: 0 (last warp) or 1" in res["bad"].stdout + res["bad"].stderr
+    assert res["bad_cache"].returncode != 0
+    log = res["bad_cache"].stdout + res["bad_cache"].stderr
+    assert "build on GICBENCH_ENGINE_CQ_PREFETCH" in log
 
 
 def test_address_ranges_find_every_allocation_and_nothing_else() -> None:
