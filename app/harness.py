@@ -294,6 +294,7 @@ def _run_rank(
         )
         with Phase(comm, "bring-up: attach queues to the submitter"):
             submitter.attach_queues([q for p in sorted(res.rc) for q in res.rc[p]] + res.dcis)
+            submitter.attach_peers(res.rc, topo.size)
         ctx = RankContext(cfg, comm, topo, fabric, res, submitter, pre.traffic, pre.layout)
         if rank0:
             printer.preamble(

@@ -1,20 +1,22 @@
 """NVSHMEM's IBGDA device path beside mini-gda and DOCA GPUNetIO on emu's queues, in one process
-and one call (the first paper, arXiv 2610.01380: Table 3's issue and put+completion rows, Fig. 4's
-completion scope against QPs per peer). GPU only.
+and one call (the first paper, arXiv 2610.01380: Table 3's issue, put+completion and round-trip
+rows, Fig. 4's completion scope against QPs per peer). GPU only.
 
-Every path posts 8-byte writes from rank 0 to rank 1 of an in-process emu pair (CPU engine, one
-engine thread per rank, host-memory queues), one op at a time from one GPU thread:
-  - mini-gda (`--submitter gpu`, `--ordering` as given, inline 8 B) and DOCA GPUNetIO
-    (`--submitter doca`, gpu-sm-db, exclusive: a pointer payload, DOCA's put) through their
-    submitters' latency loops, with the selected QP's completion and with every QP's (scope all);
-  - NVSHMEM's internal put with its op's-QP quiet and with the PE-wide quiet, and the public
-    nvshmem_putmem_nbi + nvshmem_quiet (app/submit/nvshmem/runtime.py: NVSHMEM's own device code,
-    its device state filled from the emu objects).
-Every payload is checked at the target and the emulated NIC's error counters stay zero, or the
-script fails. The round trip is not measured here (NVSHMEM has no responder loop yet).
+Every path runs through its own submitter's loops (the same loops `gicbench run` drives) on an
+in-process emu pair (CPU engine, one engine thread per rank, host-memory queues, every QP made
+with that submitter's queue options): rank 0 posts to rank 1 one op at a time from one GPU
+thread, rank 1 answers round trips through its own submitter of the same kind:
+  - mini-gda (`--submitter gpu`, `--ordering` as given);
+  - DOCA GPUNetIO (`--submitter doca`, gpu-sm-db, exclusive);
+  - NVSHMEM's internal calls and its public API (`--submitter nvshmem`: NVSHMEM's own device
+    code, its device state filled from the emu objects).
+Issue and put+completion at 8 B (mini-gda inline; DOCA's and NVSHMEM's put, a pointer payload),
+with the selected QP's completion and every QP's (scope all: NVSHMEM's PE-wide quiet); round trips
+at 8 B inline (mini-gda inline, DOCA's p, NVSHMEM's p) and 16 B pointer (NVSHMEM's
+put-with-signal). Every payload is checked where the experiments' validation looks, the
+emulated NIC's fidelity counters stay zero, or the script fails.
 
-    python bench/nvshmem_side_by_side.py [--qps 1,2,4,8,16] [--iters 2000]
-        [--nvshmem-builds default,gpumem-only] [--json FILE]
+    python bench/nvshmem_side_by_side.py [--qps 1,2,4,8,16] [--iters 2000] [--json FILE]
 """
 
 from __future__ import annotations
@@ -22,17 +24,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
-from gicbench.errors import UnsupportedError
 from gicbench.fabric.base import ACCESS_ALL, host_view
 from gicbench.submit.base import Submitter
 from gicbench.submit.nvshmem import runtime
-from gicbench.submit.work import Buffer, Lane, LatencyWork
+from gicbench.submit.work import Buffer, Lane, LatencyWork, RespondWork
 
 SLICE = 4096
 DEPTH = 256
@@ -40,79 +42,110 @@ DEPTH = 256
 
 @contextmanager
 def emu_pair(nqps: int, sub_cls: type[Submitter], params: Any) -> Iterator[tuple[Any, ...]]:
-    """Two emu ranks in this process; rank 0's `nqps` RC QPs made with the submitter's queue
-    options, lane i writing its slice i of rank 0's source to slice i of rank 1's landing. Yields
-    (fabrics, submitter, lanes, src MR, landing MR)."""
+    """Two emu ranks in this process: rank 0's `nqps` RC QPs to rank 1 and rank 1's one QP back,
+    each made with the submitter's queue options; lane i of rank 0 writes slice i of its source to
+    slice i of rank 1's landing, rank 1's lane its slice 0 to rank 0's. Yields (fabrics,
+    submitters, lanes per rank, sources, landings), indexed by rank."""
     from gicbench.fabric.emu.loopback import close_pair, open_pair, rc_pairs
 
     fabrics = open_pair("sbs", progress="thread", segment_bytes=64 << 20)
-    sub = None
+    subs: list[Submitter] = []
     try:
-        f0, f1 = fabrics
         opts = sub_cls.queue_options(params, DEPTH)
-        qps = [q0 for q0, _ in rc_pairs(fabrics, nqps, DEPTH, qp=opts.qp, cq=opts.cq)]
-        src = f0.register(SLICE * nqps, ACCESS_ALL, domain="host-mapped")
-        land = f1.register(SLICE * nqps, ACCESS_ALL)
-        host_view(src.addr, src.length)[:] = np.random.default_rng(3).integers(
-            0, 256, src.length, np.uint8)  # fmt: skip
-        lanes = tuple(Lane(q, 1, Buffer.local(src, i * SLICE, SLICE),
-                           Buffer(land.addr + i * SLICE, land.rkey, SLICE))
-                      for i, q in enumerate(qps))  # fmt: skip
-        sub = sub_cls(rank=0, fabric=f0, progress=f0.progress_policy(), timeout_s=10.0,
-                      params=params)  # fmt: skip
-        sub.attach_queues(qps)
-        yield fabrics, sub, lanes, src, land
+        fwd = [q0 for q0, _ in rc_pairs(fabrics, nqps, DEPTH, qp=opts.qp, cq=opts.cq)]
+        back = [q1 for q1, _ in rc_pairs(fabrics[::-1], 1, DEPTH, qp=opts.qp, cq=opts.cq)]
+        src = [f.register(SLICE * nqps, ACCESS_ALL, domain="host-mapped") for f in fabrics]
+        land = [f.register(SLICE * nqps, ACCESS_ALL, domain="host-mapped") for f in fabrics]
+        rng = np.random.default_rng(3)
+        for m in src:
+            host_view(m.addr, m.length)[:] = rng.integers(0, 256, m.length, np.uint8)
+        lanes = [tuple(Lane(q, 1, Buffer.local(src[0], i * SLICE, SLICE),
+                            Buffer(land[1].addr + i * SLICE, land[1].rkey, SLICE))
+                       for i, q in enumerate(fwd)),
+                 (Lane(back[0], 0, Buffer.local(src[1], 0, SLICE),
+                       Buffer(land[0].addr, land[0].rkey, SLICE)),)]  # fmt: skip
+        for rank, (f, qps) in enumerate(zip(fabrics, (fwd, back), strict=True)):
+            sub = sub_cls(rank=rank, fabric=f, progress=f.progress_policy(), timeout_s=10.0,
+                          params=params)  # fmt: skip
+            subs.append(sub)
+            sub.attach_queues(qps)
+            sub.attach_peers({1 - rank: qps}, 2)
+        yield fabrics, subs, lanes, src, land
     finally:
-        if sub is not None:
+        for sub in subs:
             sub.close()
         close_pair(fabrics)
 
 
+def _clean(label: str, sub: Submitter) -> None:
+    bad = {k: v for k, v in sub.point_details().items()
+           if k.startswith("emu_") and k[4:] in runtime.CLEAN_COUNTERS and v
+           and k != "emu_dbrec_lag"}  # fmt: skip
+    if bad:
+        raise SystemExit(f"{label}: the emulated NIC counted {bad}")
+
+
+def round_trip(label: str, fabrics: Any, subs: Any, lanes: Any, src: Any, land: Any, size: int,
+               inline: bool, iters: int, warm: int) -> float:  # fmt: skip
+    """Rank 0's round trips answered by rank 1's submitter in a thread; p50 ns, checked."""
+    req, resp = subs
+    total = iters + warm
+    err: list[BaseException] = []
+
+    def answer() -> None:
+        try:
+            resp.respond(RespondWork(lanes[1][0], Buffer.local(land[1], 0, SLICE), size, inline,
+                                     total))  # fmt: skip
+        except BaseException as e:  # reported below
+            err.append(e)
+
+    t = threading.Thread(target=answer)
+    t.start()
+    try:
+        ns = req.latency(LatencyWork(lanes[0][:1], 0, "round_trip", size, inline, False, iters,
+                                     warm, reply=Buffer.local(land[0], 0, SLICE)))  # fmt: skip
+    finally:
+        t.join(60)
+    if t.is_alive() or err:
+        raise SystemExit(f"{label}: the responder failed: {err or 'still running'}")
+    for f in fabrics:
+        f.quiesce()
+    seq = total.to_bytes(8, "little")
+    for r in range(2):  # the request landed at rank 1, the reply at rank 0
+        want = bytes(host_view(src[r].addr, size))[: size - 8] + seq
+        if bytes(host_view(land[1 - r].addr, size)) != want:
+            raise SystemExit(f"{label}: the round trip's {size} B did not land at rank {1 - r}")
+    _clean(label, req)
+    return float(np.median(ns))
+
+
 def submitter_rows(label: str, sub_cls: type[Submitter], params: Any, nqps: int, iters: int,
-                   warm: int, inline: bool) -> list[dict[str, Any]]:  # fmt: skip
-    """Issue and put+completion p50 (ns) with the selected QP's and every QP's completion."""
+                   warm: int, inline: bool, rtt: tuple[tuple[int, bool], ...] = ()
+                   ) -> list[dict[str, Any]]:  # fmt: skip
+    """Issue and put+completion p50 (ns) at 8 B with the selected QP's and every QP's completion;
+    at one QP also the round trips `rtt` ((size, inline) each)."""
     rows = []
-    with emu_pair(nqps, sub_cls, params) as (fabrics, sub, lanes, _src, land):
+    with emu_pair(nqps, sub_cls, params) as (fabrics, subs, lanes, src, land):
+        sub = subs[0]
         for scope_all in (False, True):
             scope = "all" if scope_all else "qp"
             row: dict[str, Any] = {"path": label, "qps": nqps, "scope": scope}
             for mode in ("issue", "put_completion"):
-                ns = sub.latency(LatencyWork(lanes, 0, mode, 8, inline, scope_all, iters, warm))
+                ns = sub.latency(LatencyWork(lanes[0], 0, mode, 8, inline, scope_all, iters,
+                                             warm))  # fmt: skip
                 row[f"{mode}_p50_ns"] = float(np.median(ns))
                 fabrics[1].quiesce()
                 want = (iters + warm).to_bytes(8, "little")
-                if bytes(host_view(land.addr, 8)) != want:
+                if bytes(host_view(land[1].addr, 8)) != want:
                     raise SystemExit(f"{label}: the last op's sequence word did not land")
-            bad = {k: v for k, v in sub.point_details().items()
-                   if k.startswith("emu_") and k[4:] in runtime.CLEAN_COUNTERS and v
-                   and k != "emu_dbrec_lag"}  # fmt: skip
-            if bad:
-                raise SystemExit(f"{label}: the emulated NIC counted {bad}")
+            _clean(label, sub)
+            if not scope_all and nqps == 1:
+                for size, rinline in rtt:
+                    host_view(land[0].addr, SLICE)[:] = 0
+                    host_view(land[1].addr, SLICE)[:] = 0
+                    row[f"rtt_{size}{'i' if rinline else 'p'}_p50_ns"] = round_trip(
+                        label, fabrics, subs, lanes, src, land, size, rinline, iters, warm)
             rows.append(row)
-    return rows
-
-
-def nvshmem_rows(dev: Any, variant: str, nqps: int, iters: int, warm: int
-                 ) -> list[dict[str, Any]]:  # fmt: skip
-    """NVSHMEM's three paths; `variant` gpumem-only is its GPU-memory-only build (release stores,
-    no system-scope fences): on these host-memory queues it is under-ordered, so it is timed to
-    show what the default build's fences cost, its rows marked, its payload check reported."""
-    rows = []
-    tag = "" if variant == "default" else f" [{variant}: under-ordered here]"
-    with runtime.Loopback(nqps) as w:
-        dev.install(w)
-        for label, kernel in runtime.PATHS:
-            r = dev.run(w, kernel, size=8, iters=iters + warm, timeout_s=30.0)
-            bad = {k: r.after.get(k, 0) - r.before.get(k, 0) for k in runtime.CLEAN_COUNTERS
-                   if r.after.get(k, 0) - r.before.get(k, 0)}  # fmt: skip
-            if (not r.valid or bad) and variant == "default":
-                raise SystemExit(f"NVSHMEM {label}: {r.mismatch} bytes wrong, counters {bad}")
-            wrong = "" if r.valid else f" ({r.mismatch} payload bytes wrong)"
-            rows.append({"path": f"NVSHMEM {label}{tag}{wrong}", "qps": nqps,
-                         "scope": "all" if kernel.endswith("_all") else "qp",
-                         "issue_p50_ns": r.p50("issue_ns", warm),
-                         "put_completion_p50_ns": r.p50("complete_ns", warm),
-                         "variant": variant, "valid": r.valid, "counters": bad})  # fmt: skip
     return rows
 
 
@@ -129,6 +162,20 @@ def table(rows: list[dict[str, Any]], base: Callable[[dict[str, Any]], dict[str,
     return "\n".join(out)
 
 
+def rtt_table(rows: list[dict[str, Any]]) -> str:
+    out = ["| path | round trip 8 B inline (µs) | x mini-gda | round trip 16 B pointer (µs) | "
+           "x mini-gda |", "|---|---:|---:|---:|---:|"]  # fmt: skip
+    one = [r for r in rows if r["qps"] == 1 and r["scope"] == "qp"]
+    base = next((r for r in one if r["path"].startswith("mini-gda")), {})
+    for r in one:
+        cells = []
+        for k in ("rtt_8i_p50_ns", "rtt_16p_p50_ns"):
+            v, b = r.get(k), base.get(k)
+            cells += [f"{v / 1e3:.2f}" if v else "–", f"{v / b:.2f}" if v and b else "–"]
+        out.append(f"| {r['path']} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--qps", default="1,2,4,8,16", help="QPs per peer (Fig. 4's x axis)")
@@ -137,10 +184,6 @@ def main() -> int:
     ap.add_argument("--ordering", default="sys-fence",
                     help="mini-gda's ordering (on emu's CPU engine a GPU-scope fence does not "
                          "order the WQE before the doorbell for the CPU reader)")  # fmt: skip
-    ap.add_argument("--nvshmem-builds", default="default",
-                    help="NVSHMEM builds, comma-separated: default, gpumem-only (its "
-                         "GPU-memory-only build: timed beside the default to show its fences' "
-                         "cost; under-ordered on these host-memory queues)")  # fmt: skip
     ap.add_argument("--json", default="")
     a = ap.parse_args()
     try:
@@ -149,38 +192,42 @@ def main() -> int:
         counts = []
     if not counts or not all(1 <= n <= 64 for n in counts):
         ap.error(f"--qps {a.qps!r}: allowed a comma-separated list of QPs per peer, each 1-64")
-    if a.iters < 1 or a.warm < 0 or a.iters + a.warm > runtime.HEAP_BYTES // 2 // 8:
-        ap.error(f"--iters {a.iters} --warm {a.warm}: allowed iters >= 1, warm >= 0, and "
-                 f"iters + warm <= {runtime.HEAP_BYTES // 2 // 8} (8-byte ops in half the heap)")
-    builds = a.nvshmem_builds.split(",")
-    if not set(builds) <= {"default", "gpumem-only"}:
-        ap.error(f"--nvshmem-builds {a.nvshmem_builds!r}: allowed default, gpumem-only")
+    if a.iters < 1 or a.warm < 0:
+        ap.error(f"--iters {a.iters} --warm {a.warm}: allowed iters >= 1, warm >= 0")
+    from gicbench.platform import probe_all
     from gicbench.submit.doca.params import DocaParams
     from gicbench.submit.doca.submitter import DocaSubmitter
     from gicbench.submit.gpu import GpuSubmitter
     from gicbench.submit.gpu.params import GpuParams
+    from gicbench.submit.nvshmem.params import NvshmemParams
+    from gicbench.submit.nvshmem.submitter import NvshmemSubmitter
 
-    try:  # CuPy, a GPU, nvcc and NVSHMEM's headers (make setup) before anything is made
-        devs = {b: runtime.NvshmemDevice(variant=b) for b in builds}
-    except UnsupportedError as e:
-        print(f"nvshmem_side_by_side: {e}", file=sys.stderr)
-        return 2
+    probes = probe_all()
+    for cls in (GpuSubmitter, DocaSubmitter, NvshmemSubmitter):  # before anything is made
+        why = cls.availability(probes)
+        if why:
+            print(f"nvshmem_side_by_side: --submitter {cls.name}: {why}", file=sys.stderr)
+            return 2
+    both = ((8, True), (16, False))
+    paths = [
+        (f"mini-gda {a.ordering}", GpuSubmitter, GpuParams(ordering=a.ordering), True, both),
+        ("DOCA GPUNetIO gpu-sm-db", DocaSubmitter, DocaParams(), False, ((8, True),)),
+        ("NVSHMEM internal", NvshmemSubmitter, NvshmemParams(), False, both),
+        ("NVSHMEM public", NvshmemSubmitter, NvshmemParams(nvshmem_path="public"), False, both),
+    ]
     rows: list[dict[str, Any]] = []
     for n in counts:
-        rows += submitter_rows(f"mini-gda {a.ordering}", GpuSubmitter,
-                               GpuParams(ordering=a.ordering), n, a.iters, a.warm, True)
-        rows += submitter_rows("DOCA GPUNetIO gpu-sm-db", DocaSubmitter, DocaParams(), n, a.iters,
-                               a.warm, False)  # fmt: skip
-        for b, dev in devs.items():
-            rows += nvshmem_rows(dev, b, n, a.iters, a.warm)
+        for label, cls, params, inline, rtt in paths:
+            rows += submitter_rows(label, cls, params, n, a.iters, a.warm, inline, rtt)
         print(f"{n} QPs per peer done", file=sys.stderr, flush=True)
     gda = {(r["qps"], r["scope"]): r for r in rows if r["path"].startswith("mini-gda")}
     print("# NVSHMEM, DOCA GPUNetIO and mini-gda on emu's CPU engine (8 B, one thread, p50)\n")
     print(table(rows, lambda r: gda.get((r["qps"], r["scope"]))))
+    print("\n# Round trips at one QP per peer (the responder: the same submitter on rank 1)\n")
+    print(rtt_table(rows))
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"symbols": {b: d.symbols for b, d in devs.items()}, "rows": rows,
-                       "iters": a.iters}, f, indent=1)  # fmt: skip
+            json.dump({"rows": rows, "iters": a.iters, "warm": a.warm}, f, indent=1)
     return 0
 
 

@@ -27,7 +27,7 @@ def test_doctor_reports_providers_and_submitters() -> None:
     providers = {p["name"]: p for p in doc["providers"]}
     assert set(providers) == {"emu", "verbs", "mlx5"}
     assert providers["emu"]["available"] is True  # the embedded default runs everywhere
-    assert {s["name"] for s in doc["submitters"]} == {"host", "proxy", "gpu", "doca"}
+    assert {s["name"] for s in doc["submitters"]} == {"host", "proxy", "gpu", "doca", "nvshmem"}
     for probe in ("python", "mpi", "gpus", "nvcc", "cupy", "pyverbs", "rdma", "shm"):
         assert probe in doc["probes"]
     # every unavailable provider says why

@@ -25,6 +25,12 @@ OPS = ("put", "p", "put_signal")
 KERNELS = sorted(
     f"gicbench_nvshmem_{p}_{o}_{q}" for p, qs in PATHS.items() for o in OPS for q in qs
 )
+# the harness loops --submitter nvshmem launches (gicbench_nvshmem_loops.cuh)
+LOOP_KERNELS = sorted(
+    [f"gicbench_nvshmem_single_{p}_{o}" for p in PATHS for o in OPS]
+    + [f"gicbench_nvshmem_rate_{p}_{o}" for p in PATHS for o in ("put", "p")]
+    + ["gicbench_nvshmem_qp_of"]
+)
 STATES = ("nvshmemi_device_state_d", "nvshmemi_ibgda_device_state_d")
 # gicbench's own kernels beside NVSHMEM's paths: the device states' addresses and their read-back
 STATE_KERNELS = ("gicbench_nvshmem_state_addrs", "gicbench_nvshmem_state_read")
@@ -51,6 +57,7 @@ def test_every_kernel_compiles_for_sm90_with_the_device_states(cubin: tuple[Path
     assert "warning" not in log.lower(), log
     names = symbols(path)
     assert len(KERNELS) == 15 and set(KERNELS) <= names, sorted(set(KERNELS) - names)
+    assert len(LOOP_KERNELS) == 11 and set(LOOP_KERNELS) <= names
     # the headers define NVSHMEM's device states in this module (the host fills them by name)
     assert set(STATES) <= names
 
@@ -94,7 +101,7 @@ def test_gpumem_only_rings_with_release_stores(tmp_path: Path) -> None:
     assert release not in default
     for text in (gpumem, default):
         entries = set(re.findall(r"\.entry\s+(gicbench_nvshmem_\w+)\(", text))
-        assert entries == set(KERNELS) | set(STATE_KERNELS)
+        assert entries == set(KERNELS) | set(STATE_KERNELS) | set(LOOP_KERNELS)
 
 
 def test_rdc_is_refused(tmp_path: Path) -> None:

@@ -57,6 +57,7 @@ SUBMITTER_MODULES = (
     "gicbench.submit.gpu",
     "gicbench.submit.proxy",
     "gicbench.submit.doca.submitter",
+    "gicbench.submit.nvshmem.submitter",
 )
 _REGISTRY: dict[str, type[Submitter]] = {}
 
@@ -212,6 +213,12 @@ class Submitter(ABC):
         """Called once by the harness after bring-up with every QP this rank brought up,
         before any loop: the place to prepare them (initialise CQ rings, map them into the
         GPU, register the scratch region QueueOptions asked for). Default: nothing."""
+        return None
+
+    def attach_peers(self, rc: Mapping[int, Sequence[QueuePair]], world: int) -> None:
+        """Called once after attach_queues with this rank's RC QPs by peer rank (lane i towards
+        a peer rides rc[peer][i]) and the number of ranks: for a library that chooses the QP
+        itself and keeps its own table by peer and slot (NVSHMEM). Default: nothing."""
         return None
 
     def latency(self, work: LatencyWork) -> np.ndarray:

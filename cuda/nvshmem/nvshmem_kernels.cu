@@ -4,6 +4,7 @@
 // The module also holds NVSHMEM's own __constant__ device states, which the host fills by name
 // before a launch (gicbench.submit.nvshmem.layout: IBGDA_STATE_SYMBOL, DEVICE_STATE_SYMBOL).
 #include "nvshmem/gicbench_nvshmem.cuh"
+#include "nvshmem/gicbench_nvshmem_loops.cuh"
 
 #define GICBENCH_NVSHMEM_KERNEL(pa, PA, op, OP, qu, QU)                                    \
   extern "C" __global__ void gicbench_nvshmem_##pa##_##op##_##qu(                          \
@@ -21,6 +22,36 @@ GICBENCH_NVSHMEM_OPS(internal, INTERNAL, pe, PE)
 GICBENCH_NVSHMEM_OPS(internal, INTERNAL, all, ALL)
 GICBENCH_NVSHMEM_OPS(public, PUBLIC, pe, PE)
 GICBENCH_NVSHMEM_OPS(public, PUBLIC, all, ALL)
+
+// The harness's loops (gicbench_nvshmem_loops.cuh), what `--submitter nvshmem` launches:
+//   gicbench_nvshmem_single_<path>_<op>  (op: put p put_signal), gicbench_nvshmem_rate_<path>_<op>
+//   (op: put p), gicbench_nvshmem_qp_of.
+#define GICBENCH_NVSHMEM_SINGLE(pa, PA, op, OP)                                            \
+  extern "C" __global__ void gicbench_nvshmem_single_##pa##_##op(                          \
+      const gicbench_nvshmem_single_job* job, gicbench_nvshmem_sample* out,                \
+      gicbench_nvshmem_single_result* res) {                                               \
+    gicbench_nvshmem_single<GICBENCH_NVSHMEM_##PA, GICBENCH_NVSHMEM_##OP>(job, out, res);  \
+  }
+#define GICBENCH_NVSHMEM_RATE(pa, PA, op, OP)                                              \
+  extern "C" __global__ void gicbench_nvshmem_rate_##pa##_##op(                            \
+      const gicbench_nvshmem_rate_job* job, const gicbench_nvshmem_rate_lane* lanes,       \
+      gicbench_nvshmem_rate_result* res, uint64_t* marks) {                                \
+    gicbench_nvshmem_rate<GICBENCH_NVSHMEM_##PA, GICBENCH_NVSHMEM_##OP>(job, lanes, res,   \
+                                                                        marks);            \
+  }
+#define GICBENCH_NVSHMEM_PATH_LOOPS(pa, PA)               \
+  GICBENCH_NVSHMEM_SINGLE(pa, PA, put, PUT)               \
+  GICBENCH_NVSHMEM_SINGLE(pa, PA, p, P)                   \
+  GICBENCH_NVSHMEM_SINGLE(pa, PA, put_signal, PUT_SIGNAL) \
+  GICBENCH_NVSHMEM_RATE(pa, PA, put, PUT)                 \
+  GICBENCH_NVSHMEM_RATE(pa, PA, p, P)
+
+GICBENCH_NVSHMEM_PATH_LOOPS(internal, INTERNAL)
+GICBENCH_NVSHMEM_PATH_LOOPS(public, PUBLIC)
+
+extern "C" __global__ void gicbench_nvshmem_qp_of(const int32_t* pes, uint32_t* qpn) {
+  gicbench_nvshmem_qp_of_impl(pes, qpn);
+}
 
 // The generic addresses of NVSHMEM's two device states as this module's code sees them: the host
 // compares them with what cuModuleGetGlobal returns (the states are local symbols of a

@@ -80,6 +80,33 @@ def header_closure(include: Path, src: Path | None = None, exe: str | None = Non
     return sorted(found)
 
 
+def cache_root(cache_dir: Path | None = None) -> Path:
+    return cache_dir or Path(
+        os.environ.get(CACHE_ENV, Path.home() / ".cache" / "gicbench" / "nvshmem")
+    )
+
+
+def cubin_path(headers: Nvshmem, arch: str, variant: str, cache_dir: Path | None = None) -> Path:
+    """Where the cubin of these sources, headers, arch and variant is cached."""
+    h = hashlib.sha256()
+    for f in sorted((cuda_dir() / "nvshmem").glob("*")) + sorted(headers.include.rglob("*")):
+        if f.is_file():
+            h.update(f.name.encode() + f.read_bytes())
+    h.update(f"{arch} {variant}".encode())
+    return cache_root(cache_dir) / f"nvshmem_kernels-{variant}-{arch}-{h.hexdigest()[:16]}.cubin"
+
+
+def unbuildable_reason(arch: str = DEFAULT_ARCH, variant: str = "default") -> str | None:
+    """Why no cubin of the current sources can be had here (none cached, and nvcc or rdma-core's
+    header missing), else None."""
+    headers = find()
+    if headers is None:
+        return unavailable_reason()
+    if cubin_path(headers, arch, variant).is_file():
+        return None
+    return missing_prerequisite()
+
+
 def compile_cubin(arch: str = DEFAULT_ARCH, cache_dir: Path | None = None, *,
                   variant: str = "default") -> tuple[Path, Nvshmem]:  # fmt: skip
     """The cubin of every NVSHMEM kernel for `arch` and `variant` (built once per
@@ -88,15 +115,7 @@ def compile_cubin(arch: str = DEFAULT_ARCH, cache_dir: Path | None = None, *,
     if headers is None:
         raise UnsupportedError(unavailable_reason())
     cuda = cuda_dir()
-    h = hashlib.sha256()
-    for f in sorted((cuda / "nvshmem").glob("*")) + sorted(headers.include.rglob("*")):
-        if f.is_file():
-            h.update(f.name.encode() + f.read_bytes())
-    h.update(f"{arch} {variant}".encode())
-    root = cache_dir or Path(
-        os.environ.get(CACHE_ENV, Path.home() / ".cache" / "gicbench" / "nvshmem")
-    )
-    out = root / f"nvshmem_kernels-{variant}-{arch}-{h.hexdigest()[:16]}.cubin"
+    out = cubin_path(headers, arch, variant, cache_dir)
     if out.is_file():  # a cubin built elsewhere (where mlx5dv.h exists) serves as it is
         return out, headers
     why = missing_prerequisite()

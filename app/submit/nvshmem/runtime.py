@@ -41,6 +41,12 @@ LOG2_CHUNK = 20  # one key-table entry covers the whole heap
 NPES, MYPE, PEER = 2, 0, 1
 
 
+def cqe0(entry: np.ndarray) -> str:
+    """Entry 0 of a collapsed CQ as NVSHMEM's poll reads it."""
+    ctr = int.from_bytes(bytes(entry[CQE_WQE_COUNTER:CQE_WQE_COUNTER + 2]), "big")
+    return f"cqe0.wqe_counter={ctr} cqe0.op_own={int(entry[CQE_OP_OWN]):#x}"
+
+
 def ring_init(cq: CompletionQueue) -> None:
     """The CQ ring as NVSHMEM's host transport leaves it: every byte 0xff (opcode INVALID,
     owner 1, wqe_counter 0xffff, so the collapsed poll's first read means "WQE -1 done").
@@ -118,13 +124,19 @@ class Bases:
     p2p: int
     remote: int
     region_count: int
+    rkeys_rest: int = 0  # the rkey entries past constant memory (0: none)
 
 
-def array_bytes(rc_per_pe: int) -> dict[str, int]:
-    n = rc_per_pe * NPES
-    return {"rcs": n * layout.QP_DTYPE.itemsize, "cqs": n * layout.CQ_DTYPE.itemsize,
-            "switches": 4 * (max(rc_per_pe, 2) + 1), "p2p": 8 * NPES, "remote": 8 * NPES,
-            "region_count": 8}  # fmt: skip
+def array_bytes(rc_per_pe: int, npes: int = NPES, rkeys: int = 0) -> dict[str, int]:
+    """Bytes of each GPU array for `rc_per_pe` QPs per PE among `npes` PEs and an rkey table of
+    `rkeys` entries."""
+    n = rc_per_pe * npes
+    out = {"rcs": n * layout.QP_DTYPE.itemsize, "cqs": n * layout.CQ_DTYPE.itemsize,
+           "switches": 4 * (max(rc_per_pe, 2) + 1), "p2p": 8 * npes, "remote": 8 * npes,
+           "region_count": 8}  # fmt: skip
+    if rkeys > layout.MAX_CONST_KEYS:
+        out["rkeys_rest"] = (rkeys - layout.MAX_CONST_KEYS) * layout.KEY_DTYPE.itemsize
+    return out
 
 
 @dataclass
@@ -230,22 +242,45 @@ class NvshmemDevice:
             raise UnsupportedError(f"cuModuleGetGlobal({name}) failed on {self.cubin}: {e} (the "
                                    "states are local symbols of the whole-program cubin)") from e
 
+    def allocate(self, sizes: dict[str, int]) -> Bases:
+        """Zeroed GPU arrays of `sizes` bytes (array_bytes' names, plus "rkeys_rest" where the
+        rkey table outgrows constant memory); their addresses for the records."""
+        cp = self.cp
+        self.arrays = {k: cp.zeros(v, cp.uint8) for k, v in sizes.items()}
+        return Bases(**{k: int(a.data.ptr) for k, a in self.arrays.items()})
+
     def install(self, world: Loopback, requests_in_batch: int = layout.DEFAULT_REQUESTS_IN_BATCH
                 ) -> States:  # fmt: skip
         """Map the world's queues into the GPU, allocate the arrays, build and write every
-        record and both device states; read the states back through the module's own code
-        (gicbench_nvshmem_state_read) and compare."""
+        record and both device states (write_states)."""
         from ..gpu_runtime.device_map import DeviceMap
 
-        cp = self.cp
         dm = DeviceMap.of(world.fabrics[MYPE])
-        self.arrays = {k: cp.zeros(v, cp.uint8) for k, v in array_bytes(world.rc_per_pe).items()}
-        b = Bases(**{k: int(a.data.ptr) for k, a in self.arrays.items()})
+        b = self.allocate(array_bytes(world.rc_per_pe))
         st = build_states(world, b, sq_dev=lambda q: dm.sq(q.sq), cq_dev=dm.cq,
                           requests_in_batch=requests_in_batch)  # fmt: skip
+        self.write_states(st)
+        return st
+
+    def write_arrays(self, st: States) -> None:
+        """The QP, CQ and peer-base arrays into GPU memory (the QPs' management variables too:
+        only before the first launch, or they lose NVSHMEM's indices)."""
+        cp = self.cp
         self.arrays["rcs"][:] = cp.asarray(st.qps.view(np.uint8))
         self.arrays["cqs"][:] = cp.asarray(st.cqs.view(np.uint8))
         self.arrays["remote"][:] = cp.asarray(st.remote.view(np.uint8))
+        cp.cuda.get_current_stream().synchronize()
+
+    def write_rkeys(self, rest: np.ndarray) -> None:
+        """The rkey entries past constant memory (PEs 64 and up) into their GPU array."""
+        if len(rest):
+            self.arrays["rkeys_rest"][: rest.nbytes] = self.cp.asarray(rest.view(np.uint8))
+            self.cp.cuda.get_current_stream().synchronize()
+
+    def write_symbols(self, st: States) -> None:
+        """Both device states into the module's __constant__ symbols, read back through the
+        module's own code (gicbench_nvshmem_state_read) and compared."""
+        cp = self.cp
         for sym, rec in ((layout.DEVICE_STATE_SYMBOL, st.device),
                          (layout.IBGDA_STATE_SYMBOL, st.ibgda)):  # fmt: skip
             ptr = self._global(sym)
@@ -253,12 +288,14 @@ class NvshmemDevice:
             rt = cp.cuda.runtime
             rt.memcpy(int(ptr.ptr), host.ctypes.data, host.size, rt.memcpyHostToDevice)
             self.symbols[sym] = int(ptr.ptr)
-        cp.cuda.Device().synchronize()
+        stream = launch_stream(cp)
         addrs = cp.zeros(2, cp.uint64)
-        self.module.get_function("gicbench_nvshmem_state_addrs")((1,), (32,), (addrs,))
         seen = cp.zeros(layout.DEVICE_STATE_DTYPE.itemsize + layout.IBGDA_STATE_DTYPE.itemsize,
                         cp.uint8)  # fmt: skip
-        self.module.get_function("gicbench_nvshmem_state_read")((1,), (256,), (seen,))
+        with stream:
+            self.module.get_function("gicbench_nvshmem_state_addrs")((1,), (32,), (addrs,))
+            self.module.get_function("gicbench_nvshmem_state_read")((1,), (256,), (seen,))
+        stream.synchronize()
         a = cp.asnumpy(addrs)
         self.symbols["kernel:" + layout.DEVICE_STATE_SYMBOL] = int(a[0])
         self.symbols["kernel:" + layout.IBGDA_STATE_SYMBOL] = int(a[1])
@@ -268,19 +305,38 @@ class NvshmemDevice:
             bad = next(i for i in range(len(want)) if got[i] != want[i])
             raise UnsupportedError(f"the device states the kernels read differ from those written"
                                    f" (first at byte {bad}; symbols {self.symbols})")  # fmt: skip
-        self.states = st
-        return st
 
-    def diagnose(self, world: Loopback) -> str:
-        """The QPs' management variables (read on a stream of its own, given 2 s), entry 0 of
-        every CQ and the NIC's counters: what a stuck poll was waiting for."""
-        assert self.states is not None
-        cp, st = self.cp, self.states
-        out: list[str] = []
+    def write_states(self, st: States) -> None:
+        self.write_arrays(st)
+        self.write_symbols(st)
+        self.states = st
+
+    def launch(self, kernel: str, grid: int, block: int, args: tuple, *, timeout_s: float,
+               what: str, diagnose: Callable[[], str]) -> None:  # fmt: skip
+        """`kernel` on a stream of its own, waited for at most `timeout_s` (NVSHMEM's polls have
+        no bound of their own): past it the kernel is recorded as stuck and TimeoutError carries
+        `what` and diagnose()'s account."""
+        fn = self.module.get_function(kernel)
+        stream = launch_stream(self.cp)
+        with stream:
+            fn((grid,), (block,), args)
+        deadline = time.monotonic() + timeout_s
+        while not stream.done:
+            if time.monotonic() > deadline:
+                note_stuck_kernel(f"NVSHMEM {kernel}")
+                raise TimeoutError(f"{what} still running {timeout_s} s after launch:\n"
+                                   + diagnose())  # fmt: skip
+            time.sleep(0.0002)
+        stream.synchronize()
+
+    def read_mvars(self, rows: list[int]) -> list[dict[str, int]] | None:
+        """The management variables of the QP records at `rows` of the QP array, read on a
+        stream of its own given 2 s (a stuck kernel may hold the device); None if it did not
+        return."""
         box: dict[str, np.ndarray] = {}
 
         def read() -> None:
-            s = cp.cuda.Stream(non_blocking=True)
+            s = self.cp.cuda.Stream(non_blocking=True)
             box["rcs"] = self.arrays["rcs"].get(stream=s)
             s.synchronize()
 
@@ -288,19 +344,29 @@ class NvshmemDevice:
         t.start()
         t.join(2.0)
         mv = box.get("rcs")
+        if mv is None:
+            return None
+        size, base = layout.QP_DTYPE.itemsize, layout.MVARS_OFFSET
+        out = []
+        for i in rows:
+            rec = mv[i * size:(i + 1) * size]
+            out.append({k[6:]: int(rec[base + off: base + off + 8].view(np.uint64)[0])
+                        for k, off in layout.MVARS.items() if k.startswith("tx_wq.")
+                        and k not in ("tx_wq.get_head", "tx_wq.get_tail")})  # fmt: skip
+        return out
+
+    def diagnose(self, world: Loopback) -> str:
+        """The QPs' management variables, entry 0 of every CQ and the NIC's counters: what a
+        stuck poll was waiting for."""
+        assert self.states is not None
+        st = self.states
+        mv = self.read_mvars([st.index[qp.qpn] for qp in world.qps])
+        out: list[str] = []
         for slot, qp in enumerate(world.qps):
-            i = st.index[qp.qpn]
             line = f"slot {slot} qpn {qp.qpn:#x} cqn {qp.sq.cq.cqn:#x}"
             if mv is not None:
-                rec = mv[i * layout.QP_DTYPE.itemsize:(i + 1) * layout.QP_DTYPE.itemsize]
-                base = layout.MVARS_OFFSET
-                vals = {k: int(rec[base + off: base + off + 8].view(np.uint64)[0])
-                        for k, off in layout.MVARS.items() if k.startswith("tx_wq.")
-                        and k not in ("tx_wq.get_head", "tx_wq.get_tail")}  # fmt: skip
-                line += " " + " ".join(f"{k[6:]}={v}" for k, v in vals.items())
-            e0 = host_view(qp.sq.cq.buf, CQE_BYTES)
-            ctr = int.from_bytes(bytes(e0[CQE_WQE_COUNTER:CQE_WQE_COUNTER + 2]), "big")
-            line += f" cqe0.wqe_counter={ctr} cqe0.op_own={int(e0[CQE_OP_OWN]):#x}"
+                line += " " + " ".join(f"{k}={v}" for k, v in mv[slot].items())
+            line += " " + cqe0(host_view(qp.sq.cq.buf, CQE_BYTES))
             out.append(line)
         if mv is None:
             out.append("(management variables unreadable: the copy did not return in 2 s)")
@@ -327,20 +393,10 @@ class NvshmemDevice:
                                 iters=iters, pe=PEER, stride=size)  # fmt: skip
         d_job = cp.asarray(np.ascontiguousarray(job).reshape(1).view(np.uint8))
         d_out = cp.zeros(iters * layout.SAMPLE_DTYPE.itemsize, cp.uint8)
-        fn = self.module.get_function(kernel)
         before = world.counters()
-        stream = launch_stream(cp)
-        with stream:
-            fn((1,), (32,), (d_job, d_out))
-        deadline = time.monotonic() + timeout_s
-        while not stream.done:
-            if time.monotonic() > deadline:
-                note_stuck_kernel(f"NVSHMEM {kernel}")
-                raise TimeoutError(f"{kernel} ({size} B x {iters}, {world.rc_per_pe} QPs per "
-                                   f"peer) still running {timeout_s} s after launch:\n"
-                                   + self.diagnose(world))  # fmt: skip
-            time.sleep(0.0005)
-        stream.synchronize()
+        self.launch(kernel, 1, 32, (d_job, d_out), timeout_s=timeout_s,
+                    what=f"{kernel} ({size} B x {iters}, {world.rc_per_pe} QPs per peer)",
+                    diagnose=lambda: self.diagnose(world))  # fmt: skip
         world.quiesce()
         got = world.view(PEER, dst_off, span)
         want = world.view(MYPE, src_off, span)
