@@ -5,7 +5,7 @@ rows, Fig. 4's completion scope against QPs per peer). GPU only.
 Every path runs through its own submitter's loops (the same loops `gicbench run` drives) on an
 in-process emu pair (CPU engine, one engine thread per rank, host-memory queues, every QP made
 with that submitter's queue options): rank 0 posts to rank 1 one op at a time from one GPU
-thread, rank 1 answers round trips through its own submitter of the same kind:
+thread; in a round trip rank 1 answers through its own submitter of the same kind:
   - mini-gda (`--submitter gpu`, `--ordering` as given);
   - DOCA GPUNetIO (`--submitter doca`, gpu-sm-db, exclusive);
   - NVSHMEM's internal calls and its public API (`--submitter nvshmem`: NVSHMEM's own device
@@ -14,7 +14,9 @@ Issue and put+completion at 8 B (mini-gda inline; DOCA's and NVSHMEM's put, a po
 with the selected QP's completion and every QP's (scope all: NVSHMEM's PE-wide quiet); round trips
 at 8 B inline (mini-gda inline, DOCA's p, NVSHMEM's p) and 16 B pointer (NVSHMEM's
 put-with-signal). Every payload is checked where the experiments' validation looks, the
-emulated NIC's fidelity counters stay zero, or the script fails.
+emulated NIC's fidelity counters stay zero, or the script fails. The round trips run through
+`gicbench run` on two ranks (two ranks' kernels in one process would share the legacy stream):
+with one GPU, MPS must run.
 
     python bench/nvshmem_side_by_side.py [--qps 1,2,4,8,16] [--iters 2000] [--json FILE]
 """
@@ -23,10 +25,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
+import subprocess
 import sys
-import threading
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,7 +40,7 @@ import numpy as np
 from gicbench.fabric.base import ACCESS_ALL, host_view
 from gicbench.submit.base import Submitter
 from gicbench.submit.nvshmem import runtime
-from gicbench.submit.work import Buffer, Lane, LatencyWork, RespondWork
+from gicbench.submit.work import Buffer, Lane, LatencyWork
 
 SLICE = 4096
 DEPTH = 256
@@ -85,47 +91,36 @@ def _clean(label: str, sub: Submitter) -> None:
         raise SystemExit(f"{label}: the emulated NIC counted {bad}")
 
 
-def round_trip(label: str, fabrics: Any, subs: Any, lanes: Any, src: Any, land: Any, size: int,
-               inline: bool, iters: int, warm: int) -> float:  # fmt: skip
-    """Rank 0's round trips answered by rank 1's submitter in a thread; p50 ns, checked."""
-    req, resp = subs
-    total = iters + warm
-    err: list[BaseException] = []
-
-    def answer() -> None:
-        try:
-            resp.respond(RespondWork(lanes[1][0], Buffer.local(land[1], 0, SLICE), size, inline,
-                                     total))  # fmt: skip
-        except BaseException as e:  # reported below
-            err.append(e)
-
-    t = threading.Thread(target=answer)
-    t.start()
-    try:
-        ns = req.latency(LatencyWork(lanes[0][:1], 0, "round_trip", size, inline, False, iters,
-                                     warm, reply=Buffer.local(land[0], 0, SLICE)))  # fmt: skip
-    finally:
-        t.join(60)
-    if t.is_alive() or err:
-        raise SystemExit(f"{label}: the responder failed: {err or 'still running'}")
-    for f in fabrics:
-        f.quiesce()
-    seq = total.to_bytes(8, "little")
-    for r in range(2):  # the request landed at rank 1, the reply at rank 0
-        want = bytes(host_view(src[r].addr, size))[: size - 8] + seq
-        if bytes(host_view(land[1 - r].addr, size)) != want:
-            raise SystemExit(f"{label}: the round trip's {size} B did not land at rank {1 - r}")
-    _clean(label, req)
-    return float(np.median(ns))
+def round_trip(label: str, submitter: list[str], size: int, inline: bool, iters: int,
+               warm: int, out: Path) -> float:  # fmt: skip
+    """p50 ns of `gicbench run single-op --modes round_trip` on two ranks (the responder: the
+    same submitter on rank 1), emu's CPU engine; the harness validates both landings. A run of
+    its own: two ranks' GPU kernels in one process would share the legacy stream."""
+    exe = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+    if exe is None:
+        raise SystemExit("mpiexec not found (the round trips run on two ranks)")
+    cmd = [exe, "--bind-to", "none", "-n", "2", sys.executable, "-m", "gicbench", "run",
+           "single-op", "--modes", "round_trip", "-b", str(size), "-e", str(size), "--payload",
+           "inline" if inline else "pointer", "-n", str(iters), "-w", str(warm), "--progress",
+           "thread", "--timeout", "10", "--json", "--quiet", *submitter, "-o",
+           str(out / f"rtt-{label.replace(' ', '_')}-{size}")]  # fmt: skip
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    if r.returncode != 0:
+        raise SystemExit(f"{label}: the round trip at {size} B failed:\n{r.stderr[-3000:]}")
+    doc = json.loads(r.stdout)
+    rows = [x for x in doc["results"] if x.get("mode") == "round_trip" and x.get("p50_us")]
+    if not rows or not all(x.get("validated", True) for x in doc["results"]):
+        raise SystemExit(f"{label}: the round trip at {size} B was not validated")
+    return float(rows[0]["p50_us"]) * 1e3
 
 
 def submitter_rows(label: str, sub_cls: type[Submitter], params: Any, nqps: int, iters: int,
-                   warm: int, inline: bool, rtt: tuple[tuple[int, bool], ...] = ()
-                   ) -> list[dict[str, Any]]:  # fmt: skip
-    """Issue and put+completion p50 (ns) at 8 B with the selected QP's and every QP's completion;
-    at one QP also the round trips `rtt` ((size, inline) each)."""
+                   warm: int, inline: bool) -> list[dict[str, Any]]:  # fmt: skip
+    """Issue and put+completion p50 (ns) at 8 B with the selected QP's and every QP's
+    completion."""
     rows = []
-    with emu_pair(nqps, sub_cls, params) as (fabrics, subs, lanes, src, land):
+    with emu_pair(nqps, sub_cls, params) as (fabrics, subs, lanes, _src, land):
         sub = subs[0]
         for scope_all in (False, True):
             scope = "all" if scope_all else "qp"
@@ -139,12 +134,6 @@ def submitter_rows(label: str, sub_cls: type[Submitter], params: Any, nqps: int,
                 if bytes(host_view(land[1].addr, 8)) != want:
                     raise SystemExit(f"{label}: the last op's sequence word did not land")
             _clean(label, sub)
-            if not scope_all and nqps == 1:
-                for size, rinline in rtt:
-                    host_view(land[0].addr, SLICE)[:] = 0
-                    host_view(land[1].addr, SLICE)[:] = 0
-                    row[f"rtt_{size}{'i' if rinline else 'p'}_p50_ns"] = round_trip(
-                        label, fabrics, subs, lanes, src, land, size, rinline, iters, warm)
             rows.append(row)
     return rows
 
@@ -208,18 +197,31 @@ def main() -> int:
         if why:
             print(f"nvshmem_side_by_side: --submitter {cls.name}: {why}", file=sys.stderr)
             return 2
-    both = ((8, True), (16, False))
-    paths = [
-        (f"mini-gda {a.ordering}", GpuSubmitter, GpuParams(ordering=a.ordering), True, both),
-        ("DOCA GPUNetIO gpu-sm-db", DocaSubmitter, DocaParams(), False, ((8, True),)),
-        ("NVSHMEM internal", NvshmemSubmitter, NvshmemParams(), False, both),
-        ("NVSHMEM public", NvshmemSubmitter, NvshmemParams(nvshmem_path="public"), False, both),
-    ]
+    paths = [  # label, class, knobs, inline at 8 B, the CLI's flags for the same knobs
+        (f"mini-gda {a.ordering}", GpuSubmitter, GpuParams(ordering=a.ordering), True,
+         ["--submitter", "gpu", "--ordering", a.ordering]),
+        ("DOCA GPUNetIO gpu-sm-db", DocaSubmitter, DocaParams(), False, ["--submitter", "doca"]),
+        ("NVSHMEM internal", NvshmemSubmitter, NvshmemParams(), False,
+         ["--submitter", "nvshmem"]),
+        ("NVSHMEM public", NvshmemSubmitter, NvshmemParams(nvshmem_path="public"), False,
+         ["--submitter", "nvshmem", "--nvshmem-path", "public"]),
+    ]  # fmt: skip
     rows: list[dict[str, Any]] = []
     for n in counts:
-        for label, cls, params, inline, rtt in paths:
-            rows += submitter_rows(label, cls, params, n, a.iters, a.warm, inline, rtt)
+        for label, cls, params, inline, _ in paths:
+            rows += submitter_rows(label, cls, params, n, a.iters, a.warm, inline)
         print(f"{n} QPs per peer done", file=sys.stderr, flush=True)
+    out = Path(tempfile.mkdtemp(prefix="sbs-rtt-"))
+    for label, _, _, _, flags in paths:
+        row = next((r for r in rows if r["path"] == label and r["qps"] == 1
+                    and r["scope"] == "qp"), None)  # fmt: skip
+        if row is None:
+            row = {"path": label, "qps": 1, "scope": "qp"}
+            rows.append(row)
+        for size, inline in ((8, True), (16, False)):
+            row[f"rtt_{size}{'i' if inline else 'p'}_p50_ns"] = round_trip(
+                label, flags, size, inline, a.iters, a.warm, out)
+        print(f"{label} round trips done", file=sys.stderr, flush=True)
     gda = {(r["qps"], r["scope"]): r for r in rows if r["path"].startswith("mini-gda")}
     print("# NVSHMEM, DOCA GPUNetIO and mini-gda on emu's CPU engine (8 B, one thread, p50)\n")
     print(table(rows, lambda r: gda.get((r["qps"], r["scope"]))))

@@ -72,6 +72,7 @@ def test_knobs_refused_before_any_resource() -> None:
         NvshmemSubmitter.queue_options(P, 64)
     opts = NvshmemSubmitter.queue_options(P, 256)
     assert opts.cq == {"collapsed": True, "overrun_ignore": True} and opts.qp == {"dbr": True}
+    assert opts.scratch_per_qp == 2 * layout.IBUF_SLOT  # the ibuf region bring-up sizes for
 
     class Host:
         queues = "host"

@@ -41,7 +41,7 @@ class RankQueues:
     mype: int
     npes: int
     slots: Mapping[int, Sequence[QueuePair]]
-    ibuf: MemoryRegion
+    ibuf: MemoryRegion | None  # None only without QPs
 
     def __post_init__(self) -> None:
         if not 0 <= self.mype < self.npes:
@@ -51,8 +51,10 @@ class RankQueues:
                 raise ConfigError("peer", p, f"another PE of 0..{self.npes - 1}")
             if any(q.dci for q in qps):
                 raise ConfigError("QP", "dci", "RC QPs only (NVSHMEM's RC table)")
-        if self.ibuf.length < 2 * layout.IBUF_SLOT * self.count:
-            raise ConfigError("ibuf", self.ibuf.length, f">= {2 * layout.IBUF_SLOT * self.count}")
+        need = 2 * layout.IBUF_SLOT * self.count
+        have = self.ibuf.length if self.ibuf is not None else 0
+        if have < need:
+            raise ConfigError("ibuf", have, f">= {need} bytes (an ibuf slot pair per QP)")
 
     @property
     def rc_per_pe(self) -> int:
@@ -90,6 +92,7 @@ def rank_states(q: RankQueues, bases: Bases, *,
     qsize, csize = layout.QP_DTYPE.itemsize, layout.CQ_DTYPE.itemsize
     index: dict[int, int] = {}
     for n, (pe, slot, qp) in enumerate(q.ordered()):
+        assert q.ibuf is not None  # RankQueues checked it
         i = layout.rc_index(slot, pe, npes, rc)
         qp_addr, cq_addr = bases.rcs + i * qsize, bases.cqs + i * csize
         buf, dbrec, doorbell = sq_dev(qp)

@@ -107,7 +107,8 @@ class NvshmemSubmitter(Submitter):
     @classmethod
     def queue_options(cls, params: Any, sq_depth: int) -> QueueOptions:
         q = layout.queue_kwargs(sq_depth)  # ConfigError for a depth NVSHMEM refuses
-        return QueueOptions(qp=q.qp, cq=q.cq)
+        # the scratch region: one ibuf slot pair per QP (attach_queues registers it)
+        return QueueOptions(qp=q.qp, cq=q.cq, scratch_per_qp=2 * layout.IBUF_SLOT)
 
     @classmethod
     def preload(cls, params: Any, local_rank: int) -> None:
@@ -180,8 +181,9 @@ class NvshmemSubmitter(Submitter):
             else:
                 host_view(cq.buf, cq.ncqe * CQE_BYTES)[:] = layout.CQE_INIT
         self.cp.cuda.Device().synchronize()
-        n = max(1, len(self.qps))
-        self.ibuf = self.fabric.register(2 * layout.IBUF_SLOT * n, Access.LOCAL_WRITE)
+        if self.qps:  # an idle rank of an odd pairs world has none (and no scratch region)
+            self.ibuf = self.fabric.register(2 * layout.IBUF_SLOT * len(self.qps),
+                                             Access.LOCAL_WRITE)  # fmt: skip
         self.dm = DeviceMap.of(self.fabric)
 
     def attach_peers(self, rc: Mapping[int, Sequence[QueuePair]], world: int) -> None:
