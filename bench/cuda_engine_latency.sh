@@ -33,7 +33,7 @@ step build 150 python3 -m pip install -q --no-build-isolation --no-deps --target
 export PYTHONPATH=/tmp/gs
 B="python3 bench/cuda_engine.py"
 TAILN=14 step stamps 90 $B --stamps --skip bare,rate,latency --pings 2000 --json "$O/stamps.json"
-TAILN=24 step ab 200 $B --skip bare --pings 2000 --latency-variants all --json "$O/ab.json" \
+TAILN=24 step ab 260 $B --skip bare --pings 2000 --latency-variants all --json "$O/ab.json" \
   --variants $AB
 PYT="python3 -m pytest -q -p no:cacheprovider -rs -o faulthandler_timeout=60"
 step conformance 120 $PYT tests/conformance/test_conformance.py tests/test_emu_cuda.py \

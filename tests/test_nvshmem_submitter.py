@@ -35,6 +35,8 @@ RATE = {"size": 8, "payload": "inline", "transport": "rc", "batch": 1, "threads"
         ("single-op", {**SINGLE, "payload": "pointer", "mode": "round_trip"}, "-b >= 16"),
         ("msg-rate", {**RATE, "batch": 16}, "--batch 16"),
         ("msg-rate", {**RATE, "size": 4096}, "-b/-e 4096 with --payload inline"),
+        ("msg-rate", {**RATE, "threads": 24, "qps": 16}, "-t 24 over -q 16 QPs"),
+        ("msg-rate", {**RATE, "threads": 4096, "qps": 2}, "at most 2048"),
     ],
 )
 def test_points_it_cannot_run_are_refused_with_the_reason(exp, point, needle) -> None:

@@ -68,6 +68,10 @@ def refusal(params: NvshmemParams, exp: str, point: Mapping[str, Any]) -> str | 
         if int(point["batch"]) != 1:
             return (f"--batch {point['batch']}: NVSHMEM rings by its own threshold "
                     "(--nvshmem-batch); use --batch 1")  # fmt: skip
+        t, q = int(point["threads"]), int(point["qps"])
+        if t % q or t // q > MAX_BLOCK:
+            return (f"-t {t} over -q {q} QPs: a multiple of {q}, at most {MAX_BLOCK * q} (one "
+                    f"CTA of <= {MAX_BLOCK} threads per QP: NVSHMEM picks the QP by CTA)")
         return None
     if size % 8 or size < 8:
         return f"-b/-e {size}: whole 8-byte words (the sequence word is a message's last 8 bytes)"
