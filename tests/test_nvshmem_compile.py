@@ -58,6 +58,10 @@ def test_every_kernel_compiles_for_sm90_with_the_device_states(cubin: tuple[Path
     names = symbols(path)
     assert len(KERNELS) == 15 and set(KERNELS) <= names, sorted(set(KERNELS) - names)
     assert len(LOOP_KERNELS) == 11 and set(LOOP_KERNELS) <= names
+    # what the submitter preloads before the NIC opens: every kernel of the module
+    from gicbench.submit.nvshmem.runtime import kernel_names
+
+    assert sorted(kernel_names()) == sorted([*KERNELS, *LOOP_KERNELS, *STATE_KERNELS])
     # the headers define NVSHMEM's device states in this module (the host fills them by name)
     assert set(STATES) <= names
 

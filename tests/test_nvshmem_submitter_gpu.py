@@ -67,7 +67,7 @@ def _run(tmp_path: Path, name: str, args: list[str], ranks: int = 2) -> list[dic
     engine = [] if "--engine" in args else CPU
     r = subprocess.run([*_mpiexec(ranks), *args, *COMMON, *engine, "-o", str(out)],
                        capture_output=True,
-                       text=True, timeout=400, env=env)  # fmt: skip
+                       text=True, timeout=150, env=env)  # fmt: skip
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "incomplete" not in r.stdout and '"validated": true' in r.stdout, r.stdout[-2000:]
     doc = json.loads(r.stdout)

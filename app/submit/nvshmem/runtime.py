@@ -194,6 +194,20 @@ def build_states(world: Loopback, bases: Bases, *,
 
 
 # ---- the GPU side ---------------------------------------------------------------------------
+_PRELOADED: dict[tuple[str, int], list[Any]] = {}  # (cubin, device) -> modules preload() loaded
+
+
+def kernel_names() -> list[str]:
+    """Every kernel of cuda/nvshmem/nvshmem_kernels.cu."""
+    paths = {"internal": ("qp", "pe", "all"), "public": ("pe", "all")}
+    ops = ("put", "p", "put_signal")
+    return ([f"gicbench_nvshmem_{p}_{o}_{q}" for p, qs in paths.items() for o in ops for q in qs]
+            + [f"gicbench_nvshmem_single_{p}_{o}" for p in paths for o in ops]
+            + [f"gicbench_nvshmem_rate_{p}_{o}" for p in paths for o in ("put", "p")]
+            + ["gicbench_nvshmem_qp_of", "gicbench_nvshmem_state_addrs",
+               "gicbench_nvshmem_state_read"])  # fmt: skip
+
+
 def _cupy() -> Any:
     return import_cupy("NVSHMEM's device code on emu")
 
@@ -222,7 +236,10 @@ class NvshmemDevice:
     """The cubin (build.compile_cubin for this GPU's arch), its device states, the GPU arrays
     they point to."""
 
-    def __init__(self, arch: str | None = None, variant: str = "default") -> None:
+    def __init__(self, arch: str | None = None, variant: str = "default", *,
+                 preloaded: bool = False) -> None:  # fmt: skip
+        """preloaded: take a module preload() loaded earlier in this process for this cubin and
+        GPU, if one is left (each module has its own device states, so each is taken once)."""
         from .build import compile_cubin
 
         cp = _cupy()
@@ -230,10 +247,21 @@ class NvshmemDevice:
         if arch is None:
             arch = f"sm_{cp.cuda.Device().compute_capability}"
         self.cubin, self.headers = compile_cubin(arch, variant=variant)
-        self.module = cp.RawModule(path=str(self.cubin))
+        pool = _PRELOADED.get((str(self.cubin), cp.cuda.runtime.getDevice()), [])
+        self.module = pool.pop() if preloaded and pool else cp.RawModule(path=str(self.cubin))
         self.arrays: dict[str, Any] = {}
         self.states: States | None = None
         self.symbols: dict[str, int] = {}
+
+    def preload(self) -> None:
+        """Load every function of the module into the current context now and keep the module
+        for a later NvshmemDevice(preloaded=True): under CUDA's lazy loading a function first
+        loaded while emu's CUDA engine kernel runs may wait for a context synchronisation that
+        never comes (called before the NIC opens)."""
+        for name in kernel_names():
+            self.module.get_function(name)
+        _PRELOADED.setdefault((str(self.cubin), self.cp.cuda.runtime.getDevice()),
+                              []).append(self.module)  # fmt: skip
 
     def _global(self, name: str) -> Any:
         try:
@@ -265,16 +293,16 @@ class NvshmemDevice:
     def write_arrays(self, st: States) -> None:
         """The QP, CQ and peer-base arrays into GPU memory (the QPs' management variables too:
         only before the first launch, or they lose NVSHMEM's indices)."""
-        cp = self.cp
-        self.arrays["rcs"][:] = cp.asarray(st.qps.view(np.uint8))
-        self.arrays["cqs"][:] = cp.asarray(st.cqs.view(np.uint8))
-        self.arrays["remote"][:] = cp.asarray(st.remote.view(np.uint8))
-        cp.cuda.get_current_stream().synchronize()
+        # copies from the host (no CuPy kernel: none may load under a running engine)
+        self.arrays["rcs"].set(st.qps.view(np.uint8))
+        self.arrays["cqs"].set(st.cqs.view(np.uint8))
+        self.arrays["remote"].set(st.remote.view(np.uint8))
+        self.cp.cuda.get_current_stream().synchronize()
 
     def write_rkeys(self, rest: np.ndarray) -> None:
         """The rkey entries past constant memory (PEs 64 and up) into their GPU array."""
         if len(rest):
-            self.arrays["rkeys_rest"][: rest.nbytes] = self.cp.asarray(rest.view(np.uint8))
+            self.arrays["rkeys_rest"][: rest.nbytes].set(rest.view(np.uint8))
             self.cp.cuda.get_current_stream().synchronize()
 
     def write_symbols(self, st: States) -> None:
