@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ...cuda_host import import_cupy, launch_stream, note_stuck_kernel
+from ...cuda_host import import_cupy, note_stuck_kernel
 from ...errors import UnsupportedError
 from ...fabric.base import ACCESS_ALL, CompletionQueue, MemoryRegion, QueuePair, host_view
 from . import layout
@@ -197,6 +197,15 @@ def build_states(world: Loopback, bases: Bases, *,
 _PRELOADED: dict[tuple[str, int], list[Any]] = {}  # (cubin, device) -> modules preload() loaded
 
 
+def streams(cp: Any) -> tuple[Any, Any]:
+    """The launch stream and the side stream (reads while a launch may be stuck) of one
+    NvshmemDevice, made once: CUDA maps streams onto its hardware queues round-robin
+    (CUDA_DEVICE_MAX_CONNECTIONS), so a stream made per launch eventually shares the queue of a
+    persistent kernel (emu's CUDA engine) and its launch waits behind it for ever (seen on the
+    H200: a one-warp kernel never started)."""
+    return cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
+
+
 def kernel_names() -> list[str]:
     """Every kernel of cuda/nvshmem/nvshmem_kernels.cu."""
     paths = {"internal": ("qp", "pe", "all"), "public": ("pe", "all")}
@@ -248,20 +257,26 @@ class NvshmemDevice:
             arch = f"sm_{cp.cuda.Device().compute_capability}"
         self.cubin, self.headers = compile_cubin(arch, variant=variant)
         pool = _PRELOADED.get((str(self.cubin), cp.cuda.runtime.getDevice()), [])
-        self.module = pool.pop() if preloaded and pool else cp.RawModule(path=str(self.cubin))
+        if preloaded and pool:
+            self.module, self.stream, self.side = pool.pop()
+        else:
+            self.module = cp.RawModule(path=str(self.cubin))
+            self.stream, self.side = streams(cp)
         self.arrays: dict[str, Any] = {}
         self.states: States | None = None
         self.symbols: dict[str, int] = {}
 
     def preload(self) -> None:
         """Load every function of the module into the current context now and keep the module
-        for a later NvshmemDevice(preloaded=True): under CUDA's lazy loading a function first
-        loaded while emu's CUDA engine kernel runs may wait for a context synchronisation that
-        never comes (called before the NIC opens)."""
+        and its two streams for a later NvshmemDevice(preloaded=True), called before the NIC
+        opens: under CUDA's lazy loading a function first loaded while emu's CUDA engine kernel
+        runs may wait for a context synchronisation that never comes, and streams made before
+        the engine's own sit on hardware queues of their own (streams), never behind its
+        persistent kernel."""
         for name in kernel_names():
             self.module.get_function(name)
         _PRELOADED.setdefault((str(self.cubin), self.cp.cuda.runtime.getDevice()),
-                              []).append(self.module)  # fmt: skip
+                              []).append((self.module, self.stream, self.side))  # fmt: skip
 
     def _global(self, name: str) -> Any:
         try:
@@ -316,7 +331,8 @@ class NvshmemDevice:
             rt = cp.cuda.runtime
             rt.memcpy(int(ptr.ptr), host.ctypes.data, host.size, rt.memcpyHostToDevice)
             self.symbols[sym] = int(ptr.ptr)
-        stream = launch_stream(cp)
+        cp.cuda.get_current_stream().synchronize()  # the copies that staged the arguments
+        stream = self.stream
         addrs = cp.zeros(2, cp.uint64)
         seen = cp.zeros(layout.DEVICE_STATE_DTYPE.itemsize + layout.IBGDA_STATE_DTYPE.itemsize,
                         cp.uint8)  # fmt: skip
@@ -341,19 +357,24 @@ class NvshmemDevice:
 
     def launch(self, kernel: str, grid: int, block: int, args: tuple, *, timeout_s: float,
                what: str, diagnose: Callable[[], str]) -> None:  # fmt: skip
-        """`kernel` on a stream of its own, waited for at most `timeout_s` (NVSHMEM's polls have
-        no bound of their own): past it the kernel is recorded as stuck and TimeoutError carries
-        `what` and diagnose()'s account."""
+        """`kernel` on the device's launch stream, waited for at most `timeout_s` (NVSHMEM's
+        polls have no bound of their own): past it the kernel is recorded as stuck and
+        TimeoutError carries `what` and diagnose()'s account."""
         fn = self.module.get_function(kernel)
-        stream = launch_stream(self.cp)
+        self.cp.cuda.get_current_stream().synchronize()  # the copies that staged the arguments
+        stream = self.stream
         with stream:
             fn((grid,), (block,), args)
         deadline = time.monotonic() + timeout_s
         while not stream.done:
             if time.monotonic() > deadline:
                 note_stuck_kernel(f"NVSHMEM {kernel}")
-                raise TimeoutError(f"{what} still running {timeout_s} s after launch:\n"
-                                   + diagnose())  # fmt: skip
+                try:  # 600: not ready (running or not started); anything else: an error
+                    state = f"stream query {self.cp.cuda.runtime.streamQuery(stream.ptr)}"
+                except Exception as e:
+                    state = f"stream query raised {e}"
+                raise TimeoutError(f"{what} still running {timeout_s} s after launch "
+                                   f"({state}):\n" + diagnose())  # fmt: skip
             time.sleep(0.0002)
         stream.synchronize()
 
@@ -364,7 +385,7 @@ class NvshmemDevice:
         box: dict[str, np.ndarray] = {}
 
         def read() -> None:
-            s = self.cp.cuda.Stream(non_blocking=True)
+            s = self.side
             box["rcs"] = self.arrays["rcs"].get(stream=s)
             s.synchronize()
 

@@ -178,9 +178,9 @@ class NvshmemSubmitter(Submitter):
         if any(q.dci for q in qps):
             raise UnsupportedError("the nvshmem submitter drives RC QPs only (no DCIs)")
         self.qps = list(qps)
-        # GPU-memory rings (CUDA engine, --queues device) on a stream of their own, waited on
-        # alone: the engine's kernel runs until its fabric closes (never synchronise the device)
-        stream = self.cp.cuda.Stream(non_blocking=True)
+        # GPU-memory rings (CUDA engine, --queues device) on the launch stream, waited on alone:
+        # the engine's kernel runs until its fabric closes (never synchronise the device)
+        stream = self.dev.stream
         for q in self.qps:
             cq = q.sq.cq
             if cq.domain == MemoryDomain.DEVICE:
