@@ -21,10 +21,10 @@ O=${OUT:-/tmp/cuda-engine-latency}; mkdir -p "$O"
 export PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) OMPI_ALLOW_RUN_AS_ROOT=1 \
   OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 G=16+32:64+1024  # CTAs x QPs of each variant's throughput rows
-# Cumulative from the default: + the per-QP serve cache, + the parallel responder loads, + one
-# record acquire a serve, + the early CQ lock CAS (every new switch: the last).
-N1=SERVE_CACHE=1; N2=$N1@RESP_PAR=1; N3=$N2@REC_ONCE=1; N4=$N3@LOCK_EARLY=1
-AB=${AB:-"r8:$G r8@$N1:$G r8@$N2:$G r8@$N3:$G r8@$N4:$G"}
+# The engine before the four serve changes beside the default, which has all four (the per-QP
+# serve cache, the parallel responder loads, one record acquire a serve, the early CQ lock CAS).
+BEFORE=SERVE_CACHE=0@RESP_PAR=0@REC_ONCE=0@LOCK_EARLY=0
+AB=${AB:-"r8@$BEFORE:$G r8:$G"}
 . "$(dirname "$0")/step.sh"
 { nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv; nproc; git log --oneline -1
 } > "$O/machine.txt" 2>&1

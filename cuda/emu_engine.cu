@@ -161,14 +161,14 @@ constexpr bool kCqPrefetch = GICBENCH_ENGINE_CQ_PREFETCH != 0;
 // fixed once published, and any change goes through a new gen, so the copies are what the
 // reads would return. 0: read every serve.
 #ifndef GICBENCH_ENGINE_SERVE_CACHE
-#define GICBENCH_ENGINE_SERVE_CACHE 0
+#define GICBENCH_ENGINE_SERVE_CACHE 1
 #endif
 constexpr bool kServeCache = GICBENCH_ENGINE_SERVE_CACHE != 0;
 // 1: the responder of an own-rank RC QP is checked from loads issued at once (the table's use
 // count, the peer's live, state, qpn, pd) instead of three dependent round trips; the same
 // checks on the same words. 0: each read after the check before it.
 #ifndef GICBENCH_ENGINE_RESP_PAR
-#define GICBENCH_ENGINE_RESP_PAR 0
+#define GICBENCH_ENGINE_RESP_PAR 1
 #endif
 constexpr bool kRespPar = GICBENCH_ENGINE_RESP_PAR != 0;
 // 1: the batch takes the producer index from the doorbell record the core's doorbell step
@@ -176,7 +176,7 @@ constexpr bool kRespPar = GICBENCH_ENGINE_RESP_PAR != 0;
 // acquire of it; later WQEs are the core's serve's (it re-reads the record). 0: the batch
 // acquires it again.
 #ifndef GICBENCH_ENGINE_REC_ONCE
-#define GICBENCH_ENGINE_REC_ONCE 0
+#define GICBENCH_ENGINE_REC_ONCE 1
 #endif
 // 1: the batch issues its own GPU-memory CQ's lock CAS before the record read and the WQEs and
 // checks it only at the CQEs, so its round trip overlaps theirs; the lock is still taken (with
@@ -184,7 +184,7 @@ constexpr bool kRespPar = GICBENCH_ENGINE_RESP_PAR != 0;
 // other lock is taken meanwhile), and let go on every exit. The engine cannot skip the lock for
 // a CQ only one QP uses: a DCT binds a CQ at create_dct, with no gen. 0: CAS at the CQEs.
 #ifndef GICBENCH_ENGINE_LOCK_EARLY
-#define GICBENCH_ENGINE_LOCK_EARLY 0
+#define GICBENCH_ENGINE_LOCK_EARLY 1
 #endif
 constexpr bool kLockEarly = GICBENCH_ENGINE_LOCK_EARLY != 0;
 static_assert(kCqPrefetch || (!kServeCache && !kLockEarly),
