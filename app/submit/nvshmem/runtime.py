@@ -31,7 +31,14 @@ import numpy as np
 
 from ...cuda_host import import_cupy, note_stuck_kernel
 from ...errors import UnsupportedError
-from ...fabric.base import ACCESS_ALL, CompletionQueue, MemoryRegion, QueuePair, host_view
+from ...fabric.base import (
+    ACCESS_ALL,
+    CompletionQueue,
+    MemoryDomain,
+    MemoryRegion,
+    QueuePair,
+    host_view,
+)
 from . import layout
 
 CQE_BYTES = 64
@@ -404,23 +411,27 @@ class NvshmemDevice:
                         and k not in ("tx_wq.get_head", "tx_wq.get_tail")})  # fmt: skip
         return out
 
-    def diagnose(self, world: Loopback) -> str:
-        """The QPs' management variables, entry 0 of every CQ and the NIC's counters: what a
-        stuck poll was waiting for."""
+    def describe(self, qps: list[QueuePair], labels: list[str], counters: dict) -> str:
+        """What a stuck poll was waiting for: each QP's management variables (labelled), entry 0
+        of its CQ where the host can read it, and the NIC's counters."""
         assert self.states is not None
-        st = self.states
-        mv = self.read_mvars([st.index[qp.qpn] for qp in world.qps])
+        mv = self.read_mvars([self.states.index[qp.qpn] for qp in qps])
         out: list[str] = []
-        for slot, qp in enumerate(world.qps):
-            line = f"slot {slot} qpn {qp.qpn:#x} cqn {qp.sq.cq.cqn:#x}"
+        for n, (qp, label) in enumerate(zip(qps, labels, strict=True)):
+            line = f"{label} qpn {qp.qpn:#x} cqn {qp.sq.cq.cqn:#x}"
             if mv is not None:
-                line += " " + " ".join(f"{k}={v}" for k, v in mv[slot].items())
-            line += " " + cqe0(host_view(qp.sq.cq.buf, CQE_BYTES))
+                line += " " + " ".join(f"{k}={v}" for k, v in mv[n].items())
+            if qp.sq.cq.domain != MemoryDomain.DEVICE:
+                line += " " + cqe0(host_view(qp.sq.cq.buf, CQE_BYTES))
             out.append(line)
         if mv is None:
-            out.append("(management variables unreadable: the copy did not return in 2 s)")
-        out.append(f"counters {world.counters()}")
+            out.append("(NVSHMEM's management variables unreadable: the copy did not return)")
+        out.append(f"counters {counters}")
         return "\n".join(out)
+
+    def diagnose(self, world: Loopback) -> str:
+        return self.describe(world.qps, [f"slot {s}" for s in range(len(world.qps))],
+                             world.counters())  # fmt: skip
 
     def run(self, world: Loopback, kernel: str, *, size: int, iters: int, src_off: int = 0,
             dst_off: int = HEAP_BYTES // 2, timeout_s: float = 10.0,

@@ -42,7 +42,7 @@ from ..work import LATENCY_MODES, Lane, LatencyWork, RateResult, RateWork, Respo
 from . import layout
 from .params import NvshmemParams
 from .rank_state import RankQueues, rank_states, rkeys_rest
-from .runtime import CQE_BYTES, array_bytes, cqe0
+from .runtime import CQE_BYTES, array_bytes
 
 MAX_BLOCK = 1024
 OPS = ("put", "p", "put_signal")
@@ -263,22 +263,9 @@ class NvshmemSubmitter(Submitter):
         self.checked.add(layout_key)
 
     def _diagnose(self, lanes: Sequence[Lane]) -> str:
-        st = self.dev.states
-        assert st is not None
         qps = list(dict.fromkeys(ln.qp for ln in lanes))
-        mv = self.dev.read_mvars([st.index[q.qpn] for q in qps])
-        out = []
-        for n, q in enumerate(qps):
-            line = f"rank {self.rank} qpn {q.qpn:#x} cqn {q.sq.cq.cqn:#x}"
-            if mv is not None:
-                line += " " + " ".join(f"{k}={v}" for k, v in mv[n].items())
-            if q.sq.cq.domain != MemoryDomain.DEVICE:
-                line += " " + cqe0(host_view(q.sq.cq.buf, CQE_BYTES))
-            out.append(line)
-        if mv is None:
-            out.append("(NVSHMEM's management variables unreadable: the copy did not return)")
-        out.append(f"counters {dict(self.fabric.counters())}")
-        return "\n".join(out)
+        return self.dev.describe(qps, [f"rank {self.rank}"] * len(qps),
+                                 dict(self.fabric.counters()))  # fmt: skip
 
     def _launch(self, kernel: str, grid: int, block: int, args: tuple, lanes: Sequence[Lane],
                 what: str) -> None:  # fmt: skip
