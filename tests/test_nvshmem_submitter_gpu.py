@@ -110,3 +110,25 @@ def test_nvshmem_on_the_cuda_engine(tmp_path: Path, build: str) -> None:
                                             *extra])  # fmt: skip
     _run(tmp_path, f"cuda-rate-{build}", ["msg-rate", "-q", "16", "-t", "1024", "--payload",
                                           "pointer", "-b", "64", "--messages", "1000", *extra])
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("exp", ["msg-rate", "single-op"])
+def test_a_signal_ends_nvshmems_loops_promptly(tmp_path: Path, exp: str) -> None:
+    """SIGTERM to the launcher mid-launch: the abort word ends NVSHMEM's loops (a rate launch of
+    10^9 messages a thread; a round trip of 10^9 requests) within seconds, the run marked
+    incomplete."""
+    import signal
+
+    from rank_procs import start, wait_running
+    from test_run_signals import ended_incomplete
+
+    _gpu(2)
+    long = {"msg-rate": ["msg-rate", "-q", "2", "-t", "64", "--messages", "1000000000", "-w",
+                         "0"],
+            "single-op": ["single-op", "--modes", "round_trip", "-n", "1000000000", "-w", "0"]}
+    out = tmp_path / "run"
+    proc = start(out, [*long[exp], *COMMON[:-1], *CPU, "--quiet"])
+    wait_running(out, proc)
+    proc.send_signal(signal.SIGTERM)
+    ended_incomplete(out, proc, within=60)

@@ -23,7 +23,8 @@ enum gicbench_nvshmem_mode : uint32_t {
 
 enum gicbench_nvshmem_status : uint32_t {
   GICBENCH_NVSHMEM_OK = 0,
-  GICBENCH_NVSHMEM_NO_SEQ = 2,  // the sequence word did not reach the expected value in time
+  GICBENCH_NVSHMEM_NO_SEQ = 2,   // the sequence word did not reach the expected value in time
+  GICBENCH_NVSHMEM_ABORTED = 3,  // the host set the abort word (a signal)
 };
 
 // One issuing thread's job (single-op's latency, round trip and responder).
@@ -74,8 +75,9 @@ static_assert(sizeof(gicbench_nvshmem_rate_job) == 32, "layout.py RATE_JOB_DTYPE
 struct gicbench_nvshmem_rate_result {
   uint64_t start_ns;  // the thread's first message
   uint64_t end_ns;    // after its CTA's quiet (the drain)
+  uint64_t posted;    // messages it posted (fewer than per_thread only when aborted)
 };
-static_assert(sizeof(gicbench_nvshmem_rate_result) == 16, "layout.py RATE_RESULT_DTYPE");
+static_assert(sizeof(gicbench_nvshmem_rate_result) == 24, "layout.py RATE_RESULT_DTYPE");
 
 #ifdef __CUDA_ARCH__
 
@@ -126,19 +128,26 @@ __device__ inline void gicbench_nvshmem_quiet_as(uint32_t quiet, int pe) {
   }
 }
 
-// Waits until *word == want; false (and *seen) when timeout_ns passed first.
-__device__ inline bool gicbench_nvshmem_wait_seq(const uint64_t* word, uint64_t want,
-                                                 uint64_t timeout_ns, uint64_t* seen) {
+// The host's abort word (pinned, mapped): non-zero once a signal asked the launch to end.
+__device__ inline bool gicbench_nvshmem_aborted(const uint32_t* abort) {
+  return *reinterpret_cast<const volatile uint32_t*>(abort) != 0;
+}
+
+// Waits until *word == want: OK, or NO_SEQ (and *seen) when timeout_ns passed first, or ABORTED.
+__device__ inline uint32_t gicbench_nvshmem_wait_seq(const uint64_t* word, uint64_t want,
+                                                     uint64_t timeout_ns, uint64_t* seen,
+                                                     const uint32_t* abort) {
   const uint64_t t0 = gicbench_nvshmem_globaltimer();
   uint64_t v = gicbench_nvshmem_ld_seq(word);
-  while (v != want) {
+  for (uint32_t n = 1; v != want; ++n) {
     if (gicbench_nvshmem_globaltimer() - t0 > timeout_ns) {
       *seen = v;
-      return false;
+      return GICBENCH_NVSHMEM_NO_SEQ;
     }
+    if (n % 1024 == 0 && gicbench_nvshmem_aborted(abort)) return GICBENCH_NVSHMEM_ABORTED;
     v = gicbench_nvshmem_ld_seq(word);
   }
-  return true;
+  return GICBENCH_NVSHMEM_OK;
 }
 
 // One thread of CTA job.cta issues job.iters ops on the lane (op i carries sequence number
@@ -146,7 +155,8 @@ __device__ inline bool gicbench_nvshmem_wait_seq(const uint64_t* word, uint64_t 
 template <gicbench_nvshmem_path PATH, gicbench_nvshmem_op OP>
 __device__ inline void gicbench_nvshmem_single(const gicbench_nvshmem_single_job* job,
                                                gicbench_nvshmem_sample* out,
-                                               gicbench_nvshmem_single_result* res) {
+                                               gicbench_nvshmem_single_result* res,
+                                               const uint32_t* abort) {
   if (threadIdx.x != 0 || blockIdx.x != job->cta) return;
   const gicbench_nvshmem_single_job j = *job;
   const int pe = static_cast<int>(j.pe);
@@ -155,11 +165,13 @@ __device__ inline void gicbench_nvshmem_single(const gicbench_nvshmem_single_job
   gicbench_nvshmem_single_result r{GICBENCH_NVSHMEM_OK, 0, 0};
   for (uint32_t i = 0; i < j.iters; ++i) {
     const uint64_t seq = i + 1;
-    if (j.mode == GICBENCH_NVSHMEM_MODE_RESPOND &&
-        !gicbench_nvshmem_wait_seq(watch, seq, j.timeout_ns, &r.seen)) {
-      r.status = GICBENCH_NVSHMEM_NO_SEQ;
+    if (gicbench_nvshmem_aborted(abort)) {  // outside the timed section
+      r.status = GICBENCH_NVSHMEM_ABORTED;
       break;
     }
+    if (j.mode == GICBENCH_NVSHMEM_MODE_RESPOND &&
+        (r.status = gicbench_nvshmem_wait_seq(watch, seq, j.timeout_ns, &r.seen, abort)) != 0)
+      break;
     // A PUT carries the sequence word in its source; NVSHMEM's put fences before it rings.
     if constexpr (OP == GICBENCH_NVSHMEM_PUT) *reinterpret_cast<volatile uint64_t*>(stamp) = seq;
     const uint64_t g0 = gicbench_nvshmem_globaltimer();
@@ -170,8 +182,8 @@ __device__ inline void gicbench_nvshmem_single(const gicbench_nvshmem_single_job
     if (j.mode == GICBENCH_NVSHMEM_MODE_LATENCY) {
       gicbench_nvshmem_quiet_as<PATH>(j.quiet, pe);
     } else if (j.mode == GICBENCH_NVSHMEM_MODE_RTT &&
-               !gicbench_nvshmem_wait_seq(watch, seq, j.timeout_ns, &r.seen)) {
-      r.status = GICBENCH_NVSHMEM_NO_SEQ;
+               (r.status = gicbench_nvshmem_wait_seq(watch, seq, j.timeout_ns, &r.seen,
+                                                     abort)) != 0) {
       break;
     }
     const long long t2 = clock64();
@@ -192,7 +204,8 @@ __device__ inline void gicbench_nvshmem_single(const gicbench_nvshmem_single_job
 template <gicbench_nvshmem_path PATH, gicbench_nvshmem_op OP>
 __device__ inline void gicbench_nvshmem_rate(const gicbench_nvshmem_rate_job* job,
                                              const gicbench_nvshmem_rate_lane* lanes,
-                                             gicbench_nvshmem_rate_result* res, uint64_t* marks) {
+                                             gicbench_nvshmem_rate_result* res, uint64_t* marks,
+                                             const uint32_t* abort) {
   const gicbench_nvshmem_rate_lane ln = lanes[blockIdx.x];
   if (ln.pe < 0) return;  // a QP slot no lane of this launch uses
   const gicbench_nvshmem_rate_job j = *job;
@@ -200,7 +213,10 @@ __device__ inline void gicbench_nvshmem_rate(const gicbench_nvshmem_rate_job* jo
   uint64_t* my_marks = marks + static_cast<uint64_t>(tid) * j.max_windows;
   uint32_t w = 0;
   const uint64_t start = gicbench_nvshmem_globaltimer();
-  for (uint32_t m = 0; m < j.per_thread; ++m) {
+  uint32_t m = 0;
+  for (; m < j.per_thread; ++m) {
+    // a read across PCIe every 64 messages of a thread: a signal ends the launch promptly
+    if (m % 64 == 0 && gicbench_nvshmem_aborted(abort)) break;
     const uint64_t k = static_cast<uint64_t>(j.first + m) * blockDim.x + threadIdx.x;
     const uint64_t off = (k % j.slots) * j.size;
     uint64_t value = 0;
@@ -213,7 +229,7 @@ __device__ inline void gicbench_nvshmem_rate(const gicbench_nvshmem_rate_job* jo
   __syncthreads();
   if (threadIdx.x == 0) gicbench_nvshmem_quiet_as<PATH>(j.quiet, ln.pe);
   __syncthreads();
-  res[tid] = {start, gicbench_nvshmem_globaltimer()};
+  res[tid] = {start, gicbench_nvshmem_globaltimer(), m};
 }
 
 // For each CTA b < n: the QP number NVSHMEM's own choice gives for pes[b] (what rate and single

@@ -29,15 +29,16 @@ GICBENCH_NVSHMEM_OPS(public, PUBLIC, all, ALL)
 #define GICBENCH_NVSHMEM_SINGLE(pa, PA, op, OP)                                            \
   extern "C" __global__ void gicbench_nvshmem_single_##pa##_##op(                          \
       const gicbench_nvshmem_single_job* job, gicbench_nvshmem_sample* out,                \
-      gicbench_nvshmem_single_result* res) {                                               \
-    gicbench_nvshmem_single<GICBENCH_NVSHMEM_##PA, GICBENCH_NVSHMEM_##OP>(job, out, res);  \
+      gicbench_nvshmem_single_result* res, const uint32_t* abort) {                        \
+    gicbench_nvshmem_single<GICBENCH_NVSHMEM_##PA, GICBENCH_NVSHMEM_##OP>(job, out, res,   \
+                                                                          abort);          \
   }
 #define GICBENCH_NVSHMEM_RATE(pa, PA, op, OP)                                              \
   extern "C" __global__ void gicbench_nvshmem_rate_##pa##_##op(                            \
       const gicbench_nvshmem_rate_job* job, const gicbench_nvshmem_rate_lane* lanes,       \
-      gicbench_nvshmem_rate_result* res, uint64_t* marks) {                                \
+      gicbench_nvshmem_rate_result* res, uint64_t* marks, const uint32_t* abort) {         \
     gicbench_nvshmem_rate<GICBENCH_NVSHMEM_##PA, GICBENCH_NVSHMEM_##OP>(job, lanes, res,   \
-                                                                        marks);            \
+                                                                        marks, abort);     \
   }
 #define GICBENCH_NVSHMEM_PATH_LOOPS(pa, PA)               \
   GICBENCH_NVSHMEM_SINGLE(pa, PA, put, PUT)               \

@@ -25,6 +25,7 @@ from ...mlx5 import write_wqebbs
 from ...platform import Probe
 from ..base import Shape, Submitter, register
 from ..gpu_runtime import clock_lock, smclock
+from ..gpu_runtime.abort import abort_page
 from ..gpu_runtime.device import rank_device
 from ..gpu_runtime.device_map import DeviceMap, stage
 from ..work import (
@@ -55,22 +56,6 @@ STATE_WORDS = 16  # uint32 words of cuda/gda/queue.cuh QpState (one 64-byte row)
 MAX_DS = 63  # segments of one WQE (ds is 6 bits)
 BLOCK = 128  # msg-rate threads per block (whole warps)
 QUIET_BLOCK = 32  # single-op with --scope all and --cq-poll expected: lanes 1..31 quiet the rest
-_CUDA_HOST_ALLOC_PORTABLE_MAPPED = 0x01 | 0x02
-
-
-# One pinned, GPU-mapped abort page per process and GPU, kept until exit: freeing pinned memory
-# (cudaFreeHost) and cudaDeviceSynchronize wait for every kernel of the device, and the emulated
-# NIC's CUDA engine is a kernel that runs until its fabric closes, after the submitter.
-_ABORT_PAGES: dict[int, tuple[int, int]] = {}
-
-
-def _abort_page(cp: Any, device: int) -> tuple[int, int]:
-    if device not in _ABORT_PAGES:
-        rt = cp.cuda.runtime
-        host = rt.hostAlloc(4096, _CUDA_HOST_ALLOC_PORTABLE_MAPPED)
-        get = getattr(rt, "hostGetDevicePointer", None)
-        _ABORT_PAGES[device] = (host, int(get(host, 0)) if get else host)
-    return _ABORT_PAGES[device]
 
 
 def _refuse_warp_units(params: Any) -> None:
@@ -221,7 +206,7 @@ class GpuSubmitter(Submitter):
         self.states = cp.zeros((MAX_QP_STATES, STATE_WORDS), dtype=cp.uint32)
         self.slots: dict[int, int] = {}  # qpn -> QpState row
         self.status = cp.zeros(status.WORDS, dtype=cp.uint64)
-        self._abort_host, self._abort_dev = _abort_page(cp, self.device.id)
+        self._abort_host, self._abort_dev = abort_page(cp, self.device.id)
         self._abort = host_view(self._abort_host, 4096, np.uint32)
         self._abort[:] = 0
         self.stale_seen = 0

@@ -131,12 +131,12 @@ RATE_JOB_DTYPE = np.dtype([
     ("size", "<u4"), ("per_thread", "<u4"), ("first", "<u4"), ("slots", "<u4"),
     ("window", "<u4"), ("max_windows", "<u4"), ("quiet", "<u4"), ("pad", "<u4"),
 ])  # fmt: skip
-RATE_RESULT_DTYPE = np.dtype([("start_ns", "<u8"), ("end_ns", "<u8")])
+RATE_RESULT_DTYPE = np.dtype([("start_ns", "<u8"), ("end_ns", "<u8"), ("posted", "<u8")])
 MODE_LATENCY, MODE_RTT, MODE_RESPOND = 0, 1, 2  # gicbench_nvshmem_mode
 QUIET_QP, QUIET_PE, QUIET_ALL = 0, 1, 2  # gicbench_nvshmem_quiet
-STATUS_OK, STATUS_NO_SEQ = 0, 2  # gicbench_nvshmem_status
+STATUS_OK, STATUS_NO_SEQ, STATUS_ABORTED = 0, 2, 3  # gicbench_nvshmem_status
 assert (SINGLE_JOB_DTYPE.itemsize, RESULT_DTYPE.itemsize, RATE_LANE_DTYPE.itemsize,
-        RATE_JOB_DTYPE.itemsize, RATE_RESULT_DTYPE.itemsize) == (64, 16, 32, 32, 16)
+        RATE_JOB_DTYPE.itemsize, RATE_RESULT_DTYPE.itemsize) == (64, 16, 32, 32, 24)
 assert (KEY_DTYPE.itemsize, CQ_DTYPE.itemsize, QP_DTYPE.itemsize, IBGDA_STATE_DTYPE.itemsize,
         DEVICE_STATE_DTYPE.itemsize, JOB_DTYPE.itemsize, SAMPLE_DTYPE.itemsize) == (
     16, 72, 184, 8384, 848, 48, 32)  # fmt: skip

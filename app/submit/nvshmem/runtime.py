@@ -201,7 +201,8 @@ def build_states(world: Loopback, bases: Bases, *,
 
 
 # ---- the GPU side ---------------------------------------------------------------------------
-_PRELOADED: dict[tuple[str, int], list[Any]] = {}  # (cubin, device) -> modules preload() loaded
+_PRELOADED: dict[tuple[str, int], list[Any]] = {}  # (cubin, device) -> what preload() made
+ABORT_WAIT_S = 2.0  # how long an aborted launch is given to see the abort word and end
 
 
 def streams(cp: Any) -> tuple[Any, Any]:
@@ -269,6 +270,10 @@ class NvshmemDevice:
         else:
             self.module = cp.RawModule(path=str(self.cubin))
             self.stream, self.side = streams(cp)
+        from ..gpu_runtime.abort import abort_page
+
+        abort_host, self.abort_dev = abort_page(cp, cp.cuda.runtime.getDevice())
+        self.abort = host_view(abort_host, 4, np.uint32)  # the word the loops' kernels poll
         self.arrays: dict[str, Any] = {}
         self.states: States | None = None
         self.symbols: dict[str, int] = {}
@@ -365,24 +370,35 @@ class NvshmemDevice:
     def launch(self, kernel: str, grid: int, block: int, args: tuple, *, timeout_s: float,
                what: str, diagnose: Callable[[], str]) -> None:  # fmt: skip
         """`kernel` on the device's launch stream, waited for at most `timeout_s` (NVSHMEM's
-        polls have no bound of their own): past it the kernel is recorded as stuck and
-        TimeoutError carries `what` and diagnose()'s account."""
+        polls have no bound of their own): past it TimeoutError carries `what` and diagnose()'s
+        account. Past it, or on a signal, the abort word is set (the harness's loops end at
+        their next check) and the kernel given ABORT_WAIT_S; one still running is recorded as
+        stuck."""
         fn = self.module.get_function(kernel)
         self.cp.cuda.get_current_stream().synchronize()  # the copies that staged the arguments
         stream = self.stream
+        self.abort[0] = 0
         with stream:
             fn((grid,), (block,), args)
         deadline = time.monotonic() + timeout_s
-        while not stream.done:
-            if time.monotonic() > deadline:
+        try:
+            while not stream.done:
+                if time.monotonic() > deadline:
+                    try:  # 600: not ready (running or not started); anything else: an error
+                        state = f"stream query {self.cp.cuda.runtime.streamQuery(stream.ptr)}"
+                    except Exception as e:
+                        state = f"stream query raised {e}"
+                    raise TimeoutError(f"{what} still running {timeout_s} s after launch "
+                                       f"({state}):\n" + diagnose())  # fmt: skip
+                time.sleep(0.0002)
+        except BaseException:  # a signal (the harness raises in this thread) or the timeout
+            self.abort[0] = 1  # the loops' kernels end at their next check
+            end = time.monotonic() + ABORT_WAIT_S
+            while not stream.done and time.monotonic() < end:
+                time.sleep(0.001)
+            if not stream.done:  # the fabric's close must not wait for it
                 note_stuck_kernel(f"NVSHMEM {kernel}")
-                try:  # 600: not ready (running or not started); anything else: an error
-                    state = f"stream query {self.cp.cuda.runtime.streamQuery(stream.ptr)}"
-                except Exception as e:
-                    state = f"stream query raised {e}"
-                raise TimeoutError(f"{what} still running {timeout_s} s after launch "
-                                   f"({state}):\n" + diagnose())  # fmt: skip
-            time.sleep(0.0002)
+            raise
         stream.synchronize()
 
     def read_mvars(self, rows: list[int]) -> list[dict[str, int]] | None:

@@ -310,8 +310,10 @@ class NvshmemSubmitter(Submitter):
         d_res = cp.zeros(layout.RESULT_DTYPE.itemsize, cp.uint8)
         self.details = self._base_details()
         self._launch(f"gicbench_nvshmem_single_{self.path}_{op}", slot + 1, 32,
-                     (d_job, d_out, d_res), lanes, what)  # fmt: skip
+                     (d_job, d_out, d_res, np.uint64(self.dev.abort_dev)), lanes, what)
         res = cp.asnumpy(d_res).view(layout.RESULT_DTYPE)[0]
+        if int(res["status"]) == layout.STATUS_ABORTED:  # set by a launch that has raised
+            raise FabricError(f"rank {self.rank}: {what}: aborted")
         if int(res["status"]) != layout.STATUS_OK:
             where = (f"rank {self.rank}, {what} (nvshmem {self.path}), QP {lane.qp.qpn:#x}: op "
                      f"{int(res['done'])} of {iters}")  # fmt: skip
@@ -416,16 +418,21 @@ class NvshmemSubmitter(Submitter):
                 j[k] = v
             return cp.asarray(np.ascontiguousarray(j).reshape(1).view(np.uint8))
 
+        abort = np.uint64(self.dev.abort_dev)
         if W:
-            self._launch(kernel, len(grid), block, (job(W, 0, 0), d_lanes, d_res, d_marks),
-                         work.lanes, "msg-rate warm-up")  # fmt: skip
-        self._launch(kernel, len(grid), block, (job(M, W, win), d_lanes, d_res, d_marks),
+            self._launch(kernel, len(grid), block, (job(W, 0, 0), d_lanes, d_res, d_marks,
+                                                    abort), work.lanes, "msg-rate warm-up")
+        self._launch(kernel, len(grid), block, (job(M, W, win), d_lanes, d_res, d_marks, abort),
                      work.lanes, "msg-rate")  # fmt: skip
         counts = {k: self.details.get(k, 0) for k in ("doorbells", "cqes")}
         del keep
         res = cp.asnumpy(d_res).view(layout.RATE_RESULT_DTYPE).reshape(len(grid), block)
-        marks = cp.asnumpy(d_marks).reshape(len(grid), block, max_windows)
         used = [b for b, i in enumerate(grid) if i >= 0]
+        short = int((res[used]["posted"] != M).sum())
+        if short:  # only an abort ends a thread early, and that launch has raised
+            raise FabricError(f"rank {self.rank}: msg-rate: {short} threads posted fewer than "
+                              f"{M} messages")  # fmt: skip
+        marks = cp.asnumpy(d_marks).reshape(len(grid), block, max_windows)
         windows: list[int] = []
         for b in used:
             for t in range(block):
