@@ -128,7 +128,8 @@ def test_a_signal_ends_nvshmems_loops_promptly(tmp_path: Path, exp: str) -> None
                          "0"],
             "single-op": ["single-op", "--modes", "round_trip", "-n", "1000000000", "-w", "0"]}
     out = tmp_path / "run"
-    proc = start(out, [*long[exp], *COMMON[:-1], *CPU, "--quiet"])
+    # the CUDA engine (rank_procs' mpiexec binds each rank to a core: no engine thread)
+    proc = start(out, [*long[exp], *COMMON[:-1], *CUDA, "--quiet"])
     wait_running(out, proc)
     proc.send_signal(signal.SIGTERM)
     ended_incomplete(out, proc, within=60)
