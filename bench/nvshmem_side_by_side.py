@@ -179,8 +179,9 @@ def main() -> int:
         counts = [int(x) for x in a.qps.split(",")]
     except ValueError:
         counts = []
-    if not counts or not all(1 <= n <= 64 for n in counts):
-        ap.error(f"--qps {a.qps!r}: allowed a comma-separated list of QPs per peer, each 1-64")
+    if not counts or not all(1 <= n <= 64 for n in counts) or 1 not in counts:
+        ap.error(f"--qps {a.qps!r}: allowed a comma-separated list of QPs per peer, each 1-64, "
+                 "with 1 among them (the round trips' row)")
     if a.iters < 1 or a.warm < 0:
         ap.error(f"--iters {a.iters} --warm {a.warm}: allowed iters >= 1, warm >= 0")
     from gicbench.platform import probe_all

@@ -30,6 +30,6 @@ def test_the_new_submitter_runs_what_its_shapes_allow_and_no_more() -> None:
         assert make_plan(cfg).submitter.name == "serial"
         with pytest.raises(UnsupportedError, match=r"needs respond loops.*serial"):
             make_plan(RunConfig.build(experiments=["single-op"], submitter="serial"))
-        rate = r"needs rate loops.*with them: doca, gpu, host, proxy\)"  # sorted
+        rate = r"needs rate loops.*with them: doca, gpu, host, nvshmem, proxy\)"  # sorted
         with pytest.raises(UnsupportedError, match=rate):
             make_plan(RunConfig.build(experiments=["msg-rate"], submitter="serial"))

@@ -36,7 +36,7 @@ RATE = {"size": 8, "payload": "inline", "transport": "rc", "batch": 1, "threads"
         ("msg-rate", {**RATE, "batch": 16}, "--batch 16"),
         ("msg-rate", {**RATE, "size": 4096}, "-b/-e 4096 with --payload inline"),
         ("msg-rate", {**RATE, "threads": 24, "qps": 16}, "-t 24 over -q 16 QPs"),
-        ("msg-rate", {**RATE, "threads": 4096, "qps": 2}, "at most 2048"),
+        ("payload", {**RATE, "batch": 16}, "--batch 16"),  # a rate experiment of another name
     ],
 )
 def test_points_it_cannot_run_are_refused_with_the_reason(exp, point, needle) -> None:
@@ -187,3 +187,82 @@ def test_a_rank_table_refuses_what_nvshmem_cannot_hold(world) -> None:
     with pytest.raises(ConfigError, match="ibuf"):
         rank_state.RankQueues(MYPE, NPES, {PEER: world.qps}, small)
     assert np.array_equal(rank_state.rkeys_rest([1, 2]), np.zeros(0, layout.KEY_DTYPE))
+
+
+# ---- the bounded launch, with stand-ins for CuPy (the host's rule, no GPU) ---------------------
+class _Stream:
+    """A stream whose kernel ends when `ends()` says so."""
+
+    def __init__(self, ends) -> None:
+        self.ends, self.ptr = ends, 0
+
+    @property
+    def done(self) -> bool:
+        return self.ends()
+
+    def synchronize(self) -> None:
+        return None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+def _device(ends, aborted: list[int] | None = None):
+    """An NvshmemDevice with a fake module and stream; `aborted` collects the abort word's
+    values as the kernel would see them."""
+    import types
+
+    dev = object.__new__(runtime.NvshmemDevice)
+    dev.module = types.SimpleNamespace(get_function=lambda name: lambda grid, block, args: None)
+    rt = types.SimpleNamespace(streamQuery=lambda ptr: 600)
+    dev.cp = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        get_current_stream=lambda: _Stream(lambda: True), runtime=rt))  # fmt: skip
+    dev.stream = _Stream(ends)
+    dev.abort = np.zeros(1, np.uint32)
+    return dev
+
+
+def test_a_launch_that_keeps_moving_outlives_its_bound() -> None:
+    import time
+
+    t0 = time.monotonic()
+    dev = _device(lambda: time.monotonic() - t0 > 0.6)  # a 0.6 s launch under a 0.2 s bound
+    ticks = iter(range(10**6))
+    dev.launch("k", 1, 32, (), timeout_s=0.2, what="w", diagnose=lambda: "",
+               progress=lambda: next(ticks))  # fmt: skip
+    assert dev.abort[0] == 0
+
+
+def test_a_launch_that_stops_moving_times_out_and_is_aborted(monkeypatch) -> None:
+    stuck: list[str] = []
+    monkeypatch.setattr(runtime, "note_stuck_kernel", stuck.append)
+    monkeypatch.setattr(runtime, "ABORT_WAIT_S", 0.05)
+    dev = _device(lambda: False)
+    with pytest.raises(TimeoutError, match=r"w still running, no progress for 0.1 s .*600.*\n"
+                       r"the account"):  # fmt: skip
+        dev.launch("k", 1, 32, (), timeout_s=0.1, what="w", diagnose=lambda: "the account",
+                   progress=lambda: (7, 7))  # fmt: skip
+    assert dev.abort[0] == 1 and stuck == ["NVSHMEM k"]  # the loops told to end; recorded
+
+
+def test_a_signal_during_a_launch_sets_the_abort_word(monkeypatch) -> None:
+    monkeypatch.setattr(runtime, "ABORT_WAIT_S", 0.5)
+    seen: list[int] = []
+    dev = _device(lambda: False)
+
+    def ends() -> bool:  # the kernel sees the abort word and ends
+        seen.append(int(dev.abort[0]))
+        return bool(dev.abort[0])
+
+    dev.stream = _Stream(ends)
+
+    def interrupted() -> object:
+        raise KeyboardInterrupt  # what the harness's handler raises in this thread
+
+    with pytest.raises(KeyboardInterrupt):
+        dev.launch("k", 1, 32, (), timeout_s=0.0, what="w", diagnose=lambda: "",
+                   progress=interrupted)  # fmt: skip
+    assert dev.abort[0] == 1 and seen[-1] == 1

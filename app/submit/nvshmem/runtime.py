@@ -404,12 +404,14 @@ class NvshmemDevice:
         self.states = st
 
     def launch(self, kernel: str, grid: int, block: int, args: tuple, *, timeout_s: float,
-               what: str, diagnose: Callable[[], str]) -> None:  # fmt: skip
+               what: str, diagnose: Callable[[], str],
+               progress: Callable[[], object] | None = None) -> None:  # fmt: skip
         """`kernel` on the device's launch stream, waited for at most `timeout_s` (NVSHMEM's
         polls have no bound of their own): past it TimeoutError carries `what` and diagnose()'s
         account. Past it, or on a signal, the abort word is set (the harness's loops end at
         their next check) and the kernel given ABORT_WAIT_S; one still running is recorded as
-        stuck."""
+        stuck. `progress`: a value that changes while the launch moves (NVSHMEM's producer
+        indices); each change re-arms the bound, so a long healthy launch is not cut."""
         fn = self.module.get_function(kernel)
         self.cp.cuda.get_current_stream().synchronize()  # the copies that staged the arguments
         stream = self.stream
@@ -418,13 +420,18 @@ class NvshmemDevice:
             fn((grid,), (block,), args)
         deadline = time.monotonic() + timeout_s
         try:
+            last = progress() if progress is not None else None
             while not stream.done:
                 if time.monotonic() > deadline:
+                    now = progress() if progress is not None else None
+                    if now is not None and now != last:  # still moving: another bound
+                        last, deadline = now, time.monotonic() + timeout_s
+                        continue
                     try:  # 600: not ready (running or not started); anything else: an error
                         state = f"stream query {self.cp.cuda.runtime.streamQuery(stream.ptr)}"
                     except Exception as e:
                         state = f"stream query raised {e}"
-                    raise TimeoutError(f"{what} still running {timeout_s} s after launch "
+                    raise TimeoutError(f"{what} still running, no progress for {timeout_s} s "
                                        f"({state}):\n" + diagnose())  # fmt: skip
                 time.sleep(0.0002)
         except BaseException:  # a signal (the harness raises in this thread) or the timeout

@@ -42,10 +42,9 @@ from ..work import LATENCY_MODES, Lane, LatencyWork, RateResult, RateWork, Respo
 from . import layout
 from .params import NvshmemParams
 from .rank_state import RankQueues, rank_states, rkeys_rest
-from .runtime import CQE_BYTES, array_bytes
+from .runtime import CQE_BYTES, Bases, array_bytes
 
 MAX_BLOCK = 1024
-OPS = ("put", "p", "put_signal")
 
 
 def op_for(inline: bool, round_trip: bool) -> str:
@@ -64,14 +63,14 @@ def refusal(params: NvshmemParams, exp: str, point: Mapping[str, Any]) -> str | 
     if payload == "inline" and size != 8:
         return (f"-b/-e {size} with --payload inline: NVSHMEM's inline write (nvshmem_uint64_p) "
                 "carries one 8-byte value (use -b 8, or --payload pointer)")  # fmt: skip
-    if exp == "msg-rate":
+    if {"threads", "batch", "qps"} <= point.keys():  # a rate point (msg-rate, payload)
         if int(point["batch"]) != 1:
             return (f"--batch {point['batch']}: NVSHMEM rings by its own threshold "
                     "(--nvshmem-batch); use --batch 1")  # fmt: skip
         t, q = int(point["threads"]), int(point["qps"])
-        if t % q or t // q > MAX_BLOCK:
-            return (f"-t {t} over -q {q} QPs: a multiple of {q}, at most {MAX_BLOCK * q} (one "
-                    f"CTA of <= {MAX_BLOCK} threads per QP: NVSHMEM picks the QP by CTA)")
+        if t % q:  # the rank's lanes are -q per destination: rate() checks the whole count
+            return (f"-t {t} over -q {q} QPs: a multiple of {q} (one CTA per QP of the same "
+                    "threads: NVSHMEM picks the QP by CTA)")  # fmt: skip
         return None
     if size % 8 or size < 8:
         return f"-b/-e {size}: whole 8-byte words (the sequence word is a message's last 8 bytes)"
@@ -136,12 +135,20 @@ class NvshmemSubmitter(Submitter):
                 "which a NIC reading host memory does not observe (use --queues device with "
                 "--engine cuda, or --nvshmem-build wheel)"
             )
+        if params.variant != "default":  # availability asked about the wheel's build only
+            from .build import unbuildable_reason
+
+            why = unbuildable_reason(variant=params.variant)
+            if why is not None:
+                raise UnsupportedError(f"--submitter nvshmem --nvshmem-build "
+                                       f"{params.nvshmem_build}: {why}")  # fmt: skip
 
     @classmethod
     def check_points(cls, params: Any, points: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
         b = params.nvshmem_batch
         if b & (b - 1):
             raise ConfigError("nvshmem_batch (--nvshmem-batch)", b, "a power of two")
+
         for exp, point in points:
             why = refusal(params, exp, point)
             if why is not None:
@@ -167,6 +174,7 @@ class NvshmemSubmitter(Submitter):
         self.dm: DeviceMap | None = None
         self.ibuf: Any = None
         self.queues: RankQueues | None = None
+        self.bases: Bases | None = None  # the GPU arrays' addresses (attach_peers)
         self.slot: dict[int, tuple[int, int]] = {}  # qpn -> (peer, slot)
         self.keys: tuple[int, tuple[int, ...]] | None = None  # (lkey, rkey per PE) installed
         self.checked: set[tuple[tuple[int, int], ...]] = set()  # CTA layouts checked
@@ -203,7 +211,7 @@ class NvshmemSubmitter(Submitter):
         """Both device states for these lanes' keys: the QP and CQ tables once, at the first
         call (their management variables hold NVSHMEM's indices from then on), the key tables
         again whenever a lane brings a key not installed yet."""
-        if self.queues is None or self.dm is None:
+        if self.queues is None or self.dm is None or self.bases is None:
             raise FabricError("the nvshmem submitter needs attach_queues and attach_peers first")
         src = {ln.src.key for ln in lanes}
         if len(src) != 1:
@@ -262,6 +270,17 @@ class NvshmemSubmitter(Submitter):
                               f"{w:#x} ({len(bad)} CTAs differ)")  # fmt: skip
         self.checked.add(layout_key)
 
+    def _progress(self, lanes: Sequence[Lane]) -> tuple[int, ...] | None:
+        """The lanes' QPs' producer and consumer indices (None: unreadable)."""
+        st = self.dev.states
+        if st is None:
+            return None
+        qps = list(dict.fromkeys(ln.qp.qpn for ln in lanes))
+        mv = self.dev.read_mvars([st.index[q] for q in qps])
+        if mv is None:
+            return None
+        return tuple(v for m in mv for v in (m["prod_idx"], m["cons_idx"]))
+
     def _diagnose(self, lanes: Sequence[Lane]) -> str:
         qps = list(dict.fromkeys(ln.qp for ln in lanes))
         return self.dev.describe(qps, [f"rank {self.rank}"] * len(qps),
@@ -271,12 +290,14 @@ class NvshmemSubmitter(Submitter):
                 what: str) -> None:  # fmt: skip
         """One bounded launch with the fidelity counters checked around it."""
         before = engine_counters.snapshot(self.fabric)
-        # NVSHMEM's polls have no bound: the launch gets the run's timeout per op and a margin
+        # NVSHMEM's polls have no bound: the launch gets the run's timeout and a margin, again
+        # whenever the lanes' producer indices moved (a long healthy launch goes on)
         bound = self.timeout_ns / 1e9 + 10.0
         try:
             self.dev.launch(kernel, grid, block, args, timeout_s=bound, what=f"rank "
                             f"{self.rank}: {what} ({kernel})",
-                            diagnose=lambda: self._diagnose(lanes))  # fmt: skip
+                            diagnose=lambda: self._diagnose(lanes),
+                            progress=lambda: self._progress(lanes))  # fmt: skip
         except TimeoutError as e:
             raise CompletionTimeout(str(e)) from e
         self.details.update(engine_counters.call_details(
@@ -388,9 +409,7 @@ class NvshmemSubmitter(Submitter):
         grid = self._rate_grid(work.lanes)
         self._check_ctas([work.lanes[i].peer if i >= 0 else -1 for i in grid],
                          [work.lanes[i].qp.qpn if i >= 0 else 0 for i in grid])  # fmt: skip
-        op = "p" if work.inline else "put"
-        if work.inline and work.size != 8:
-            raise ConfigError("size (-b)", work.size, "8 with --payload inline (nvshmem_uint64_p)")
+        op = op_for(work.inline, round_trip=False)
         slots = max(1, work.lanes[0].dst.length // work.size)
         cp = self.cp
         keep, copies = stage(cp, [ln.src for ln in work.lanes]) if work.inline else (None, [])
