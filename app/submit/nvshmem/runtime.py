@@ -208,10 +208,9 @@ STATES_BYTES = layout.DEVICE_STATE_DTYPE.itemsize + layout.IBGDA_STATE_DTYPE.ite
 
 def streams(cp: Any) -> tuple[Any, Any]:
     """The launch stream and the side stream (reads while a launch may be stuck) of one
-    NvshmemDevice, made once: CUDA maps streams onto its hardware queues round-robin
-    (CUDA_DEVICE_MAX_CONNECTIONS), so a stream made per launch eventually shares the queue of a
-    persistent kernel (emu's CUDA engine) and its launch waits behind it for ever (seen on the
-    H200: a one-warp kernel never started)."""
+    NvshmemDevice, made once, before the NIC opens: CUDA maps streams onto its hardware queues
+    round-robin (CUDA_DEVICE_MAX_CONNECTIONS), so a stream made per launch may come to share the
+    queue of a persistent kernel (emu's CUDA engine) and wait behind it (app/cuda_host.py)."""
     return cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
 
 
