@@ -123,6 +123,13 @@ class RateWork:
     window: int
 
 
+def even_lane_messages(nlanes: int, threads: int, per_thread: int) -> list[int]:
+    """Messages each lane carries when the threads share the lanes evenly (threads / nlanes
+    on every lane, each posting per_thread): a submitter's rate_lane_messages where its
+    threads outnumber its lanes."""
+    return [threads // nlanes * per_thread] * nlanes
+
+
 @dataclass
 class RateResult:
     """A rate loop's windows (int64 ns, each `window` messages of one thread or producer) and

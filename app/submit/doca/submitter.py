@@ -32,7 +32,7 @@ from ...platform import Probe
 from ..base import Shape, Submitter, register
 from ..failures import CQE_ERROR, TIMEOUT, LoopFailure, raise_failure
 from ..gpu_runtime import engine_counters, smclock
-from ..gpu_runtime.device import rank_device
+from ..gpu_runtime.device import MAX_BLOCK, rank_device
 from ..gpu_runtime.device_map import DeviceMap, stage
 from ..work import (
     LATENCY_MODES,
@@ -43,6 +43,7 @@ from ..work import (
     RateResult,
     RateWork,
     RespondWork,
+    even_lane_messages,
 )
 from .layout import (
     ENOSEQ,
@@ -68,7 +69,6 @@ from .layout import (
 )
 from .params import EARLY_RING_HANDLERS, DocaParams
 
-MAX_BLOCK = 1024
 BF_MAX_BLOCK = 512  # gpu-sm-bf thread scope: 64 B of shared memory per thread (<= 32 KB a block)
 
 
@@ -453,8 +453,7 @@ class DocaSubmitter(Submitter):
     def rate_lane_messages(
         self, nlanes: int, threads: int, batch: int, per_thread: int
     ) -> list[int] | None:
-        # every QP takes threads / nlanes threads, each posting per_thread ops
-        return [threads // nlanes * per_thread] * nlanes
+        return even_lane_messages(nlanes, threads, per_thread)
 
     def rate(self, work: RateWork) -> RateResult:
         L = len(work.lanes)

@@ -6,6 +6,8 @@ from typing import Any
 
 from ...errors import UnsupportedError
 
+MAX_BLOCK = 1024  # threads a CUDA block may have
+
 
 def rank_device(cp: Any, rank: int, who: str) -> Any:
     """The CuPy device of `rank`: GPU rank mod count (node-local rank i takes GPU i when each

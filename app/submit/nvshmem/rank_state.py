@@ -128,6 +128,6 @@ def rank_states(q: RankQueues, bases: Bases, *,
     return States(qps, cqs, ibgda, device, np.zeros(npes, np.uint64), bases, index)
 
 
-def rkeys_rest(rkey_of_pe: Sequence[int], src_lkey: int = 0) -> np.ndarray:
+def rkeys_rest(rkey_of_pe: Sequence[int]) -> np.ndarray:
     """The rkey entries past constant memory (PEs 64 and up), for the GPU array."""
-    return layout.key_table(whole_space_keys(src_lkey, rkey_of_pe)[1])[1]
+    return layout.key_table(whole_space_keys(0, rkey_of_pe)[1])[1]

@@ -418,12 +418,12 @@ class NvshmemDevice:
         with stream:
             fn((grid,), (block,), args)
         deadline = time.monotonic() + timeout_s
+        last: object = None  # read only when a bound passes: no copy at every launch
         try:
-            last = progress() if progress is not None else None
             while not stream.done:
                 if time.monotonic() > deadline:
                     now = progress() if progress is not None else None
-                    if now is not None and now != last:  # still moving: another bound
+                    if now is not None and now != last:  # moved (or first read): another bound
                         last, deadline = now, time.monotonic() + timeout_s
                         continue
                     try:  # 600: not ready (running or not started); anything else: an error

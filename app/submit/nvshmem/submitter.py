@@ -36,15 +36,21 @@ from ...platform import Probe
 from ..base import Shape, Submitter, register
 from ..failures import TIMEOUT, LoopFailure, raise_failure
 from ..gpu_runtime import engine_counters, smclock
-from ..gpu_runtime.device import rank_device
+from ..gpu_runtime.device import MAX_BLOCK, rank_device
 from ..gpu_runtime.device_map import DeviceMap, stage
-from ..work import LATENCY_MODES, Lane, LatencyWork, RateResult, RateWork, RespondWork
+from ..work import (
+    LATENCY_MODES,
+    Lane,
+    LatencyWork,
+    RateResult,
+    RateWork,
+    RespondWork,
+    even_lane_messages,
+)
 from . import layout
 from .params import NvshmemParams
 from .rank_state import RankQueues, rank_states, rkeys_rest
 from .runtime import CQE_BYTES, Bases, array_bytes
-
-MAX_BLOCK = 1024
 
 
 def op_for(inline: bool, round_trip: bool) -> str:
@@ -153,10 +159,6 @@ class NvshmemSubmitter(Submitter):
             why = refusal(params, exp, point)
             if why is not None:
                 raise UnsupportedError(f"{exp} with --submitter nvshmem: {why}")
-
-    @classmethod
-    def check_rate_lanes(cls, params: Any, lanes: int) -> None:
-        return None
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
@@ -380,7 +382,7 @@ class NvshmemSubmitter(Submitter):
 
     def rate_lane_messages(self, nlanes: int, threads: int, batch: int, per_thread: int
                            ) -> list[int] | None:  # fmt: skip
-        return [threads // nlanes * per_thread] * nlanes
+        return even_lane_messages(nlanes, threads, per_thread)
 
     def _rate_grid(self, lanes: Sequence[Lane]) -> list[int]:
         """The lane each CTA drives (-1: none): lane l to its destination d (in the order the
@@ -399,8 +401,6 @@ class NvshmemSubmitter(Submitter):
 
     def rate(self, work: RateWork) -> RateResult:
         L, T = len(work.lanes), work.threads
-        if work.batch != 1:
-            raise ConfigError("batch (--batch)", work.batch, "1 (NVSHMEM rings by its threshold)")
         if T % L or not 1 <= T // L <= MAX_BLOCK:
             raise ConfigError("threads (-t)", T, f"a multiple of the {L} lanes, at most "
                               f"{MAX_BLOCK * L} (one CTA of <= {MAX_BLOCK} threads per lane)")
