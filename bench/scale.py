@@ -17,7 +17,7 @@ ENV = {
     "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
     "OMPI_MCA_rmaps_base_oversubscribe": "1",
     "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe",
-    "OMPI_MCA_btl": "self,sm",
+    "OMPI_MCA_btl": "self,vader",
     "OMPI_MCA_pml": "ob1",
 }
 GNU_TIME = "/usr/bin/time"

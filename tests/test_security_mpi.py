@@ -57,21 +57,21 @@ def _point_env(monkeypatch, tmp_path: Path, **environ: str) -> dict[str, str]:
 
 def test_sweep_points_on_one_node_use_shared_memory_only(monkeypatch, tmp_path: Path) -> None:
     env = _point_env(monkeypatch, tmp_path)
-    assert env.get("OMPI_MCA_btl") == "self,sm" and env.get("OMPI_MCA_pml") == "ob1"
+    assert env.get("OMPI_MCA_btl") == "self,vader" and env.get("OMPI_MCA_pml") == "ob1"
 
 
 def test_sweep_keeps_the_users_mpi_settings_and_leaves_multi_node_alone(
     monkeypatch, tmp_path: Path
 ) -> None:
-    env = _point_env(monkeypatch, tmp_path / "a", OMPI_MCA_btl="self,sm,tcp")
-    assert env["OMPI_MCA_btl"] == "self,sm,tcp"
+    env = _point_env(monkeypatch, tmp_path / "a", OMPI_MCA_btl="self,vader,tcp")
+    assert env["OMPI_MCA_btl"] == "self,vader,tcp"
     env = _point_env(monkeypatch, tmp_path / "b", SLURM_JOB_NUM_NODES="2")
     assert "OMPI_MCA_btl" not in env and "OMPI_MCA_pml" not in env
 
 
 def test_single_node_job_scripts_restrict_mpi_and_multi_node_ones_do_not() -> None:
     one = render("single-node", RenderOptions(nodes=1, launcher="mpiexec"))
-    assert 'export OMPI_MCA_btl="${OMPI_MCA_btl:-self,sm}"' in one
+    assert 'export OMPI_MCA_btl="${OMPI_MCA_btl:-self,vader}"' in one
     assert 'export OMPI_MCA_pml="${OMPI_MCA_pml:-ob1}"' in one
     many = render("multi-node", RenderOptions(nodes=2, launcher="mpiexec"))
     assert "OMPI_MCA_btl" not in many
@@ -81,7 +81,7 @@ def test_makefile_mpiexec_restricts_mpi_to_shared_memory() -> None:
     text = MAKEFILE.read_text()
     m = re.search(r"^MPIEXEC\s*=\s*(.*)$", text, re.MULTILINE)
     assert m is not None
-    assert 'OMPI_MCA_btl="$${OMPI_MCA_btl:-self,sm}"' in m.group(1)
+    assert 'OMPI_MCA_btl="$${OMPI_MCA_btl:-self,vader}"' in m.group(1)
     assert 'OMPI_MCA_pml="$${OMPI_MCA_pml:-ob1}"' in m.group(1)
 
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-SINGLE_NODE_MPI_ENV = {"OMPI_MCA_btl": "self,sm", "OMPI_MCA_pml": "ob1"}
+# `vader`: the shared-memory BTL as Open MPI 4 names it; Open MPI 5 (`sm`) accepts it too, and
+# Open MPI 4 refuses `sm` (MPI_Init fails).
+SINGLE_NODE_MPI_ENV = {"OMPI_MCA_btl": "self,vader", "OMPI_MCA_pml": "ob1"}
 
 
 def single_node(environ: Mapping[str, str]) -> bool:

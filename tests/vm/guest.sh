@@ -32,7 +32,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
 # MPI over shared memory only: left to itself, Open MPI's OFI transport picks up rxe0 too (and
 # aborted or hung beside the tests' own QPs).
-export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,sm OMPI_MCA_mtl=^ofi
+export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_mtl=^ofi
 MPIEXEC="$BIN/mpiexec"
 [ -x "$MPIEXEC" ] || MPIEXEC=mpiexec
 cd "$ROOT" || finish 87
