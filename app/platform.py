@@ -204,6 +204,30 @@ MPS_RULE = (
 )
 
 
+# MPS gives a GPU's clients a bounded number of device connections: on the H200 machine (one
+# GPU) 3 gicbench ranks started, a 4th was refused ("Reached maximum number of device
+# connections": cudaErrorDevicesUnavailable, or out of memory in the client that hit it), and 8
+# started once each process asked for 4 hardware work queues (CUDA_DEVICE_MAX_CONNECTIONS,
+# default 8) or 2. So where more ranks than this share a GPU under MPS, each asks for
+# MPS_SHARED_CONNECTIONS unless the user set the variable.
+MPS_RANKS_AT_FULL_CONNECTIONS = 3
+MPS_SHARED_CONNECTIONS = 4
+CONNECTIONS_VAR = "CUDA_DEVICE_MAX_CONNECTIONS"
+
+
+def share_mps_connections(ranks_per_gpu: int) -> int | None:
+    """Before this process makes a CUDA context: with more than MPS_RANKS_AT_FULL_CONNECTIONS
+    ranks on one GPU, ask for MPS_SHARED_CONNECTIONS work queues (unless the user set
+    CUDA_DEVICE_MAX_CONNECTIONS). Returns the value in force when gicbench set or kept one."""
+    if ranks_per_gpu <= MPS_RANKS_AT_FULL_CONNECTIONS:
+        return None
+    os.environ.setdefault(CONNECTIONS_VAR, str(MPS_SHARED_CONNECTIONS))
+    try:
+        return int(os.environ[CONNECTIONS_VAR])
+    except ValueError:
+        return None  # the user's value: CUDA reads it as it will
+
+
 def probe_mps() -> Probe:
     """Whether the CUDA MPS control daemon runs (its control pipe exists in the pipe directory
     clients use, or an nvidia-cuda-mps process is alive): without it, kernels of several

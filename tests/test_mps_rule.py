@@ -75,3 +75,29 @@ def test_importing_emu_chooses_eager_module_loading(tmp_path: Path) -> None:
                           "print(os.environ['CUDA_MODULE_LOADING'])"],
                          env=env, capture_output=True, text=True, check=True)  # fmt: skip
     assert out.stdout.strip() == "EAGER"
+
+
+def test_many_ranks_on_one_gpu_share_its_mps_connections(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MPS refused a 4th gicbench rank on one H200 ("maximum number of device connections") until
+    each process asked CUDA for fewer work queues: from 4 ranks a GPU, pre-flight sets
+    CUDA_DEVICE_MAX_CONNECTIONS before any context exists, keeps a value the user set, and the
+    run records what was in force; up to 3 it leaves the variable alone."""
+    import os
+    from dataclasses import replace
+
+    from gicbench.platform import CONNECTIONS_VAR, MPS_SHARED_CONNECTIONS
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv(CONNECTIONS_VAR, "")  # records the variable's state, restored after
+    monkeypatch.delenv(CONNECTIONS_VAR)
+    assert check_cuda_engine(replace(PLAN, local_size=3), probes(1, mps=True)) is None
+    assert CONNECTIONS_VAR not in os.environ
+    got = check_cuda_engine(replace(PLAN, local_size=8), probes(2, mps=True))  # 4 a GPU
+    assert got == MPS_SHARED_CONNECTIONS
+    assert os.environ[CONNECTIONS_VAR] == str(MPS_SHARED_CONNECTIONS)
+    monkeypatch.setenv(CONNECTIONS_VAR, "2")
+    cpu = replace(PLAN, local_size=8, params=EmuParams(engine="cpu"))
+    assert check_cuda_engine(cpu, probes(1, mps=True)) == 2  # the user's value is kept
+    assert os.environ[CONNECTIONS_VAR] == "2"
+    with pytest.raises(UnsupportedError, match="MPS is not running"):
+        check_cuda_engine(cpu, probes(1, mps=False))

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...errors import ConfigError, UnsupportedError
-from ...platform import MPS_RULE, Probe
+from ...platform import MPS_RULE, Probe, share_mps_connections
 from ..base import Fabric, MemoryDomain, Posting, ProviderCaps
 from ..registry import FabricPlan, Provider, register
 from . import nic_model
@@ -61,10 +61,11 @@ def emu_params(plan: FabricPlan) -> EmuParams:
     return plan.params if isinstance(plan.params, EmuParams) else EmuParams()
 
 
-def check_cuda_engine(plan: FabricPlan, probes: Mapping[str, Probe]) -> None:
+def check_cuda_engine(plan: FabricPlan, probes: Mapping[str, Probe]) -> int | None:
     """--engine cuda / --queues device pre-flight: a GPU, CuPy and nvcc here; GPU queues only
     for a GPU submitter; several ranks on one GPU only under MPS (without it their kernels
-    time-slice: a round trip of milliseconds instead of microseconds)."""
+    time-slice: a round trip of milliseconds instead of microseconds). Returns the CUDA work
+    queues per process when many ranks share a GPU (platform.share_mps_connections)."""
     p = emu_params(plan)
     if p.queues == "device" and p.engine != "cuda":
         raise UnsupportedError(
@@ -72,8 +73,8 @@ def check_cuda_engine(plan: FabricPlan, probes: Mapping[str, Probe]) -> None:
         )
     if p.engine != "cuda":
         if plan.autonomous_progress and plan.local_size > 1 and probes["gpus"].ok:
-            _require_mps(plan, probes, "a GPU submitter")
-        return
+            return _require_mps(plan, probes, "a GPU submitter")
+        return None
     if p.queues == "device" and not plan.autonomous_progress:
         raise UnsupportedError(
             "--queues device puts the rings, records and doorbells in GPU memory, which a CPU "
@@ -82,12 +83,13 @@ def check_cuda_engine(plan: FabricPlan, probes: Mapping[str, Probe]) -> None:
     for name in ("gpus", "cupy", "nvcc"):
         if not probes[name].ok:
             raise UnsupportedError(f"--engine cuda needs {name}: {probes[name].detail}")
-    _require_mps(plan, probes, "--engine cuda")
+    return _require_mps(plan, probes, "--engine cuda")
 
 
-def _require_mps(plan: FabricPlan, probes: Mapping[str, Probe], what: str) -> None:
+def _require_mps(plan: FabricPlan, probes: Mapping[str, Probe], what: str) -> int | None:
     """Several ranks of this node on one GPU only under MPS: without it their kernels
-    time-slice, and what is timed is the scheduler's turn (a round trip of milliseconds)."""
+    time-slice, and what is timed is the scheduler's turn (a round trip of milliseconds).
+    Under MPS, many ranks on a GPU share its device connections (share_mps_connections)."""
     ngpu = max(1, len(probes["gpus"].data.get("gpus", [])))
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible and visible.strip() not in ("", "-1"):
@@ -97,6 +99,13 @@ def _require_mps(plan: FabricPlan, probes: Mapping[str, Probe], what: str) -> No
             f"{what} with {plan.local_size} ranks on {ngpu} GPU(s), and MPS is not "
             f"running ({probes['mps'].detail.split(';')[0]}): {MPS_RULE}"
         )
+    return share_mps_connections(-(-plan.local_size // ngpu)) if plan.local_size > ngpu else None
+
+
+def _connections(n: int | None) -> dict[str, int]:
+    """The run's record of the work queues each process asked CUDA for, when gicbench set or
+    kept CUDA_DEVICE_MAX_CONNECTIONS for ranks sharing a GPU."""
+    return {} if n is None else {"cuda_device_max_connections": n}
 
 
 def check_tables(plan: FabricPlan) -> None:
@@ -153,7 +162,7 @@ class EmuProvider(Provider):
             )
         p = emu_params(plan)
         threads = p.engine_threads or 1  # EmuParams checked it against the other knobs
-        check_cuda_engine(plan, probes)
+        connections = check_cuda_engine(plan, probes)
         check_tables(plan)
         model = nic_model.load(p.nic_model)  # a bad name or file: ConfigError naming the field
         if model is not None and p.engine == "cuda":
@@ -166,15 +175,16 @@ class EmuProvider(Provider):
             from .cuda_engine import DEFAULT_CTAS
 
             ctas = p.engine_ctas or DEFAULT_CTAS
-            return {"progress": "cuda-engine", "engine": "cuda", "engine_ctas": ctas,
-                    "queues": p.queues}  # fmt: skip
+            out = {"progress": "cuda-engine", "engine": "cuda", "engine_ctas": ctas,
+                   "queues": p.queues}  # fmt: skip
+            return out | _connections(connections)
         mode = resolve_progress(plan.progress, plan.local_size, topo.rank, plan.autonomous_progress,
                                 threads)  # fmt: skip
         out = {"progress": mode, "engine": "cpu", "engine_threads": threads, "queues": p.queues,
                "nic_model": p.nic_model if model is None else model.name}  # fmt: skip
         if model is not None:  # which constants produced every figure of the run
             out["nic_model_spec"] = model.record()
-        return out
+        return out | _connections(connections)
 
     @classmethod
     def open(cls, plan: FabricPlan, topo: Any, job: str, settings: dict[str, Any]) -> Fabric:
