@@ -204,28 +204,29 @@ MPS_RULE = (
 )
 
 
-# MPS gives a GPU's clients a bounded number of device connections: on the H200 machine (one
-# GPU) 3 gicbench ranks started, a 4th was refused ("Reached maximum number of device
-# connections": cudaErrorDevicesUnavailable, or out of memory in the client that hit it), and 8
-# started once each process asked for 4 hardware work queues (CUDA_DEVICE_MAX_CONNECTIONS,
-# default 8) or 2. So where more ranks than this share a GPU under MPS, each asks for
-# MPS_SHARED_CONNECTIONS unless the user set the variable.
-MPS_RANKS_AT_FULL_CONNECTIONS = 3
-MPS_SHARED_CONNECTIONS = 4
+# MPS serves a GPU's clients through a bounded number of device connections, and each process
+# takes as many as it asks CUDA for work queues (CUDA_DEVICE_MAX_CONNECTIONS; CUDA's default 8,
+# at most 32). On the H200 machine (one GPU, the variable set to 32 there) 3 gicbench ranks
+# started and a 4th was refused ("Reached maximum number of device connections", surfacing as
+# cudaErrorDevicesUnavailable or out of memory at bring-up); 8 ranks started at 4 and at 2.
+# So where ranks share a GPU under MPS, each process asks for at most its share of this.
+MPS_DEVICE_CONNECTIONS = 96
+CUDA_DEFAULT_CONNECTIONS = 8
 CONNECTIONS_VAR = "CUDA_DEVICE_MAX_CONNECTIONS"
 
 
 def share_mps_connections(ranks_per_gpu: int) -> int | None:
-    """Before this process makes a CUDA context: with more than MPS_RANKS_AT_FULL_CONNECTIONS
-    ranks on one GPU, ask for MPS_SHARED_CONNECTIONS work queues (unless the user set
-    CUDA_DEVICE_MAX_CONNECTIONS). Returns the value in force when gicbench set or kept one."""
-    if ranks_per_gpu <= MPS_RANKS_AT_FULL_CONNECTIONS:
-        return None
-    os.environ.setdefault(CONNECTIONS_VAR, str(MPS_SHARED_CONNECTIONS))
-    try:
-        return int(os.environ[CONNECTIONS_VAR])
-    except ValueError:
-        return None  # the user's value: CUDA reads it as it will
+    """Before this process makes a CUDA context, with `ranks_per_gpu` ranks on its GPU under MPS:
+    lower CUDA_DEVICE_MAX_CONNECTIONS to MPS_DEVICE_CONNECTIONS // ranks_per_gpu where it asks
+    for more (a larger value, even the user's, makes MPS refuse ranks). Returns the value in
+    force when the variable is set (by the user or here), else None (CUDA's default fits)."""
+    share = max(1, MPS_DEVICE_CONNECTIONS // max(1, ranks_per_gpu))
+    raw = os.environ.get(CONNECTIONS_VAR, "").strip()
+    asked = int(raw) if raw.isdigit() else CUDA_DEFAULT_CONNECTIONS
+    if asked > share:
+        os.environ[CONNECTIONS_VAR] = str(share)
+        return share
+    return asked if raw.isdigit() else None
 
 
 def probe_mps() -> Probe:

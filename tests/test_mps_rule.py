@@ -77,27 +77,31 @@ def test_importing_emu_chooses_eager_module_loading(tmp_path: Path) -> None:
     assert out.stdout.strip() == "EAGER"
 
 
-def test_many_ranks_on_one_gpu_share_its_mps_connections(monkeypatch: pytest.MonkeyPatch) -> None:
-    """MPS refused a 4th gicbench rank on one H200 ("maximum number of device connections") until
-    each process asked CUDA for fewer work queues: from 4 ranks a GPU, pre-flight sets
-    CUDA_DEVICE_MAX_CONNECTIONS before any context exists, keeps a value the user set, and the
-    run records what was in force; up to 3 it leaves the variable alone."""
+def test_ranks_on_one_gpu_share_its_mps_connections(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MPS refused a 4th gicbench rank on one H200 with CUDA_DEVICE_MAX_CONNECTIONS=32 ("maximum
+    number of device connections") and took 8 at 4: pre-flight lowers the variable to each
+    rank's share of MPS_DEVICE_CONNECTIONS before any context exists, even a user's larger
+    value, keeps a smaller one, and the run records the value in force."""
     import os
     from dataclasses import replace
 
-    from gicbench.platform import CONNECTIONS_VAR, MPS_SHARED_CONNECTIONS
+    from gicbench.platform import CONNECTIONS_VAR, MPS_DEVICE_CONNECTIONS
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setenv(CONNECTIONS_VAR, "")  # records the variable's state, restored after
     monkeypatch.delenv(CONNECTIONS_VAR)
+    # CUDA's default (8) fits 3 and 12 ranks a GPU: left alone
     assert check_cuda_engine(replace(PLAN, local_size=3), probes(1, mps=True)) is None
+    assert check_cuda_engine(replace(PLAN, local_size=24), probes(2, mps=True)) is None
     assert CONNECTIONS_VAR not in os.environ
-    got = check_cuda_engine(replace(PLAN, local_size=8), probes(2, mps=True))  # 4 a GPU
-    assert got == MPS_SHARED_CONNECTIONS
-    assert os.environ[CONNECTIONS_VAR] == str(MPS_SHARED_CONNECTIONS)
-    monkeypatch.setenv(CONNECTIONS_VAR, "2")
+    monkeypatch.setenv(CONNECTIONS_VAR, "32")  # what the H200 machine's environment set
     cpu = replace(PLAN, local_size=8, params=EmuParams(engine="cpu"))
-    assert check_cuda_engine(cpu, probes(1, mps=True)) == 2  # the user's value is kept
+    assert check_cuda_engine(cpu, probes(1, mps=True)) == MPS_DEVICE_CONNECTIONS // 8
+    assert os.environ[CONNECTIONS_VAR] == str(MPS_DEVICE_CONNECTIONS // 8)
+    monkeypatch.setenv(CONNECTIONS_VAR, "2")  # smaller than the share: kept, recorded
+    assert check_cuda_engine(cpu, probes(1, mps=True)) == 2
     assert os.environ[CONNECTIONS_VAR] == "2"
+    monkeypatch.setenv(CONNECTIONS_VAR, "32")
+    assert check_cuda_engine(replace(PLAN, local_size=3), probes(1, mps=True)) == 32
     with pytest.raises(UnsupportedError, match="MPS is not running"):
         check_cuda_engine(cpu, probes(1, mps=False))

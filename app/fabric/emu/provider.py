@@ -89,7 +89,7 @@ def check_cuda_engine(plan: FabricPlan, probes: Mapping[str, Probe]) -> int | No
 def _require_mps(plan: FabricPlan, probes: Mapping[str, Probe], what: str) -> int | None:
     """Several ranks of this node on one GPU only under MPS: without it their kernels
     time-slice, and what is timed is the scheduler's turn (a round trip of milliseconds).
-    Under MPS, many ranks on a GPU share its device connections (share_mps_connections)."""
+    Under MPS, the ranks on a GPU share its device connections (share_mps_connections)."""
     ngpu = max(1, len(probes["gpus"].data.get("gpus", [])))
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible and visible.strip() not in ("", "-1"):
