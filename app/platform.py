@@ -208,9 +208,10 @@ MPS_RULE = (
 # takes as many as it asks CUDA for work queues (CUDA_DEVICE_MAX_CONNECTIONS; CUDA's default 8,
 # at most 32). On the H200 machine (one GPU, the variable set to 32 there) 3 gicbench ranks
 # started and a 4th was refused ("Reached maximum number of device connections", surfacing as
-# cudaErrorDevicesUnavailable or out of memory at bring-up); 8 ranks started at 4 and at 2.
-# So where ranks share a GPU under MPS, each process asks for at most its share of this.
-MPS_DEVICE_CONNECTIONS = 96
+# cudaErrorDevicesUnavailable or out of memory at bring-up); 8 ranks started at 4 and at 2, not
+# at 12. So where ranks share a GPU under MPS, each process asks for at most its share of this
+# budget (below what the refusals bound: 8 x 4 started, 8 x 12 did not).
+MPS_DEVICE_CONNECTIONS = 32
 CUDA_DEFAULT_CONNECTIONS = 8
 CONNECTIONS_VAR = "CUDA_DEVICE_MAX_CONNECTIONS"
 

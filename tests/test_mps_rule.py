@@ -90,18 +90,18 @@ def test_ranks_on_one_gpu_share_its_mps_connections(monkeypatch: pytest.MonkeyPa
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setenv(CONNECTIONS_VAR, "")  # records the variable's state, restored after
     monkeypatch.delenv(CONNECTIONS_VAR)
-    # CUDA's default (8) fits 3 and 12 ranks a GPU: left alone
+    # CUDA's default (8) fits 3 and 4 ranks a GPU: left alone
     assert check_cuda_engine(replace(PLAN, local_size=3), probes(1, mps=True)) is None
-    assert check_cuda_engine(replace(PLAN, local_size=24), probes(2, mps=True)) is None
+    assert check_cuda_engine(replace(PLAN, local_size=8), probes(2, mps=True)) is None
     assert CONNECTIONS_VAR not in os.environ
     monkeypatch.setenv(CONNECTIONS_VAR, "32")  # what the H200 machine's environment set
     cpu = replace(PLAN, local_size=8, params=EmuParams(engine="cpu"))
     assert check_cuda_engine(cpu, probes(1, mps=True)) == MPS_DEVICE_CONNECTIONS // 8
     assert os.environ[CONNECTIONS_VAR] == str(MPS_DEVICE_CONNECTIONS // 8)
-    monkeypatch.setenv(CONNECTIONS_VAR, "2")  # smaller than the share: kept, recorded
+    monkeypatch.setenv(CONNECTIONS_VAR, "2")  # smaller than the share (4): kept, recorded
     assert check_cuda_engine(cpu, probes(1, mps=True)) == 2
     assert os.environ[CONNECTIONS_VAR] == "2"
     monkeypatch.setenv(CONNECTIONS_VAR, "32")
-    assert check_cuda_engine(replace(PLAN, local_size=3), probes(1, mps=True)) == 32
+    assert check_cuda_engine(replace(PLAN, local_size=3), probes(1, mps=True)) == 10
     with pytest.raises(UnsupportedError, match="MPS is not running"):
         check_cuda_engine(cpu, probes(1, mps=False))
