@@ -217,17 +217,32 @@ CONNECTIONS_VAR = "CUDA_DEVICE_MAX_CONNECTIONS"
 
 
 def share_mps_connections(ranks_per_gpu: int) -> int | None:
-    """Before this process makes a CUDA context, with `ranks_per_gpu` ranks on its GPU under MPS:
-    lower CUDA_DEVICE_MAX_CONNECTIONS to MPS_DEVICE_CONNECTIONS // ranks_per_gpu where it asks
-    for more (a larger value, even the user's, makes MPS refuse ranks). Returns the value in
-    force when the variable is set (by the user or here), else None (CUDA's default fits)."""
+    """Before this process initialises CUDA (the driver reads the variable then: set in the
+    run's pre-flight, after a probe had initialised it, it changed nothing), with
+    `ranks_per_gpu` ranks on its GPU under MPS: lower CUDA_DEVICE_MAX_CONNECTIONS to
+    MPS_DEVICE_CONNECTIONS // ranks_per_gpu where it asks for more (a larger value, even the
+    user's, makes MPS refuse ranks). Returns the value in force (None: unset, CUDA's default
+    fits)."""
     share = max(1, MPS_DEVICE_CONNECTIONS // max(1, ranks_per_gpu))
-    raw = os.environ.get(CONNECTIONS_VAR, "").strip()
-    asked = int(raw) if raw.isdigit() else CUDA_DEFAULT_CONNECTIONS
-    if asked > share:
+    if (connections_in_force() or CUDA_DEFAULT_CONNECTIONS) > share:
         os.environ[CONNECTIONS_VAR] = str(share)
-        return share
-    return asked if raw.isdigit() else None
+    return connections_in_force()
+
+
+def connections_in_force() -> int | None:
+    """CUDA_DEVICE_MAX_CONNECTIONS as this process runs with it (None: unset, CUDA's default)."""
+    raw = os.environ.get(CONNECTIONS_VAR, "").strip()
+    return int(raw) if raw.isdigit() else None
+
+
+def visible_gpu_count(gpus: list[dict[str, Any]]) -> int:
+    """GPUs this process may use: those of probe_gpus (nvidia-smi: no CUDA call), as many as
+    CUDA_VISIBLE_DEVICES names at most."""
+    ngpu = len(gpus)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible and visible.strip() not in ("", "-1"):
+        ngpu = min(ngpu, len([v for v in visible.split(",") if v.strip()]))
+    return ngpu
 
 
 def probe_mps() -> Probe:

@@ -79,29 +79,44 @@ def test_importing_emu_chooses_eager_module_loading(tmp_path: Path) -> None:
 
 def test_ranks_on_one_gpu_share_its_mps_connections(monkeypatch: pytest.MonkeyPatch) -> None:
     """MPS refused a 4th gicbench rank on one H200 with CUDA_DEVICE_MAX_CONNECTIONS=32 ("maximum
-    number of device connections") and took 8 at 4: pre-flight lowers the variable to each
-    rank's share of MPS_DEVICE_CONNECTIONS before any context exists, even a user's larger
-    value, keeps a smaller one, and the run records the value in force."""
+    number of device connections") and took 8 at 4, once the variable was set before CUDA
+    started: `gicbench run` lowers it, first thing, to each rank's share of
+    MPS_DEVICE_CONNECTIONS (the launcher's local size over nvidia-smi's GPUs), even a user's
+    larger value, keeps a smaller one; pre-flight records the value in force."""
     import os
     from dataclasses import replace
 
+    from gicbench import platform
+    from gicbench.cli.run import share_gpu_connections
     from gicbench.platform import CONNECTIONS_VAR, MPS_DEVICE_CONNECTIONS
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setenv(CONNECTIONS_VAR, "")  # records the variable's state, restored after
     monkeypatch.delenv(CONNECTIONS_VAR)
-    # CUDA's default (8) fits 3 and 4 ranks a GPU: left alone
-    assert check_cuda_engine(replace(PLAN, local_size=3), probes(1, mps=True)) is None
-    assert check_cuda_engine(replace(PLAN, local_size=8), probes(2, mps=True)) is None
-    assert CONNECTIONS_VAR not in os.environ
-    monkeypatch.setenv(CONNECTIONS_VAR, "32")  # what the H200 machine's environment set
-    cpu = replace(PLAN, local_size=8, params=EmuParams(engine="cpu"))
-    assert check_cuda_engine(cpu, probes(1, mps=True)) == MPS_DEVICE_CONNECTIONS // 8
+    gpus = [{"index": 0}]
+    monkeypatch.setattr(platform, "probe_gpus", lambda: Probe("gpus", True, "1", {"gpus": gpus}))
+    monkeypatch.setattr(platform, "probe_mps", lambda: Probe("mps", True, "MPS running"))
+    for local in ("2", "4"):  # CUDA's default (8) fits up to 4 ranks a GPU: left alone
+        monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_SIZE", local)
+        share_gpu_connections()
+        assert CONNECTIONS_VAR not in os.environ
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "8")
+    share_gpu_connections()
     assert os.environ[CONNECTIONS_VAR] == str(MPS_DEVICE_CONNECTIONS // 8)
-    monkeypatch.setenv(CONNECTIONS_VAR, "2")  # smaller than the share (4): kept, recorded
-    assert check_cuda_engine(cpu, probes(1, mps=True)) == 2
+    monkeypatch.setenv(CONNECTIONS_VAR, "32")  # what the H200 machine's environment set
+    share_gpu_connections()
+    assert os.environ[CONNECTIONS_VAR] == str(MPS_DEVICE_CONNECTIONS // 8)
+    monkeypatch.setenv(CONNECTIONS_VAR, "2")  # smaller than the share (4): kept
+    share_gpu_connections()
     assert os.environ[CONNECTIONS_VAR] == "2"
     monkeypatch.setenv(CONNECTIONS_VAR, "32")
-    assert check_cuda_engine(replace(PLAN, local_size=3), probes(1, mps=True)) == 10
-    with pytest.raises(UnsupportedError, match="MPS is not running"):
-        check_cuda_engine(cpu, probes(1, mps=False))
+    gpus.append({"index": 1})  # 8 ranks on 2 GPUs: 4 a GPU, a share of 8
+    share_gpu_connections()
+    assert os.environ[CONNECTIONS_VAR] == str(MPS_DEVICE_CONNECTIONS // 4)
+    monkeypatch.setenv(CONNECTIONS_VAR, "32")
+    monkeypatch.setattr(platform, "probe_mps", lambda: Probe("mps", False, "MPS not running"))
+    share_gpu_connections()  # no MPS: pre-flight refuses the run; nothing changed here
+    assert os.environ[CONNECTIONS_VAR] == "32"
+    cpu = replace(PLAN, local_size=8, params=EmuParams(engine="cpu"))
+    assert check_cuda_engine(cpu, probes(1, mps=True)) == 32  # recorded as in force
+    assert check_cuda_engine(replace(cpu, local_size=1), probes(1, mps=True)) is None

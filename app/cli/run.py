@@ -153,9 +153,29 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
     )
 
 
+def share_gpu_connections() -> None:
+    """Ranks sharing a GPU under MPS ask CUDA for few work queues, set before anything of this
+    process initialises CUDA (platform.share_mps_connections)."""
+    import os
+
+    from ..platform import probe_gpus, probe_mps, share_mps_connections, visible_gpu_count
+    from ..sweep.bind import launcher_local_size
+
+    try:
+        local = launcher_local_size(os.environ)
+    except ConfigError:
+        return  # not a count a launcher set: the run's own checks see the ranks from MPI
+    if not local or local < 2:
+        return
+    ngpu = visible_gpu_count(probe_gpus().data.get("gpus", []))
+    if ngpu and local > ngpu and probe_mps().ok:
+        share_mps_connections(-(-local // ngpu))
+
+
 def main(a: argparse.Namespace) -> int:
     from ..harness import refuse, run
 
+    share_gpu_connections()
     try:
         cfg = config_from_args(a)
     except ConfigError as e:

@@ -59,11 +59,16 @@ def _slurm_local_size(env: Mapping[str, str]) -> int | None:
     return counts[node]
 
 
+def launcher_local_size(env: Mapping[str, str]) -> int | None:
+    """Tasks on this node as the launcher (mpiexec, srun, hydra) says, None outside one."""
+    return _first_int(env, _LOCAL_SIZE) or _slurm_local_size(env)
+
+
 def bind_env(env: Mapping[str, str]) -> dict[str, str]:
     """The environment this task runs with: CUDA_VISIBLE_DEVICES (one GPU), GICBENCH_NIC and
     UCX_NET_DEVICES (one NIC), and the MPS pipe directory when ranks share a GPU."""
     local_rank = _first_int(env, _LOCAL_RANK)
-    local_size = _first_int(env, _LOCAL_SIZE) or _slurm_local_size(env)
+    local_size = launcher_local_size(env)
     if local_rank is None or local_size is None or not 0 <= local_rank < local_size:
         raise ConfigError(
             "local rank",

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...errors import ConfigError, UnsupportedError
-from ...platform import MPS_RULE, Probe, share_mps_connections
+from ...platform import MPS_RULE, Probe, connections_in_force, visible_gpu_count
 from ..base import Fabric, MemoryDomain, Posting, ProviderCaps
 from ..registry import FabricPlan, Provider, register
 from . import nic_model
@@ -65,7 +65,7 @@ def check_cuda_engine(plan: FabricPlan, probes: Mapping[str, Probe]) -> int | No
     """--engine cuda / --queues device pre-flight: a GPU, CuPy and nvcc here; GPU queues only
     for a GPU submitter; several ranks on one GPU only under MPS (without it their kernels
     time-slice: a round trip of milliseconds instead of microseconds). Returns the CUDA work
-    queues per process when many ranks share a GPU (platform.share_mps_connections)."""
+    queues per process in force when ranks share a GPU (_require_mps)."""
     p = emu_params(plan)
     if p.queues == "device" and p.engine != "cuda":
         raise UnsupportedError(
@@ -89,17 +89,15 @@ def check_cuda_engine(plan: FabricPlan, probes: Mapping[str, Probe]) -> int | No
 def _require_mps(plan: FabricPlan, probes: Mapping[str, Probe], what: str) -> int | None:
     """Several ranks of this node on one GPU only under MPS: without it their kernels
     time-slice, and what is timed is the scheduler's turn (a round trip of milliseconds).
-    Under MPS, the ranks on a GPU share its device connections (share_mps_connections)."""
-    ngpu = max(1, len(probes["gpus"].data.get("gpus", [])))
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible and visible.strip() not in ("", "-1"):
-        ngpu = min(ngpu, len([v for v in visible.split(",") if v.strip()]))
+    Returns CUDA_DEVICE_MAX_CONNECTIONS in force when ranks share a GPU (None: unset)."""
+    ngpu = max(1, visible_gpu_count(probes["gpus"].data.get("gpus", [])))
     if plan.local_size > ngpu and not probes["mps"].ok:
         raise UnsupportedError(
             f"{what} with {plan.local_size} ranks on {ngpu} GPU(s), and MPS is not "
             f"running ({probes['mps'].detail.split(';')[0]}): {MPS_RULE}"
         )
-    return share_mps_connections(-(-plan.local_size // ngpu)) if plan.local_size > ngpu else None
+    # `gicbench run` set the variable before CUDA started (cli/run.py): record what is in force
+    return connections_in_force() if plan.local_size > ngpu else None
 
 
 def _connections(n: int | None) -> dict[str, int]:
