@@ -89,13 +89,15 @@ _WAYS = {  # completion-scope: (mode, scope) -> what the line is
 MODELLED_NOTE = "modelled, not measured"
 
 
-def save_figure(fig: Figure, out: Path, modelled: bool | str = False) -> Path:
+def save_figure(fig: Figure, out: Path, modelled: bool | str = False, caveat: str = "") -> Path:
     """Write one figure as a PNG and close it: the one place figures are saved. Drawn in memory,
     then written atomically beside `out` (safe_files: never through a link, never half-written).
     A figure drawn from a model rather than from measurements says so on its face
-    (`modelled`: True, or the model's name, e.g. emu's NIC model)."""
+    (`modelled`: True, or the model's name, e.g. emu's NIC model), with `caveat` after it (where
+    the engine, not the model, set the figures)."""
     if modelled:
         note = MODELLED_NOTE if modelled is True else f"modelled ({modelled}), not measured"
+        note += f"; {caveat}" if caveat else ""
         fig.text(0.995, 0.005, note, ha="right", va="bottom", fontsize=8,
                  style="italic", color="0.3")
     buf = io.BytesIO()

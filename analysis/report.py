@@ -45,13 +45,15 @@ class Section:
     fits: dict[str, list[fit_apply.FitOutcome]] = field(default_factory=dict)
     drawn_fits: set[str] = field(default_factory=set)  # fits a section's own figure shows
     modelled: str = ""  # the NIC model(s) that produced the section's rows ("": measured)
+    caveat: str = ""  # said on every figure beside `modelled` (the engine below the model)
 
     def plot(self, out: Path, draw: Callable[..., Figure], *args: Any, **kwargs: Any) -> None:
         """Draw one figure and save it as `out`; data matplotlib cannot draw becomes a note,
         not a traceback. A figure of modelled rows says so on its face."""
         try:
             self.images.append(plots.save_figure(draw(*args, **kwargs), out,
-                                                 modelled=self.modelled or False))
+                                                 modelled=self.modelled or False,
+                                                 caveat=self.caveat))
         except (safe_files.WriteError, ConfigError):
             raise  # the output cannot be written: the whole report fails, naming why
         except Exception as exc:
@@ -463,6 +465,17 @@ def nic_models(rows: pd.DataFrame) -> list[str]:
     return sorted({str(v) for v in rows["nic_model"].dropna() if str(v) not in ("", "none")})
 
 
+def saturation_caveat(rows: pd.DataFrame) -> str:
+    """For a modelled section's figures: how many rows the engine set, not the model."""
+    if "nic_model_saturated" not in rows.columns:
+        return ""
+    flagged = int(rows["nic_model_saturated"].fillna(False).astype(bool).sum())
+    if not flagged:
+        return ""
+    return (f"engine below the model at {flagged} of {len(rows)} rows: "
+            "those figures are the engine's")
+
+
 def model_lines(models: list[str], rows: pd.DataFrame) -> list[str]:
     """What a reader of modelled rows must know: a prediction, and where the engine lagged."""
     if not models:
@@ -514,7 +527,8 @@ def write_report(run_dir: Path, out: Path | None = None, allow_incomplete: bool 
     for experiment in experiments:
         rows = agg[agg["experiment"] == experiment]
         models = nic_models(rows)
-        section = Section(experiment, fits=_fits(agg, experiment), modelled=", ".join(models))
+        section = Section(experiment, fits=_fits(agg, experiment), modelled=", ".join(models),
+                          caveat=saturation_caveat(rows) if models else "")
         section.lines += model_lines(models, rows)
         SECTIONS.get(experiment, _generic(experiment))(agg, plot_dir, section)
         _fit_plots(agg, experiment, plot_dir, section)

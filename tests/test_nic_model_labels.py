@@ -82,16 +82,20 @@ def test_figures_of_modelled_rows_say_so(monkeypatch: pytest.MonkeyPatch, tmp_pa
     from gicbench.analysis import plots
     from gicbench.analysis import report as report_mod
 
-    notes: list[object] = []
+    notes: list[tuple[object, str]] = []
     real = plots.save_figure
 
-    def spy(fig, out, modelled=False):
-        notes.append(modelled)
-        return real(fig, out, modelled)
+    def spy(fig, out, modelled=False, caveat=""):
+        notes.append((modelled, caveat))
+        return real(fig, out, modelled, caveat)
 
     monkeypatch.setattr(report_mod.plots, "save_figure", spy)
-    report_mod.write_report(_run(tmp_path, saturated=False))
-    assert notes and all(n == PRESET for n in notes)
+    report_mod.write_report(_run(tmp_path / "ok", saturated=False))
+    assert notes and all(n == (PRESET, "") for n in notes)
+    notes.clear()  # rows the engine set, not the model: every figure says how many
+    report_mod.write_report(_run(tmp_path / "sat", saturated=True))
+    said = "engine below the model at 1 of 2 rows: those figures are the engine's"
+    assert notes and all(n == (PRESET, said) for n in notes), notes
 
 
 def test_doctor_lists_the_models() -> None:
