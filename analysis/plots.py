@@ -186,6 +186,20 @@ def _base2_x(ax: plt.Axes, values: pd.Series, sizes: bool = False) -> None:
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
+def spaced(values: Sequence[float], factor: float = 2.5) -> set[float]:
+    """The values kept for labels on a log axis: each at least `factor` times the last kept
+    (the first and the largest always)."""
+    kept: list[float] = []
+    for v in sorted(values):
+        if not kept or v >= kept[-1] * factor:
+            kept.append(v)
+    if values and max(values) not in kept:
+        if len(kept) > 1 and max(values) < kept[-1] * factor:
+            kept.pop()
+        kept.append(max(values))
+    return set(kept)
+
+
 def _groups(table: pd.DataFrame, keys: Sequence[str]) -> list[tuple[tuple, pd.DataFrame]]:
     if not keys:
         return [((), table)]
@@ -576,9 +590,12 @@ def connections_curves(summary: pd.DataFrame, keys: Sequence[str], y: str, ylabe
                 ax.axvline(onset.value, color=c, ls=":", lw=1, alpha=0.7,
                            label=f"{name}: fitted onset")
     ax.set_xscale("log", base=2)
-    if 0 < len(set(xs_all)) <= 12:  # every sampled count labelled, as the papers' axes
-        ax.set_xticks(sorted(set(xs_all)))
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:,.0f}"))
+    if 0 < len(set(xs_all)) <= 12:  # every sampled count marked, as the papers' axes
+        ticks = sorted(set(xs_all))
+        shown = spaced(ticks)  # labels that would overlap on a log axis (1,024, 1,536) left out
+        ax.set_xticks(ticks, [f"{v:,.0f}" if v in shown else "" for v in ticks])
+    else:
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:,.0f}"))
     ax.xaxis.set_minor_formatter(NullFormatter())
     if xs_all:
         ax.set_xlim(min(xs_all) / 1.4, max(xs_all) * 1.4)

@@ -174,3 +174,13 @@ def test_a_modelled_figure_says_so(tmp_path: Path) -> None:
     ax.plot([1, 2], [3, 4])
     plots.save_figure(fig, tmp_path / "m.png", modelled=True)
     assert plots.MODELLED_NOTE in [t.get_text() for t in fig.texts]
+
+
+def test_connection_axis_labels_do_not_overlap() -> None:
+    """Fig. 10's grid (1,024, 1,536, 2,048 within an octave on a log axis) is marked at every
+    point, labelled only where labels stay apart: the first, the largest, each 2.5x the last."""
+    grid = [2, 64, 256, 1024, 1536, 2048, 4096, 8192, 16384]
+    assert plots.spaced(grid) == {2, 64, 256, 1024, 4096, 16384}
+    assert plots.spaced([16, 64, 256, 1024]) == {16, 64, 256, 1024}
+    assert plots.spaced([64, 100]) == {100}  # the largest replaces a neighbour too close
+    assert plots.spaced([]) == set()
