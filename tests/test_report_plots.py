@@ -182,5 +182,6 @@ def test_connection_axis_labels_do_not_overlap() -> None:
     grid = [2, 64, 256, 1024, 1536, 2048, 4096, 8192, 16384]
     assert plots.spaced(grid) == {2, 64, 256, 1024, 4096, 16384}
     assert plots.spaced([16, 64, 256, 1024]) == {16, 64, 256, 1024}
-    assert plots.spaced([64, 100]) == {100}  # the largest replaces a neighbour too close
+    assert plots.spaced([64, 200, 300]) == {64, 300}  # the largest replaces one too close
+    assert plots.spaced([64, 100]) == {64, 100}  # the first and the largest always
     assert plots.spaced([]) == set()
