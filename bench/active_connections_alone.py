@@ -116,11 +116,26 @@ def main() -> int:
     if model is None:
         print("--model: a NIC model (not none)", file=sys.stderr)
         return 2
-    grid = [int(x) for x in a.active.split(",")]
+    grid = sorted({int(x) for x in a.active.split(",") if x.strip()})
+    roles = a.roles.split(",")
+    bad = [(f, v, why) for f, v, why in (
+        ("--ranks", a.ranks, "an even number >= 2 (send-only pairs the NICs)"
+         if a.ranks < 2 or (a.ranks % 2 and "send-only" in roles) else ""),
+        ("--active", a.active, "at least 4 counts >= 1 (the plateau fit's minimum)"
+         if len(grid) < 4 or grid[0] < 1 else ""),
+        ("--writes-per-visit", a.writes_per_visit, ">= 1" if a.writes_per_visit < 1 else ""),
+        ("--units", a.units, ">= 1" if a.units < 1 else ""),
+        ("--size", a.size, "1..220 (inline)" if not 1 <= a.size <= 220 else ""),
+        ("--roles", a.roles, ", ".join(ROLES) if set(roles) - set(ROLES) else ""),
+    ) if why]  # fmt: skip
+    for f, v, why in bad:
+        print(f"{f}={v}: allowed {why}", file=sys.stderr)
+    if bad:
+        return 2
     print(f"# modelled ({model.name}): the model's arithmetic alone, {a.ranks} NICs, W = "
           f"{a.writes_per_visit}, {a.units} units a NIC, {a.size} B inline writes")
     out = {}
-    for role in a.roles.split(","):
+    for role in roles:
         args = (a.writes_per_visit, a.units, a.size, a.least)
         control = predict(model.native_params(), role, a.ranks, CONTROL, *args)
         rates = [predict(model.native_params(), role, a.ranks, n, *args) for n in grid]
