@@ -205,12 +205,13 @@ MPS_RULE = (
 
 
 # MPS serves a GPU's clients through a bounded number of device connections, and each process
-# takes as many as it asks CUDA for work queues (CUDA_DEVICE_MAX_CONNECTIONS; CUDA's default 8,
-# at most 32). On the H200 machine (one GPU, the variable set to 32 there) 3 gicbench ranks
-# started and a 4th was refused ("Reached maximum number of device connections", surfacing as
+# takes as many as it asks CUDA for work queues (CUDA_DEVICE_MAX_CONNECTIONS: gicbench asks 32,
+# cuda_host.HARDWARE_QUEUES). On the H200 machine (one GPU) 3 gicbench ranks at 32 started and a
+# 4th was refused ("Reached maximum number of device connections", surfacing as
 # cudaErrorDevicesUnavailable or out of memory at bring-up); 8 ranks started at 4 and at 2, not
-# at 12. So where ranks share a GPU under MPS, each process asks for at most its share of this
-# budget (below what the refusals bound: 8 x 4 started, 8 x 12 did not).
+# at 12. So from MPS_RANKS_AT_FULL_CONNECTIONS + 1 ranks on a GPU each process asks for at most
+# its share of MPS_DEVICE_CONNECTIONS (8 x 4 started, 8 x 12 did not).
+MPS_RANKS_AT_FULL_CONNECTIONS = 3
 MPS_DEVICE_CONNECTIONS = 32
 CUDA_DEFAULT_CONNECTIONS = 8
 CONNECTIONS_VAR = "CUDA_DEVICE_MAX_CONNECTIONS"
@@ -219,13 +220,14 @@ CONNECTIONS_VAR = "CUDA_DEVICE_MAX_CONNECTIONS"
 def share_mps_connections(ranks_per_gpu: int) -> int | None:
     """Before this process initialises CUDA (the driver reads the variable then: set in the
     run's pre-flight, after a probe had initialised it, it changed nothing), with
-    `ranks_per_gpu` ranks on its GPU under MPS: lower CUDA_DEVICE_MAX_CONNECTIONS to
-    MPS_DEVICE_CONNECTIONS // ranks_per_gpu where it asks for more (a larger value, even the
-    user's, makes MPS refuse ranks). Returns the value in force (None: unset, CUDA's default
-    fits)."""
-    share = max(1, MPS_DEVICE_CONNECTIONS // max(1, ranks_per_gpu))
-    if (connections_in_force() or CUDA_DEFAULT_CONNECTIONS) > share:
-        os.environ[CONNECTIONS_VAR] = str(share)
+    `ranks_per_gpu` ranks on its GPU under MPS: above MPS_RANKS_AT_FULL_CONNECTIONS, lower
+    CUDA_DEVICE_MAX_CONNECTIONS to MPS_DEVICE_CONNECTIONS // ranks_per_gpu where it asks for
+    more (a larger value, even the user's, makes MPS refuse ranks). Returns the value in force
+    (None: unset, CUDA's default)."""
+    if ranks_per_gpu > MPS_RANKS_AT_FULL_CONNECTIONS:
+        share = max(1, MPS_DEVICE_CONNECTIONS // ranks_per_gpu)
+        if (connections_in_force() or CUDA_DEFAULT_CONNECTIONS) > share:
+            os.environ[CONNECTIONS_VAR] = str(share)
     return connections_in_force()
 
 

@@ -78,11 +78,12 @@ def test_importing_emu_chooses_eager_module_loading(tmp_path: Path) -> None:
 
 
 def test_ranks_on_one_gpu_share_its_mps_connections(monkeypatch: pytest.MonkeyPatch) -> None:
-    """MPS refused a 4th gicbench rank on one H200 with CUDA_DEVICE_MAX_CONNECTIONS=32 ("maximum
-    number of device connections") and took 8 at 4, once the variable was set before CUDA
-    started: `gicbench run` lowers it, first thing, to each rank's share of
-    MPS_DEVICE_CONNECTIONS (the launcher's local size over nvidia-smi's GPUs), even a user's
-    larger value, keeps a smaller one; pre-flight records the value in force."""
+    """MPS refused a 4th gicbench rank on one H200 at 32 work queues each ("maximum number of
+    device connections") and took 8 at 4, once CUDA_DEVICE_MAX_CONNECTIONS was set before CUDA
+    started: `gicbench run` lowers it, first thing, from 4 ranks a GPU (the launcher's local
+    size over nvidia-smi's GPUs) to each rank's share of MPS_DEVICE_CONNECTIONS, even a user's
+    larger value, keeps a smaller one, and leaves up to 3 ranks alone; pre-flight records the
+    value in force."""
     import os
     from dataclasses import replace
 
@@ -91,24 +92,24 @@ def test_ranks_on_one_gpu_share_its_mps_connections(monkeypatch: pytest.MonkeyPa
     from gicbench.platform import CONNECTIONS_VAR, MPS_DEVICE_CONNECTIONS
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.setenv(CONNECTIONS_VAR, "")  # records the variable's state, restored after
-    monkeypatch.delenv(CONNECTIONS_VAR)
+    monkeypatch.setenv(CONNECTIONS_VAR, "32")  # what importing gicbench asks (cuda_host)
     gpus = [{"index": 0}]
     monkeypatch.setattr(platform, "probe_gpus", lambda: Probe("gpus", True, "1", {"gpus": gpus}))
     monkeypatch.setattr(platform, "probe_mps", lambda: Probe("mps", True, "MPS running"))
-    for local in ("2", "4"):  # CUDA's default (8) fits up to 4 ranks a GPU: left alone
+    for local in ("2", "3", "garbage"):  # up to 3 ranks a GPU ran at 32; not a count: skipped
         monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_SIZE", local)
         share_gpu_connections()
-        assert CONNECTIONS_VAR not in os.environ
+        assert os.environ[CONNECTIONS_VAR] == "32"
     monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "8")
-    share_gpu_connections()
-    assert os.environ[CONNECTIONS_VAR] == str(MPS_DEVICE_CONNECTIONS // 8)
-    monkeypatch.setenv(CONNECTIONS_VAR, "32")  # what the H200 machine's environment set
     share_gpu_connections()
     assert os.environ[CONNECTIONS_VAR] == str(MPS_DEVICE_CONNECTIONS // 8)
     monkeypatch.setenv(CONNECTIONS_VAR, "2")  # smaller than the share (4): kept
     share_gpu_connections()
     assert os.environ[CONNECTIONS_VAR] == "2"
+    monkeypatch.setenv(CONNECTIONS_VAR, "")  # unset: CUDA's 8 is more than the share
+    monkeypatch.delenv(CONNECTIONS_VAR)
+    share_gpu_connections()
+    assert os.environ[CONNECTIONS_VAR] == str(MPS_DEVICE_CONNECTIONS // 8)
     monkeypatch.setenv(CONNECTIONS_VAR, "32")
     gpus.append({"index": 1})  # 8 ranks on 2 GPUs: 4 a GPU, a share of 8
     share_gpu_connections()
