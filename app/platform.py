@@ -9,6 +9,7 @@ import glob
 import importlib
 import os
 import platform
+import re
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass, field
@@ -217,24 +218,40 @@ CUDA_DEFAULT_CONNECTIONS = 8
 CONNECTIONS_VAR = "CUDA_DEVICE_MAX_CONNECTIONS"
 
 
-def share_mps_connections(ranks_per_gpu: int) -> int | None:
-    """Before this process initialises CUDA (the driver reads the variable then: set in the
-    run's pre-flight, after a probe had initialised it, it changed nothing), with
-    `ranks_per_gpu` ranks on its GPU under MPS: above MPS_RANKS_AT_FULL_CONNECTIONS, lower
-    CUDA_DEVICE_MAX_CONNECTIONS to MPS_DEVICE_CONNECTIONS // ranks_per_gpu where it asks for
-    more (a larger value, even the user's, makes MPS refuse ranks). Returns the value in force
-    (None: unset, CUDA's default)."""
-    if ranks_per_gpu > MPS_RANKS_AT_FULL_CONNECTIONS:
-        share = max(1, MPS_DEVICE_CONNECTIONS // ranks_per_gpu)
+def share_mps_connections(sharing: int) -> int | None:
+    """Before this process initialises CUDA (the driver reads the variable when it starts; set
+    later, it has no effect), with `sharing` ranks on its GPU under MPS: above
+    MPS_RANKS_AT_FULL_CONNECTIONS, lower CUDA_DEVICE_MAX_CONNECTIONS to
+    MPS_DEVICE_CONNECTIONS // sharing where it asks for more (a larger value, even the user's,
+    makes MPS refuse ranks). Returns the value in force (None: unset, CUDA's default)."""
+    if sharing > MPS_RANKS_AT_FULL_CONNECTIONS:
+        share = max(1, MPS_DEVICE_CONNECTIONS // sharing)
         if (connections_in_force() or CUDA_DEFAULT_CONNECTIONS) > share:
             os.environ[CONNECTIONS_VAR] = str(share)
     return connections_in_force()
 
 
 def connections_in_force() -> int | None:
-    """CUDA_DEVICE_MAX_CONNECTIONS as this process runs with it (None: unset, CUDA's default)."""
+    """CUDA_DEVICE_MAX_CONNECTIONS as this process runs with it: 1..32, else None (unset, or a
+    value CUDA does not take, which leaves it at its default)."""
     raw = os.environ.get(CONNECTIONS_VAR, "").strip()
-    return int(raw) if raw.isdigit() else None
+    if not re.fullmatch(r"[0-9]{1,3}", raw, re.ASCII):
+        return None
+    return int(raw) if 1 <= int(raw) <= 32 else None
+
+
+# Set by `gicbench jobs bind` (which leaves each task one visible GPU): the node-local ranks
+# that share this task's GPU.
+RANKS_PER_GPU_VAR = "GICBENCH_RANKS_PER_GPU"
+
+
+def ranks_per_gpu(local_size: int, gpus: list[dict[str, Any]]) -> int:
+    """Ranks on this process's GPU: what `gicbench jobs bind` said, else the node's ranks
+    spread over the GPUs this process may use (visible_gpu_count), rounded up."""
+    bound = os.environ.get(RANKS_PER_GPU_VAR, "").strip()
+    if re.fullmatch(r"[1-9][0-9]{0,5}", bound, re.ASCII):
+        return int(bound)
+    return -(-local_size // max(1, visible_gpu_count(gpus)))
 
 
 def visible_gpu_count(gpus: list[dict[str, Any]]) -> int:

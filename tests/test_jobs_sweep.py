@@ -106,7 +106,12 @@ def test_bind_blocks_gpus_nics_and_mps() -> None:
     assert [e["GICBENCH_NIC"] for e in envs] == ["mlx5_0", "mlx5_0", "mlx5_1", "mlx5_1"]
     assert envs[0]["UCX_NET_DEVICES"] == "mlx5_0:1"
     assert all(e["GICBENCH_MPS"] == "1" for e in envs)
+    assert all(e["GICBENCH_RANKS_PER_GPU"] == "2" for e in envs)  # each sees one GPU of two
     assert envs[0]["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/gicbench-mps-9/pipe"
+    five = dict(base, OMPI_COMM_WORLD_LOCAL_SIZE="5")
+    uneven = [bind_env(dict(five, OMPI_COMM_WORLD_LOCAL_RANK=str(r))) for r in range(5)]
+    assert [(e["CUDA_VISIBLE_DEVICES"], e["GICBENCH_RANKS_PER_GPU"]) for e in uneven] == [
+        ("0", "3"), ("0", "3"), ("0", "3"), ("1", "2"), ("1", "2")]  # fmt: skip
     # srun: SLURM_LOCALID and SLURM_STEP_TASKS_PER_NODE; Slurm's own CUDA_VISIBLE_DEVICES kept
     e = bind_env(
         {
@@ -117,6 +122,7 @@ def test_bind_blocks_gpus_nics_and_mps() -> None:
         }
     )
     assert e["CUDA_VISIBLE_DEVICES"] == "5" and "GICBENCH_MPS" not in e
+    assert e["GICBENCH_RANKS_PER_GPU"] == "1"
     # no GPUs (the emulated NIC): no GPU binding
     assert "CUDA_VISIBLE_DEVICES" not in bind_env(
         {"SLURM_LOCALID": "0", "SLURM_NTASKS": "2", "SLURM_TASKS_PER_NODE": "2"}

@@ -114,6 +114,20 @@ def test_ranks_on_one_gpu_share_its_mps_connections(monkeypatch: pytest.MonkeyPa
     gpus.append({"index": 1})  # 8 ranks on 2 GPUs: 4 a GPU, a share of 8
     share_gpu_connections()
     assert os.environ[CONNECTIONS_VAR] == str(MPS_DEVICE_CONNECTIONS // 4)
+    monkeypatch.setenv("GICBENCH_RANKS_PER_GPU", "2")  # jobs bind: one visible GPU, 2 on it
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    monkeypatch.setenv(CONNECTIONS_VAR, "32")
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "16")
+    share_gpu_connections()  # 16 ranks on 8 GPUs: 2 a GPU, not 16 on the one visible
+    assert os.environ[CONNECTIONS_VAR] == "32"
+    monkeypatch.delenv("GICBENCH_RANKS_PER_GPU")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "8")
+    gpus.pop()  # 8 ranks on one GPU again
+    for junk in ("0", "abc", "\u00b2", "99"):  # not a value CUDA takes: its default (8) counts
+        monkeypatch.setenv(CONNECTIONS_VAR, junk)
+        share_gpu_connections()
+        assert os.environ[CONNECTIONS_VAR] == str(MPS_DEVICE_CONNECTIONS // 8), junk
     monkeypatch.setenv(CONNECTIONS_VAR, "32")
     monkeypatch.setattr(platform, "probe_mps", lambda: Probe("mps", False, "MPS not running"))
     share_gpu_connections()  # no MPS: pre-flight refuses the run; nothing changed here
@@ -121,3 +135,6 @@ def test_ranks_on_one_gpu_share_its_mps_connections(monkeypatch: pytest.MonkeyPa
     cpu = replace(PLAN, local_size=8, params=EmuParams(engine="cpu"))
     assert check_cuda_engine(cpu, probes(1, mps=True)) == 32  # recorded as in force
     assert check_cuda_engine(replace(cpu, local_size=1), probes(1, mps=True)) is None
+    check_cuda_engine(replace(cpu, local_size=16), probes(1, mps=True))  # 2 queues each
+    with pytest.raises(UnsupportedError, match="17 ranks on one GPU: at most 16"):
+        check_cuda_engine(replace(cpu, local_size=17), probes(1, mps=True))

@@ -158,18 +158,18 @@ def share_gpu_connections() -> None:
     process initialises CUDA (platform.share_mps_connections)."""
     import os
 
-    from ..platform import probe_gpus, probe_mps, share_mps_connections, visible_gpu_count
+    from ..platform import probe_gpus, probe_mps, ranks_per_gpu, share_mps_connections
     from ..sweep.bind import launcher_local_size
 
     try:
         local = launcher_local_size(os.environ)
     except ConfigError:
         return  # not a count a launcher set: the run's own checks see the ranks from MPI
-    if not local or local < 2:
+    if not local or local < 2 or not probe_mps().ok:  # the MPS probe first: no process runs
         return
-    ngpu = visible_gpu_count(probe_gpus().data.get("gpus", []))
-    if ngpu and local > ngpu and probe_mps().ok:
-        share_mps_connections(-(-local // ngpu))
+    gpus = probe_gpus().data.get("gpus", [])
+    if gpus:
+        share_mps_connections(ranks_per_gpu(local, gpus))
 
 
 def main(a: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 from .. import safe_files
 from ..errors import ConfigError, UnsupportedError
+from ..platform import RANKS_PER_GPU_VAR
 
 _LOCAL_RANK = ("SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK")
 _LOCAL_SIZE = ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE")
@@ -86,6 +87,9 @@ def bind_env(env: Mapping[str, str]) -> dict[str, str]:
         # Blocks of neighbouring ranks per GPU, so ranks sharing a GPU are adjacent.
         gpu_slot = local_rank * len(gpus) // local_size
         out["CUDA_VISIBLE_DEVICES"] = gpus[gpu_slot]
+        # this task sees one GPU: how many share it cannot be read from CUDA_VISIBLE_DEVICES
+        sharing = sum(1 for r in range(local_size) if r * len(gpus) // local_size == gpu_slot)
+        out[RANKS_PER_GPU_VAR] = str(sharing)
         if local_size > len(gpus):
             job = env.get("SLURM_JOB_ID", "local")
             out["CUDA_MPS_PIPE_DIRECTORY"] = env.get(

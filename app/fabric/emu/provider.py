@@ -8,7 +8,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...errors import ConfigError, UnsupportedError
-from ...platform import MPS_RULE, Probe, connections_in_force, visible_gpu_count
+from ...platform import (
+    MPS_DEVICE_CONNECTIONS,
+    MPS_RULE,
+    Probe,
+    connections_in_force,
+    ranks_per_gpu,
+    visible_gpu_count,
+)
 from ..base import Fabric, MemoryDomain, Posting, ProviderCaps
 from ..registry import FabricPlan, Provider, register
 from . import nic_model
@@ -90,14 +97,22 @@ def _require_mps(plan: FabricPlan, probes: Mapping[str, Probe], what: str) -> in
     """Several ranks of this node on one GPU only under MPS: without it their kernels
     time-slice, and what is timed is the scheduler's turn (a round trip of milliseconds).
     Returns CUDA_DEVICE_MAX_CONNECTIONS in force when ranks share a GPU (None: unset)."""
-    ngpu = max(1, visible_gpu_count(probes["gpus"].data.get("gpus", [])))
-    if plan.local_size > ngpu and not probes["mps"].ok:
+    gpus = probes["gpus"].data.get("gpus", [])
+    ngpu = max(1, visible_gpu_count(gpus))
+    sharing = ranks_per_gpu(plan.local_size, gpus)
+    if sharing > 1 and not probes["mps"].ok:
         raise UnsupportedError(
             f"{what} with {plan.local_size} ranks on {ngpu} GPU(s), and MPS is not "
             f"running ({probes['mps'].detail.split(';')[0]}): {MPS_RULE}"
         )
+    if sharing > MPS_DEVICE_CONNECTIONS // 2:
+        raise UnsupportedError(
+            f"{what} with {sharing} ranks on one GPU: at most {MPS_DEVICE_CONNECTIONS // 2} "
+            "(MPS's device connections would leave each rank one CUDA work queue, which "
+            "serialises gicbench's streams: a kernel behind a waiting one never starts)"
+        )
     # `gicbench run` set the variable before CUDA started (cli/run.py): record what is in force
-    return connections_in_force() if plan.local_size > ngpu else None
+    return connections_in_force() if sharing > 1 else None
 
 
 def _connections(n: int | None) -> dict[str, int]:
