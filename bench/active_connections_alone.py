@@ -27,16 +27,12 @@ import sys
 
 from gicbench._native import emu as native
 from gicbench.analysis.fits.plateau import fit_plateau_power_law
+from gicbench.experiments.active_connections import CONTROL
+from gicbench.experiments.active_connections import ROLE_PATTERN as ROLES
 from gicbench.fabric.emu import nic_model
+from gicbench.mlx5.wqe import write_wqebbs
 
-ROLES = {"send-only": "pairs", "receive-only": "fan-in", "send-receive": "all-to-all"}
-CONTROL = 2
-KIND_WRITE = 1
-
-
-def wqebbs(size: int) -> int:
-    """64-byte blocks of an inline RDMA WRITE of `size` bytes (ctrl, raddr, inline segment)."""
-    return (16 * (2 + (size + 4 + 15) // 16) + 63) // 64
+KIND_WRITE = 1  # cuda/nic_model.cuh's kWrite
 
 
 def flows(role: str, ranks: int, active: int) -> dict[int, list[tuple[int, int, int]]]:
@@ -44,13 +40,14 @@ def flows(role: str, ranks: int, active: int) -> dict[int, list[tuple[int, int, 
     if role == "send-only":
         pairs = [(s, s + 1) for s in range(0, ranks - 1, 2)]
         out = {s: [(d, 1 + k, 1 + k) for k in range(active)] for s, d in pairs}
-    elif role == "receive-only":
+    elif role == "receive-only":  # the receiver's n connections, dealt to the senders
         senders = list(range(1, ranks))
         out = {s: [] for s in senders}
-        for k in range(active):  # the receiver's n connections, dealt to the senders
+        for k in range(active):
             s = senders[k % len(senders)]
             out[s].append((0, 1 + len(out[s]), (s << 16) | (1 + len(out[s]))))
-    else:
+    else:  # connection k to peers[k mod N-1] as the experiment deals them: so the 2-connection
+        # control sends every NIC's two to the lowest ranks (NICs 0 and 1 receive 7 each)
         out = {s: [] for s in range(ranks)}
         for s in range(ranks):
             peers = [d for d in range(ranks) if d != s]
@@ -62,22 +59,21 @@ def flows(role: str, ranks: int, active: int) -> dict[int, list[tuple[int, int, 
 
 def predict(params: dict, role: str, ranks: int, active: int, w: int, units: int,
             size: int, least: int) -> float:  # fmt: skip
-    """M msg/s in the steady state: the median sending NIC's (receive-only: the senders'
-    aggregate, the receiving NIC's rate), over the second half of what each posts (two laps of
-    its active set, at least `least` WQEs)."""
+    """M msg/s in the steady state: the median sending NIC's (receive-only: the receiving NIC's,
+    all senders' landings merged), over the second half of what the NICs post, on one schedule:
+    every sender the same number of turns (two laps of the largest active set a unit cycles,
+    at least `least` WQEs a sender)."""
     sim = native.NicModelSim(params, ranks)
     conns = {s: c for s, c in flows(role, ranks, active).items() if c}
-    nbb = wqebbs(size)
+    nbb = write_wqebbs(True, size)
     # unit u of NIC s: its connections, the next visit's, writes left in the visit
     state = {s: [[c[u::min(units, len(c))], 0, w] for u in range(min(units, len(c)))]
              for s, c in conns.items()}  # fmt: skip
-    rounds = {s: max(2 * math.ceil(len(c) / len(state[s])) * w, -(-least // len(state[s])))
-              for s, c in conns.items()}  # fmt: skip
+    turns = max(max(2 * math.ceil(len(c) / len(state[s])) * w, -(-least // len(state[s])))
+                for s, c in conns.items())  # fmt: skip
     t_exec: dict[int, list[int]] = {s: [] for s in conns}
-    for k in range(max(rounds.values())):
+    for _ in range(turns):
         for s, us in state.items():  # the NICs in turn, one WQE of each unit in turn
-            if k >= rounds[s]:
-                continue
             for unit in us:
                 mine, visit, left = unit
                 d, qpn, dnum = mine[visit % len(mine)]
@@ -87,15 +83,14 @@ def predict(params: dict, role: str, ranks: int, active: int, w: int, units: int
                 if unit[2] == 0:
                     unit[1], unit[2] = visit + 1, w
 
-    def rate(ts: list[int]) -> tuple[int, int, int]:  # WQEs and span of the second half
+    def rate(ts: list[int]) -> float:  # the landings' second half, in time order
+        ts = sorted(ts)
         h = len(ts) // 2
-        return len(ts) - h, max(ts[:h]), max(ts)  # landings are in order per QP, not overall
+        return (len(ts) - 1 - h) * 1e6 / (ts[-1] - ts[h])
 
-    parts = [rate(ts) for ts in t_exec.values()]
     if role == "receive-only":
-        n = sum(p[0] for p in parts)
-        return n * 1e6 / (max(p[2] for p in parts) - max(p[1] for p in parts))
-    rates = sorted(n * 1e6 / (end - start) for n, start, end in parts)
+        return rate([t for ts in t_exec.values() for t in ts])
+    rates = sorted(rate(ts) for ts in t_exec.values())
     return rates[len(rates) // 2]
 
 
