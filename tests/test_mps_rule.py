@@ -138,3 +138,21 @@ def test_ranks_on_one_gpu_share_its_mps_connections(monkeypatch: pytest.MonkeyPa
     check_cuda_engine(replace(cpu, local_size=16), probes(1, mps=True))  # 2 queues each
     with pytest.raises(UnsupportedError, match="17 ranks on one GPU: at most 16"):
         check_cuda_engine(replace(cpu, local_size=17), probes(1, mps=True))
+
+
+def test_one_rank_per_gpu_under_jobs_bind_needs_no_mps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`gicbench jobs bind` leaves each task one visible GPU and starts MPS only when ranks
+    share one: with 8 ranks on 8 GPUs each task sees CUDA_VISIBLE_DEVICES=<its GPU>, so
+    pre-flight counts the ranks on it from GICBENCH_RANKS_PER_GPU, not 8 on the one visible."""
+    from dataclasses import replace
+
+    cpu = replace(PLAN, local_size=8, params=EmuParams(engine="cpu"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")
+    monkeypatch.setenv("GICBENCH_RANKS_PER_GPU", "1")
+    assert check_cuda_engine(cpu, probes(8, mps=False)) is None  # no MPS needed
+    monkeypatch.setenv("GICBENCH_RANKS_PER_GPU", "2")  # 16 ranks on 8 GPUs
+    with pytest.raises(UnsupportedError, match="MPS is not running"):
+        check_cuda_engine(replace(cpu, local_size=16), probes(8, mps=False))
+    monkeypatch.delenv("GICBENCH_RANKS_PER_GPU")  # without bind's count: 8 on the one visible
+    with pytest.raises(UnsupportedError, match="MPS is not running"):
+        check_cuda_engine(cpu, probes(8, mps=False))
