@@ -483,7 +483,7 @@ def model_lines(models: list[str], rows: pd.DataFrame) -> list[str]:
     lines = [f"> **Modelled.** NIC model: {md(', '.join(models))}. These rows and figures are "
              "predictions from the model's stated constants (app/fabric/emu/nic_models.toml), "
              "not a measurement of hardware."]
-    if "nic_model_saturated" in rows.columns and rows["nic_model_saturated"].fillna(False).any():
+    if saturation_caveat(rows):
         lines.append("> Rows with *engine below model* = yes: the CPU engine was slower than "
                      "the modelled NIC, so their numbers are the engine's, not the model's.")
     return [*lines, ""]

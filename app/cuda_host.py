@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.resources
 import os
+import re
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -51,13 +52,49 @@ def device_pointer(runtime: Any, host: int) -> int:
 # share a queue are serialised, and a kernel queued behind a spinning one does not start until
 # it ends. Measured on the H200 under MPS, the two-rank in-process loaded test of mini-proxy's
 # GPU producers hung or faulted in 5 of 10 runs with the variable unset, 1 of 22 with 8 or 32.
-HARDWARE_QUEUES = "32"
+CONNECTIONS_VAR = "CUDA_DEVICE_MAX_CONNECTIONS"
+MAX_HARDWARE_QUEUES = 32  # what CUDA takes at most
+HARDWARE_QUEUES = str(MAX_HARDWARE_QUEUES)
 
 
 def reserve_hardware_queues() -> None:
     """Ask for HARDWARE_QUEUES queues in every CUDA context this process creates later, unless
     the user set CUDA_DEVICE_MAX_CONNECTIONS (read when the context is created)."""
-    os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", HARDWARE_QUEUES)
+    os.environ.setdefault(CONNECTIONS_VAR, HARDWARE_QUEUES)
+
+
+# MPS serves a GPU's clients through a bounded number of device connections, and each process
+# takes as many as it asks CUDA for work queues (CUDA_DEVICE_MAX_CONNECTIONS: gicbench asks
+# HARDWARE_QUEUES). On the H200 machine (one GPU) 3 gicbench ranks at 32 started and a
+# 4th was refused ("Reached maximum number of device connections", surfacing as
+# cudaErrorDevicesUnavailable or out of memory at bring-up); 8 ranks started at 4 and at 2, not
+# at 12. So from MPS_RANKS_AT_FULL_CONNECTIONS + 1 ranks on a GPU each process asks for at most
+# its share of MPS_DEVICE_CONNECTIONS (8 x 4 started, 8 x 12 did not).
+MPS_RANKS_AT_FULL_CONNECTIONS = 3
+MPS_DEVICE_CONNECTIONS = 32
+CUDA_DEFAULT_CONNECTIONS = 8
+
+
+def share_mps_connections(sharing: int) -> int | None:
+    """Before this process initialises CUDA (the driver reads the variable when it starts; set
+    later, it has no effect), with `sharing` ranks on its GPU under MPS: above
+    MPS_RANKS_AT_FULL_CONNECTIONS, lower CUDA_DEVICE_MAX_CONNECTIONS to
+    MPS_DEVICE_CONNECTIONS // sharing where it asks for more (a larger value, even the user's,
+    makes MPS refuse ranks). Returns the value in force (None: unset, CUDA's default)."""
+    if sharing > MPS_RANKS_AT_FULL_CONNECTIONS:
+        share = max(1, MPS_DEVICE_CONNECTIONS // sharing)
+        if (connections_in_force() or CUDA_DEFAULT_CONNECTIONS) > share:
+            os.environ[CONNECTIONS_VAR] = str(share)
+    return connections_in_force()
+
+
+def connections_in_force() -> int | None:
+    """CUDA_DEVICE_MAX_CONNECTIONS as this process runs with it: 1..MAX_HARDWARE_QUEUES, else
+    None (unset, or a value CUDA does not take, which leaves it at its default)."""
+    raw = os.environ.get(CONNECTIONS_VAR, "").strip()
+    if not re.fullmatch(r"[0-9]{1,3}", raw, re.ASCII):
+        return None
+    return int(raw) if 1 <= int(raw) <= MAX_HARDWARE_QUEUES else None
 
 
 def launch_stream(cp: Any) -> Any:

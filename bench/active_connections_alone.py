@@ -27,7 +27,7 @@ import sys
 
 from gicbench._native import emu as native
 from gicbench.analysis.fits.plateau import fit_plateau_power_law
-from gicbench.experiments.active_connections import CONTROL
+from gicbench.experiments.active_connections import CONTROL, shares
 from gicbench.experiments.active_connections import ROLE_PATTERN as ROLES
 from gicbench.fabric.emu import nic_model
 from gicbench.mlx5.wqe import write_wqebbs
@@ -36,24 +36,22 @@ KIND_WRITE = 1  # cuda/nic_model.cuh's kWrite
 
 
 def flows(role: str, ranks: int, active: int) -> dict[int, list[tuple[int, int, int]]]:
-    """Per sending NIC, its connections as (responder NIC, own QPN, responder's QPN)."""
-    if role == "send-only":
-        pairs = [(s, s + 1) for s in range(0, ranks - 1, 2)]
-        out = {s: [(d, 1 + k, 1 + k) for k in range(active)] for s, d in pairs}
+    """Per sending NIC, its connections as (responder NIC, own QPN, responder's QPN): the
+    experiment's senders (`shares`), each dealing its connections over its peers in order."""
+    senders = shares(role, ranks, None).senders
+    out: dict[int, list[tuple[int, int, int]]] = {s: [] for s in senders}
+    if role == "send-only":  # pairs: NIC s to s + 1
+        for s in senders:
+            out[s] = [(s + 1, 1 + k, 1 + k) for k in range(active)]
     elif role == "receive-only":  # the receiver's n connections, dealt to the senders
-        senders = list(range(1, ranks))
-        out = {s: [] for s in senders}
         for k in range(active):
             s = senders[k % len(senders)]
             out[s].append((0, 1 + len(out[s]), (s << 16) | (1 + len(out[s]))))
     else:  # connection k to peers[k mod N-1] as the experiment deals them: so the 2-connection
         # control sends every NIC's two to the lowest ranks (NICs 0 and 1 receive 7 each)
-        out = {s: [] for s in range(ranks)}
-        for s in range(ranks):
+        for s in senders:
             peers = [d for d in range(ranks) if d != s]
-            for k in range(active):
-                d = peers[k % len(peers)]
-                out[s].append((d, 1 + k, (s << 16) | (1 + k)))
+            out[s] = [(peers[k % len(peers)], 1 + k, (s << 16) | (1 + k)) for k in range(active)]
     return out
 
 

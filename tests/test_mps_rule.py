@@ -89,7 +89,7 @@ def test_ranks_on_one_gpu_share_its_mps_connections(monkeypatch: pytest.MonkeyPa
 
     from gicbench import platform
     from gicbench.cli.run import share_gpu_connections
-    from gicbench.platform import CONNECTIONS_VAR, MPS_DEVICE_CONNECTIONS
+    from gicbench.cuda_host import CONNECTIONS_VAR, MPS_DEVICE_CONNECTIONS
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setenv(CONNECTIONS_VAR, "32")  # what importing gicbench asks (cuda_host)

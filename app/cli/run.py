@@ -155,10 +155,11 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
 
 def share_gpu_connections() -> None:
     """Ranks sharing a GPU under MPS ask CUDA for few work queues, set before anything of this
-    process initialises CUDA (platform.share_mps_connections)."""
+    process initialises CUDA (cuda_host.share_mps_connections)."""
     import os
 
-    from ..platform import probe_gpus, probe_mps, ranks_per_gpu, share_mps_connections
+    from ..cuda_host import share_mps_connections
+    from ..platform import probe_gpus, probe_mps, ranks_per_gpu
     from ..sweep.bind import launcher_local_size
 
     try:

@@ -7,15 +7,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from ...cuda_host import MPS_DEVICE_CONNECTIONS, connections_in_force
 from ...errors import ConfigError, UnsupportedError
-from ...platform import (
-    MPS_DEVICE_CONNECTIONS,
-    MPS_RULE,
-    Probe,
-    connections_in_force,
-    ranks_per_gpu,
-    visible_gpu_count,
-)
+from ...platform import MPS_RULE, Probe, ranks_per_gpu, visible_gpu_count
 from ..base import Fabric, MemoryDomain, Posting, ProviderCaps
 from ..registry import FabricPlan, Provider, register
 from . import nic_model
