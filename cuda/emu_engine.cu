@@ -189,6 +189,18 @@ constexpr bool kRespPar = GICBENCH_ENGINE_RESP_PAR != 0;
 constexpr bool kLockEarly = GICBENCH_ENGINE_LOCK_EARLY != 0;
 static_assert(kCqPrefetch || (!kServeCache && !kLockEarly),
               "GICBENCH_ENGINE_SERVE_CACHE and _LOCK_EARLY build on GICBENCH_ENGINE_CQ_PREFETCH");
+// 1: a responder of another rank (another process's, through CUDA IPC, or another engine of this
+// process) is checked against that rank's engine tables in GPU memory (its EngineQp's live, state,
+// QPN and pd; its MR mirror), which each engine publishes (cuda_engine.py exports them; the host
+// fills cfg.peer_tables at the exchange), instead of its segment's QP and MR tables in host
+// memory: a chain of dependent PCIe reads (about 1.5 us each) per serve becomes two GPU-memory
+// round trips. The tables say what the segment says: the owner re-reads them at every change
+// before its control call returns, and an engine that moves a peer's QP to ERR writes both. A
+// peer without published tables (cfg.peer_tables[rank].qps null): the segment, as with 0.
+#ifndef GICBENCH_ENGINE_PEER_TABLES
+#define GICBENCH_ENGINE_PEER_TABLES 1
+#endif
+constexpr bool kPeerTables = GICBENCH_ENGINE_PEER_TABLES != 0;
 // 1: lane 0 of the warp that owns QP slot 1 stamps %globaltimer at each stage of every serve of
 // that slot that a doorbell started (the pass's doorbell read, the serve's entry, the core's
 // doorbell step, the record read, the payload stores, the CQEs, the core's serve, the pass's
@@ -275,6 +287,20 @@ __device__ __forceinline__ uint8_t* peer_translate(const PeerMap* pm, int32_t ra
   }
   return nullptr;
 }
+// Another rank's engine tables as mapped here (written by the host at the exchange; qps null:
+// that rank publishes none, or none is mapped yet). hdr: the owner's tables head (kTab* words).
+struct PeerTables {
+  struct EngineQp* qps;
+  el::MrEntry* mrs;
+  const uint64_t* hdr;
+  uint32_t max_qps, max_mrs;
+};
+static_assert(sizeof(PeerTables) == 32, "PeerTables layout");
+// The head of an engine's published tables (GPU memory; cuda_engine.py lays out the block): the
+// MR mirror's count and the QP slots in use as u32 words 0 and 1 (refresh keeps them), then, as
+// u64 words 1..5, the segment's mr/qp/cq/dct/err offsets (written once at launch), so a peer
+// builds its Seg without reading the header across PCIe.
+constexpr uint32_t kTabMrCount = 0, kTabNQps = 1, kTabSegOffs = 1;
 struct Config {  // device memory, written by the host before launch (seg[] also on add_peers)
   uint64_t seg[el::kMaxRanks];  // each rank's segment as mapped in this process (0 = absent)
   int32_t rank, world;
@@ -294,8 +320,10 @@ struct Config {  // device memory, written by the host before launch (seg[] also
   // it reads them (cuda_engine.py add_counters). No system-scope atomic on host memory: this
   // PCIe host has no native host atomics (compute-sanitizer refuses them).
   uint64_t* wcnt;
+  uint64_t* tables_hdr;           // this engine's published tables' head (the kTab* words)
+  const PeerTables* peer_tables;  // kMaxRanks entries: other ranks' tables (kPeerTables)
 };
-static_assert(sizeof(Config) == 8 * el::kMaxRanks + 16 + 11 * 8, "Config layout");
+static_assert(sizeof(Config) == 8 * el::kMaxRanks + 16 + 13 * 8, "Config layout");
 
 // One QP as its warp serves it (device memory; only the owning warp touches it). What a pass
 // reads of every owned QP comes first, in one 32-byte sector: a warp owning many idle QPs
@@ -394,11 +422,18 @@ struct Seg {
   uint8_t* base;
   uint64_t mr_off, qp_off, cq_off, dct_off, err_off;
   int32_t peer;  // another process's rank (its GPU memory goes through the peer map), else -1
+  int32_t rank;  // the segment's rank where the caller said (-1: not said)
   __device__ static Seg of(uint64_t v, int32_t rank = -1) {
     uint8_t* b = reinterpret_cast<uint8_t*>(v & ~kForeign);
     const el::Header* h = reinterpret_cast<const el::Header*>(b);
     return Seg{b, h->mr_off, h->qp_off, h->cq_off, h->dct_off, h->err_off,
-               (v & kForeign) ? rank : -1};
+               (v & kForeign) ? rank : -1, rank};
+  }
+  // The same, its offsets from the owner's published tables (no read of the header).
+  __device__ static Seg at(uint64_t v, int32_t rank, const uint64_t* offs) {
+    return Seg{reinterpret_cast<uint8_t*>(v & ~kForeign), ld_vol(offs), ld_vol(offs + 1),
+               ld_vol(offs + 2), ld_vol(offs + 3), ld_vol(offs + 4),
+               (v & kForeign) ? rank : -1, rank};
   }
   __device__ el::Header* hdr() const { return reinterpret_cast<el::Header*>(base); }
   __device__ el::MrEntry* mrs() const { return reinterpret_cast<el::MrEntry*>(base + mr_off); }
@@ -444,6 +479,22 @@ __device__ __forceinline__ uint8_t* mr_translate(const el::MrEntry* t, uint32_t 
   return mr_check(t[i], base, key, addr, len, need, pd);
 }
 
+// A table entry another engine publishes (a peer's MR mirror, GPU memory), read past this SM's L1
+// in three 16-byte loads (entries are 48 bytes, 16-byte aligned in the mirror).
+__device__ __forceinline__ el::MrEntry ld_mr(const el::MrEntry* e) {
+  static_assert(sizeof(el::MrEntry) == 48, "three 16-byte words");
+  uint4 v[3];
+  const uint4* p = reinterpret_cast<const uint4*>(e);
+#pragma unroll
+  for (int k = 0; k < 3; ++k)
+    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v[k].x), "=r"(v[k].y), "=r"(v[k].z), "=r"(v[k].w)
+                 : "l"(p + k));
+  el::MrEntry m;
+  memcpy(&m, v, sizeof(m));
+  return m;
+}
+
 // ---- CQEs ------------------------------------------------------------------------------------
 // sys: the CQ is in host memory (a CPU may consume it): system-scope fences; a CQ in GPU memory
 // is consumed on this GPU: GPU scope, which orders this thread's (and, cumulatively, the warp's)
@@ -485,6 +536,9 @@ struct Env {
     uint32_t num, pd;
     bool own;      // the responder is this rank: MR lookups use the GPU mirror
     bool foreign;  // the responder is another process: its GPU memory through the peer map
+    const el::MrEntry* mt;  // another rank's MR mirror (its published tables), else null
+    const uint32_t* mt_n;   // that mirror's entry count
+    uint32_t mt_max;        // its entries allocated (an index below it is safe to load)
   };
   bool remote_sys = false;  // a responder is another process's: CQEs after its data fence at
                             // system scope (its GPU is another observer)
@@ -550,22 +604,47 @@ struct Env {
         const uint32_t pq = ld_vol(&p.q.qpn), ppd = ld_vol(&p.q.pd);
         if (ri >= n || !lv || pq != eq.remote_qpn || (rs != el::kRtr && rs != el::kRts))
           return false;
-        r = Resp{self, &self.qps()[ri].rq, eq.remote_qpn, ppd, true, false};
+        r = Resp{self, &self.qps()[ri].rq, eq.remote_qpn, ppd, true, false, nullptr, nullptr, 0};
         return true;
       }
       if (ri >= ld_vol(cfg.n_qps) || !cfg.qps[ri].live) return false;
       const EngineQp& p = cfg.qps[ri];
       const uint32_t rs = ld_vol(&p.state);
       if (p.q.qpn != eq.remote_qpn || (rs != el::kRtr && rs != el::kRts)) return false;
-      r = Resp{self, &self.qps()[ri].rq, eq.remote_qpn, p.q.pd, true, false};
+      r = Resp{self, &self.qps()[ri].rq, eq.remote_qpn, p.q.pd, true, false, nullptr, nullptr, 0};
       return true;
+    }
+    if constexpr (kPeerTables) {
+      const PeerTables t = peer_tables(rr);
+      if (t.qps) return resolve_rc_tables(r, rr, ri, t);
     }
     const Seg ts = Seg::of(cfg.seg[rr], rr);
     if (ri >= ld_vol(&ts.hdr()->n_qps)) return false;
     el::QpEntry& p = ts.qps()[ri];
     const uint32_t rs = ld_acq_sys(&p.state);
     if (ld_vol(&p.qpn) != eq.remote_qpn || (rs != el::kRtr && rs != el::kRts)) return false;
-    r = Resp{ts, &p.rq, eq.remote_qpn, ld_vol(&p.pd), false, (cfg.seg[rr] & kForeign) != 0};
+    r = Resp{ts, &p.rq, eq.remote_qpn, ld_vol(&p.pd), false, (cfg.seg[rr] & kForeign) != 0,
+             nullptr, nullptr, 0};
+    return true;
+  }
+  // Rank rr's published tables as mapped here (qps null: none).
+  __device__ PeerTables peer_tables(int32_t rr) const {
+    const PeerTables* p = &cfg.peer_tables[rr];
+    return PeerTables{ld_vol(&p->qps), ld_vol(&p->mrs), ld_vol(&p->hdr), ld_vol(&p->max_qps),
+                      ld_vol(&p->max_mrs)};
+  }
+  // resolve_rc's checks on rank rr's QP slot ri from its published tables: every word loaded at
+  // once (the slot count, the QP's live, state, QPN and pd, the segment's offsets), GPU memory.
+  __device__ bool resolve_rc_tables(Resp& r, int32_t rr, uint32_t ri, const PeerTables& t) const {
+    if (ri >= t.max_qps) return false;
+    const EngineQp& p = t.qps[ri];
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(t.hdr);
+    const uint32_t n = ld_vol(w + kTabNQps), lv = ld_vol(&p.live), rs = ld_vol(&p.state);
+    const uint32_t pq = ld_vol(&p.q.qpn), ppd = ld_vol(&p.q.pd);
+    const Seg ts = Seg::at(cfg.seg[rr], rr, t.hdr + kTabSegOffs);
+    if (ri >= n || !lv || pq != eq.remote_qpn || (rs != el::kRtr && rs != el::kRts)) return false;
+    r = Resp{ts, &ts.qps()[ri].rq, eq.remote_qpn, ppd, false, (cfg.seg[rr] & kForeign) != 0,
+             t.mrs, w + kTabMrCount, t.max_mrs};
     return true;
   }
 
@@ -588,7 +667,7 @@ struct Env {
         return false;
       }
       r = Resp{ts, &d.rq, ld_vol(&d.dctn), ld_vol(&d.pd), trank == cfg.rank,
-               (cfg.seg[trank] & kForeign) != 0};
+               (cfg.seg[trank] & kForeign) != 0, nullptr, nullptr, 0};
       remote_sys |= r.foreign;
       return true;
     }
@@ -608,12 +687,25 @@ struct Env {
                              uint32_t need) const {
     if (r.own) return local(key, addr, len, need, r.pd);
     const uint32_t i = el::key_index(key);
+    if (kPeerTables && r.mt) {
+      if (i == 0 || i >= r.mt_max) return nullptr;
+      const el::MrEntry m = ld_mr(&r.mt[i]);  // with the count, not after it
+      if (i >= ld_vol(r.mt_n)) return nullptr;
+      return remote_at(r, m, key, addr, len, need);
+    }
     uint8_t* p = mr_translate(r.ts.mrs(), ld_vol(&r.ts.hdr()->n_mrs), r.ts.base, key, addr, len,
                               need, r.pd);
     // Another process's GPU-memory MR: checked above against its table; `addr` is its GPU
     // address there, mapped here through CUDA IPC (or out of reach: nullptr).
     if (p && r.ts.peer >= 0 && ld_vol(&r.ts.mrs()[i].reserved))
       return peer_translate(cfg.peer_map, r.ts.peer, addr, len);
+    return p;
+  }
+  // remote() through `m`, a copy of the responder's table entry key_index(key) (its mirror's).
+  __device__ uint8_t* remote_at(const Resp& r, const el::MrEntry& m, uint32_t key, uint64_t addr,
+                                uint64_t len, uint32_t need) const {
+    uint8_t* p = mr_check(m, r.ts.base, key, addr, len, need, r.pd);
+    if (p && r.ts.peer >= 0 && m.reserved) return peer_translate(cfg.peer_map, r.ts.peer, addr, len);
     return p;
   }
 
@@ -705,6 +797,10 @@ struct Env {
       if (st == el::kErr || st == el::kReset) continue;
       st_rel_sys(&q.state, static_cast<uint32_t>(el::kErr));
       if (own && i < cfg.max_qps) st_vol(&cfg.qps[i].state, static_cast<uint32_t>(el::kErr));
+      if (kPeerTables && !own && s.rank >= 0) {  // what peers' engines check (resolve_rc_tables)
+        const PeerTables t = peer_tables(s.rank);
+        if (t.qps && i < t.max_qps) st_rel_sys(&t.qps[i].state, static_cast<uint32_t>(el::kErr));
+      }
       if (own && i == el::num_index(eq.q.qpn)) state = el::kErr;
       s.count(el::kCntQpFatal);
       s.push_error(el::kErrQpFatal, q.qpn, st, el::kErr, cqn, cfg.rank);
@@ -985,8 +1081,9 @@ __device__ __forceinline__ Lane check_plain(Env& env, const Fast& f, const Env::
     }
   }
   if (len) {
-    if (resp.own && mc.index && el::key_index(rkey) == mc.index)  // the own table's entry
-      l.dst = mr_check(mc.m, f.base, rkey, raddr, len, el::kRemoteWrite, resp.pd);
+    if (mc.index && el::key_index(rkey) == mc.index)  // the entry read once for the batch
+      l.dst = resp.own ? mr_check(mc.m, f.base, rkey, raddr, len, el::kRemoteWrite, resp.pd)
+                       : env.remote_at(resp, mc.m, rkey, raddr, len, el::kRemoteWrite);
     else
       l.dst = env.remote(resp, rkey, raddr, len, el::kRemoteWrite);
     if (!l.dst) return l;
@@ -1171,6 +1268,9 @@ __device__ uint32_t run_batch(Env& env, EngineQp& eq, uint32_t lane, bool* more,
         mc.m = f.mrs[i];
 #endif
         mc.index = i;
+      } else if (kPeerTables && resp_ok && resp.mt && i != 0 && i < resp.mt_max) {
+        mc.m = ld_mr(&resp.mt[i]);  // another rank's mirror entry, loaded with its count
+        if (i < ld_vol(resp.mt_n)) mc.index = i;
       }
     }
 #pragma unroll
@@ -1513,6 +1613,14 @@ extern "C" __global__ void __launch_bounds__(kCtaThreads, 1) gicbench_emu_engine
   uint32_t gen_seen = 0xffffffffu, q_req = 0, q_acked = 0, idle_run = 0;
   bool q_pending = false;
   uint64_t pass = 0, served = 0, since_flush = 0;
+  if (w == 0 && lane == 0) {  // the segment's offsets, for peers (PeerTables), before any ack
+    uint64_t* o = cfg.tables_hdr + kTabSegOffs;
+    st_vol(o, self.mr_off);
+    st_vol(o + 1, self.qp_off);
+    st_vol(o + 2, self.cq_off);
+    st_vol(o + 3, self.dct_off);
+    st_vol(o + 4, self.err_off);
+  }
   if (lane == 0) {
     q_acked = ld_vol(&ack.quiesce);
     st_vol(&ack.resident, 1u);

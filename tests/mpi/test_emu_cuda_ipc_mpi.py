@@ -21,7 +21,7 @@ from gpu_helpers import cupy_or_skip
 
 from gicbench.fabric.base import Access, host_view
 from gicbench.fabric.emu import EmuFabric, segment_bytes_for
-from gicbench.fabric.emu.cuda_engine import arena_bytes
+from gicbench.fabric.emu.cuda_engine import TABLES_WHAT, arena_bytes
 from gicbench.mlx5 import (
     SND_DBR,
     Opcode,
@@ -107,8 +107,10 @@ def test_engine_reaches_a_peer_process_gpu_memory(cp: Any, comm: Any) -> None:
             qps = [f.create_qp(cq, 64, rq_wqes=16) for _ in range(NQ)]
             acc = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
             mr = f.register(MR_BYTES, acc | Access.REMOTE_ATOMIC, domain="device")
-            # the CQ and the MR; with an arena (ARENA_ENV), the arena they were carved from
-            assert len(f.local_info()["ipc"]) == (1 if arena else 2)
+            # the engine's tables (peers check their responder there), and the CQ and the MR;
+            # with an arena (ARENA_ENV), the arena they were carved from
+            whats = [e["what"] for e in f.local_info()["ipc"]]
+            assert whats[0] == TABLES_WHAT and len(whats) == (2 if arena else 3), whats
         else:
             cq = f.create_cq(64)
             qps = [f.create_qp(cq, 64) for _ in range(NQ)]

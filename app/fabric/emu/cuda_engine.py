@@ -72,6 +72,13 @@ CQ_SET_CI = 0  # mlx5: the consumer index word of a CQ's record
 MAX_PEER_RANGES = 4096
 PEER_RANGE_BYTES = 32  # PeerRange: lo, len, local, rank, pad
 _IPC_LAZY_ENABLE_PEER_ACCESS = 1  # cudaIpcMemLazyEnablePeerAccess
+# The engine tables peers' engines read (emu_engine.cu's PeerTables, GICBENCH_ENGINE_PEER_TABLES):
+# one allocation of the head (MR count, QP slots in use, the segment's table offsets), the
+# per-QP engine state and the MR mirror, exported with the device objects.
+TABLES_HEAD_BYTES = 64
+TABLES_WHAT = "engine tables"
+PEER_TABLES_BYTES = 32  # PeerTables: qps, mrs, hdr, max_qps, max_mrs
+MR_ENTRY_BYTES = 48  # emu_layout.hpp's MrEntry
 
 
 def arena_bytes() -> int:
@@ -272,7 +279,9 @@ class CudaEngine:
             CudaEngine._modules[cc] = (module, module.get_function(KERNEL), sizes.get())
         self.module, self.kernel, sz = CudaEngine._modules[cc]
         qp_b, cfg_b, ack_b, place_b, mr_b, devcq_b, ncnt = (int(x) for x in sz[:7])
-        if (ack_b, place_b, mr_b, devcq_b) != (ACK_WORDS * 4, PLACE_BYTES, 48, DEVCQ_BYTES):
+        self._qp_b = qp_b
+        if (ack_b, place_b, mr_b, devcq_b) != (ACK_WORDS * 4, PLACE_BYTES, MR_ENTRY_BYTES,
+                                               DEVCQ_BYTES):  # fmt: skip
             raise FabricError(f"emu_engine.cu layouts differ from cuda_engine.py: {sz.tolist()}")
         if ncnt != len(nic.counters()):
             raise FabricError(
@@ -307,11 +316,24 @@ class CudaEngine:
             self.nwarps, ACK_WORDS
         )
         self.acks[:] = 0
-        # GPU memory: per-QP engine state and placement, the MR mirror, the config.
-        self.qps = cp.zeros(max_qps * qp_b, dtype=cp.uint8)
+        # GPU memory: the tables peers read (head, per-QP engine state, MR mirror: one
+        # allocation of its own, so its IPC handle maps exactly it), placement, the config.
+        self._exports: list[dict[str, Any]] = []  # GPU memory peers may map (ipc_export)
+        qps_at = TABLES_HEAD_BYTES
+        mrs_at = qps_at + -(-max_qps * qp_b // ARENA_ALIGN) * ARENA_ALIGN
+        tab_bytes = mrs_at + max_mrs * mr_b
+        self._tables = cp.cuda.memory.Memory(tab_bytes)
+        self.tables = int(self._tables.ptr)
+        rt.memsetAsync(self.tables, 0, tab_bytes, self.ctl_stream.ptr)
+        self.ctl_stream.synchronize()
+        self._exports.append({"addr": self.tables, "bytes": tab_bytes, "what": TABLES_WHAT,
+                              "handle": None,
+                              "tables": {"qps": qps_at, "mrs": mrs_at, "max_qps": max_qps,
+                                         "max_mrs": max_mrs}})  # fmt: skip
+        self.own_tables = (self.tables + qps_at, self.tables + mrs_at, self.tables, max_qps,
+                           max_mrs)  # fmt: skip
         self.place = cp.zeros((max_qps, 4), dtype=cp.uint64)
-        self.mr_mirror = cp.zeros(max_mrs * mr_b, dtype=cp.uint8)
-        self.words = cp.zeros(2, dtype=cp.uint32)  # mr_count, n_qps
+        self.peer_tables = cp.zeros(MAX_RANKS * PEER_TABLES_BYTES, dtype=cp.uint8)
         self.cq_dev = cp.zeros(max_cqs, dtype=cp.uint64)  # own CQ slot -> its DevCq (0: none)
         self.ctl_mirror = cp.zeros(8, dtype=cp.uint32)  # the control block as warps read it
         # Per warp, running totals of its own-segment counts (add_counters sums them).
@@ -319,10 +341,10 @@ class CudaEngine:
         self.wcnt = cp.zeros(self.nwarps * ncnt, dtype=cp.uint64)
         # Peers: n, shared, then MAX_PEER_RANGES PeerRanges (written by ipc_import).
         self.peer_map = cp.zeros(8 + MAX_PEER_RANGES * PEER_RANGE_BYTES, dtype=cp.uint8)
-        self._exports: list[dict[str, Any]] = []  # GPU memory peers may map (ipc_export)
         self._opened: dict[tuple[int, int], int] = {}  # (rank, owner address) -> mapped here
         self._n_ranges = 0
         self._dev_bufs: list[Any] = []  # GPU memory handed out (kept until close)
+        self._dev_bufs.append(self._tables)  # freed as the exported objects are
         self._gpu_ranges = AddressRanges()  # [lo, hi) of every alloc(): GPU memory
         self._db_page: Any = None  # GPU doorbell registers, one per QP slot, made on demand
         # The arena (ARENA_ENV), allocated before the launch; alloc() carves from it. Its own
@@ -335,11 +357,12 @@ class CudaEngine:
         meta = cfg[MAX_RANKS:]
         meta.view(np.int32)[:2] = (rank, world)
         meta.view(np.uint32)[2:4] = (os.getpid() & 0xFFFFFFFF, max_qps)
-        ptrs = [self._ctl_dev(), self._acks_dev(), self.place.data.ptr, self.qps.data.ptr,
-                self.mr_mirror.data.ptr, self.words.data.ptr, self.words.data.ptr + 4,
+        ptrs = [self._ctl_dev(), self._acks_dev(), self.place.data.ptr, self.tables + qps_at,
+                self.tables + mrs_at, self.tables, self.tables + 4,
                 self.cq_dev.data.ptr, self.ctl_mirror.data.ptr,
-                self.peer_map.data.ptr, self.wcnt.data.ptr]  # fmt: skip
-        meta[2:13] = ptrs
+                self.peer_map.data.ptr, self.wcnt.data.ptr, self.tables,
+                self.peer_tables.data.ptr]  # fmt: skip
+        meta[2 : 2 + len(ptrs)] = ptrs
         self.cfg = cp.asarray(cfg)
         cp.cuda.Stream.null.synchronize()  # in place before the launch (never the device: other
         self.ctl_stream.synchronize()  # engines of this process may be running)
@@ -521,7 +544,7 @@ class CudaEngine:
                 except Exception as err:  # CUDARuntimeError
                     raise FabricError(f"emu rank {self.rank}: cudaIpcGetMemHandle of its "
                                       f"{e['what']} at {e['addr']:#x}: {err}") from err  # fmt: skip
-            out.append({k: e[k] for k in ("addr", "bytes", "what", "handle")})
+            out.append({k: e[k] for k in ("addr", "bytes", "what", "handle", "tables") if k in e})
         return out
 
     def ipc_import(self, rank: int, exports: list[dict[str, Any]]) -> int:
@@ -533,6 +556,9 @@ class CudaEngine:
         for e in exports:
             key = (rank, int(e["addr"]))
             if key in self._opened:
+                continue
+            if "tables" in e:  # not a peer range: the engine reads it through cfg.peer_tables
+                self._import_tables(rank, e)
                 continue
             if self._n_ranges + len(new) >= MAX_PEER_RANGES:
                 raise FabricError(
@@ -558,6 +584,39 @@ class CudaEngine:
         self._n_ranges += len(new)  # the entries land before the count that covers them
         self.write(self.peer_map.data.ptr, np.array([self._n_ranges], np.uint32))
         return len(new)
+
+    def _import_tables(self, rank: int, e: dict[str, Any]) -> None:
+        """Map rank `rank`'s published engine tables (an ipc_export entry with "tables") and
+        point cfg.peer_tables[rank] at them."""
+        t, n = e["tables"], int(e["bytes"])
+        try:
+            qps, mrs, max_qps, max_mrs = (int(t[k]) for k in ("qps", "mrs", "max_qps", "max_mrs"))
+        except (KeyError, TypeError, ValueError) as err:
+            raise FabricError(f"emu rank {self.rank}: rank {rank}'s {TABLES_WHAT}: {t!r} is not "
+                              "its layout (qps, mrs, max_qps, max_mrs)") from err  # fmt: skip
+        fits = qps >= TABLES_HEAD_BYTES and qps + max_qps * self._qp_b <= mrs
+        if not (fits and mrs + max_mrs * MR_ENTRY_BYTES <= n):
+            raise FabricError(
+                f"emu rank {self.rank}: rank {rank}'s {TABLES_WHAT} layout {t!r} does not fit "
+                f"its {n} bytes (another build of the engine?)"
+            )
+        rt = self.cp.cuda.runtime
+        try:
+            handle = bytes.fromhex(e["handle"])
+            local = int(rt.ipcOpenMemHandle(handle, _IPC_LAZY_ENABLE_PEER_ACCESS))
+        except Exception as err:  # CUDARuntimeError
+            raise FabricError(f"emu rank {self.rank}: cudaIpcOpenMemHandle of rank {rank}'s "
+                              f"{TABLES_WHAT} ({n} bytes): {err}") from err  # fmt: skip
+        self._opened[(rank, int(e["addr"]))] = local
+        self.set_peer_tables(rank, (local + qps, local + mrs, local, max_qps, max_mrs))
+
+    def set_peer_tables(self, rank: int, tables: tuple[int, int, int, int, int]) -> None:
+        """cfg.peer_tables[rank] = (qps, mrs, hdr, max_qps, max_mrs) as mapped here (a rank of
+        this process: its engine's own_tables)."""
+        w = np.zeros(PEER_TABLES_BYTES // 8, np.uint64)
+        w[:3] = tables[:3]
+        w.view(np.uint32)[6:8] = tables[3:]
+        self.write(self.peer_tables.data.ptr + PEER_TABLES_BYTES * rank, w)
 
     def ipc_close(self) -> None:
         """Close every peer mapping (after the kernel stopped: nothing reads them then)."""

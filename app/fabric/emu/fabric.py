@@ -454,6 +454,7 @@ class EmuFabric(Fabric):
             owner = next((f for f in EmuFabric._open if f.job == self.job and f.rank == r), None)
             if owner is not None and owner._cuda is not None:
                 self._cuda.add_peer_mapped(r, owner._cuda.base_dev)
+                self._cuda.set_peer_tables(r, owner._cuda.own_tables)
                 return
         self._cuda.add_peer(r, int(self._nic.seg_base(r)), int(info["bytes"]), foreign=True)
         self._cuda.ipc_import(r, info.get("ipc", []))
