@@ -227,16 +227,64 @@ __device__ __forceinline__ uint32_t write_wqebbs(bool inl, uint32_t len, bool dc
   return ds > m5::kDsMask ? 0 : m5::ds_to_wqebbs(ds);
 }
 
-// Build the write at producer index `pi` from registers: body segments first, the control
-// segment last, each one 16-byte store; returns the doorbell value (the first 8 bytes of its
-// control segment). `P`: Payload (read from memory as it is stored) or StagedPayload (on chip).
-template <class P>
-__device__ __forceinline__ uint64_t build_write_q(const SendQp& q, uint32_t pi, uint64_t raddr,
-                                                  bool inl, uint32_t length, const P& p,
-                                                  uint64_t laddr, bool signaled) {
-  const Ring r{q.sq, q.mask};
-  uint4 h = make_uint4(0, 0, 0, 0);
-  if (inl) h = p.head();  // loaded before the first store (it may not pass one)
+// The words of a write that do not depend on its producer index (where it goes, its length, its
+// keys, its control word but the index): composed once, e.g. before a timer, so that building
+// the WQE at an index is its stores and the index's few operations (emit_write).
+struct WriteShape {
+  uint4 raddr;    // the remote address segment
+  uint4 data;     // pointer payload: the data segment; inline: .x the inline segment's header
+  uint32_t w1;    // control segment word 1 (big-endian): QPN, segment count
+  uint32_t z;     // control segment word 2: fm_ce_se (signaled)
+  uint32_t nseg;  // inline segments (0: a pointer payload)
+  uint32_t bbs;   // WQEBBs
+};
+
+__device__ __forceinline__ WriteShape shape_write(const SendQp& q, uint64_t raddr, bool inl,
+                                                  uint32_t length, uint64_t laddr,
+                                                  bool signaled) {
+  WriteShape w;
+  w.raddr = make_uint4(m5::bswap32(static_cast<uint32_t>(raddr >> 32)),
+                       m5::bswap32(static_cast<uint32_t>(raddr)), q.rkey_be, 0);
+  w.nseg = inl ? m5::inline_seg_ds(length) : 0;
+  w.data = inl ? make_uint4(m5::bswap32(length | m5::kInlineFlag), 0, 0, 0)
+               : make_uint4(m5::bswap32(length), q.lkey_be,
+                            m5::bswap32(static_cast<uint32_t>(laddr >> 32)),
+                            m5::bswap32(static_cast<uint32_t>(laddr)));
+  const uint32_t ds = write_ds(inl, length, q.dc);
+  w.w1 = m5::bswap32((q.qpn << 8) | (ds & m5::kDsMask));
+  w.bbs = m5::ds_to_wqebbs(ds);
+  w.z = static_cast<uint32_t>(signaled ? m5::kCqUpdate : 0) << 24;
+  return w;
+}
+
+// Keep a shape's words in registers from here on (a compiler barrier for values): code after it
+// cannot recompute them from their sources, so a timer started after it times the stores.
+__device__ __forceinline__ void pin_shape(WriteShape& w) {
+  asm volatile("" : "+r"(w.raddr.x), "+r"(w.raddr.y), "+r"(w.raddr.z), "+r"(w.data.x),
+                    "+r"(w.data.y), "+r"(w.data.z), "+r"(w.data.w), "+r"(w.w1), "+r"(w.z),
+                    "+r"(w.nseg), "+r"(w.bbs));
+}
+
+// A WQE's 16-byte segments stored at its slot: `Linear` when the WQE ends before the SQ's end
+// (offsets from one address: no arithmetic a store), `Ring` otherwise (each segment wraps).
+struct LinearSlot {
+  uint8_t* wqe;
+  __device__ void put_seg(uint32_t, uint32_t seg, uint4 v) const {
+    st_global_v4(wqe + seg * m5::kSegBytes, v);
+  }
+};
+
+template <class P, class Slot>
+__device__ __forceinline__ uint64_t emit_into(const Slot& r, const SendQp& q, const WriteShape& w,
+                                              uint32_t pi, const P& p) {
+  const bool inl = w.nseg != 0;
+  uint4 h = w.data;
+  if (inl) {  // loaded before the first store (it may not pass one)
+    const uint4 head = p.head();
+    h.y = head.y;
+    h.z = head.z;
+    h.w = head.w;
+  }
   uint32_t seg = 1;  // after ctrl
   if (q.dc) {
     r.put_seg(pi, seg, make_uint4(q.dc_key_hi_be, q.dc_key_lo_be, q.dctn_be, q.lid_word));
@@ -244,26 +292,51 @@ __device__ __forceinline__ uint64_t build_write_q(const SendQp& q, uint32_t pi, 
     r.put_seg(pi, seg + 2, make_uint4(0, 0, 0, 0));
     seg += m5::kDsAvFull;
   }
-  r.put_seg(pi, seg++,
-            make_uint4(m5::bswap32(static_cast<uint32_t>(raddr >> 32)),
-                       m5::bswap32(static_cast<uint32_t>(raddr)), q.rkey_be, 0));
-  if (inl) {
-    h.x = m5::bswap32(length | m5::kInlineFlag);
-    r.put_seg(pi, seg, h);
-    const uint32_t nseg = m5::inline_seg_ds(length);
-    for (uint32_t k = 1; k < nseg; ++k) r.put_seg(pi, seg + k, p.seg(k));
-    seg += nseg;
-  } else {
-    r.put_seg(pi, seg++,
-              make_uint4(m5::bswap32(length), q.lkey_be,
-                         m5::bswap32(static_cast<uint32_t>(laddr >> 32)),
-                         m5::bswap32(static_cast<uint32_t>(laddr))));
-  }
+  r.put_seg(pi, seg++, w.raddr);
+  r.put_seg(pi, seg, h);
+  for (uint32_t k = 1; k < w.nseg; ++k) r.put_seg(pi, seg + k, p.seg(k));
   const uint32_t w0 = m5::bswap32(((pi & 0xffff) << 8) | m5::kOpRdmaWrite);
-  const uint32_t w1 = m5::bswap32((q.qpn << 8) | (seg & m5::kDsMask));
   compiler_barrier();  // the body is emitted before the control segment
-  r.put_seg(pi, 0, make_uint4(w0, w1, static_cast<uint32_t>(signaled ? m5::kCqUpdate : 0) << 24, 0));
-  return (static_cast<uint64_t>(w1) << 32) | w0;
+  r.put_seg(pi, 0, make_uint4(w0, w.w1, w.z, 0));
+  return (static_cast<uint64_t>(w.w1) << 32) | w0;
+}
+
+// Build the write of shape `w` at producer index `pi` from registers: body segments first, the
+// control segment last, each one 16-byte store; returns the doorbell value (the first 8 bytes of
+// its control segment). `P`: Payload (read from memory as it is stored) or StagedPayload (on
+// chip), for inline payloads.
+template <class P>
+__device__ __forceinline__ uint64_t emit_write(const SendQp& q, const WriteShape& w, uint32_t pi,
+                                               const P& p) {
+  const uint32_t at = (pi * m5::kWqebbBytes) & q.mask;
+  if (w.bbs == 1 && !q.dc) {  // the common write: ctrl, raddr, one or two payload segments
+    uint8_t* wqe = q.sq + at;  // one WQEBB never wraps
+    uint4 h = w.data;
+    if (w.nseg) {
+      const uint4 head = p.head();
+      h.y = head.y;
+      h.z = head.z;
+      h.w = head.w;
+    }
+    st_global_v4(wqe + m5::kSegBytes, w.raddr);
+    st_global_v4(wqe + 2 * m5::kSegBytes, h);
+    if (w.nseg == 2) st_global_v4(wqe + 3 * m5::kSegBytes, p.seg(1));
+    const uint32_t w0 = m5::bswap32(((pi & 0xffff) << 8) | m5::kOpRdmaWrite);
+    compiler_barrier();  // the body is emitted before the control segment
+    st_global_v4(wqe, make_uint4(w0, w.w1, w.z, 0));
+    return (static_cast<uint64_t>(w.w1) << 32) | w0;
+  }
+  const uint32_t end = at + w.bbs * m5::kWqebbBytes;
+  if (end <= q.mask + 1) return emit_into(LinearSlot{q.sq + at}, q, w, pi, p);
+  return emit_into(Ring{q.sq, q.mask}, q, w, pi, p);
+}
+
+// Build the write at producer index `pi` from registers (shape_write, then emit_write).
+template <class P>
+__device__ __forceinline__ uint64_t build_write_q(const SendQp& q, uint32_t pi, uint64_t raddr,
+                                                  bool inl, uint32_t length, const P& p,
+                                                  uint64_t laddr, bool signaled) {
+  return emit_write(q, shape_write(q, raddr, inl, length, laddr, signaled), pi, p);
 }
 
 // Build the write at producer index `pi` of lane `l` (the lane's columns loaded first).
