@@ -406,6 +406,12 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
   uint32_t cur = 0xffffffffu, bbs = 0, base = 0, lane_wqes = 0, known_retired = 0, own_resv = 0;
   bool known = false, host_db = false;
   uint64_t slots = 1;
+  // A thread alone on one lane, posting 8-byte inline writes: its payloads are copied on chip
+  // kAhead messages ahead (PayloadAhead); its message numbers on the lane are consecutive.
+  __shared__ alignas(16) uint64_t ahead_slots[kAheadThreads * 2 * kAhead];
+  PayloadAhead ah{static_cast<uint32_t>(__cvta_generic_to_shared(
+      &ahead_slots[(threadIdx.x % kAheadThreads) * 2 * kAhead]))};
+  bool ahead = false;
   SendQp q{};
   QpState* s = nullptr;
   while (posted < total && ok) {
@@ -423,6 +429,8 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
       slots = q.region / size > 0 ? q.region / size : 1;
       known = false;
       if (owned && leader) own_resv = ld_volatile32(&s->resv);
+      ahead = !warp_mode && owned && n == 1 && inl && size == 8 && slots <= 0xffffffffu &&
+              threadIdx.x < kAheadThreads && (q.src_dev & 7) == 0;
     }
     const uint64_t room_left = total - posted < visit_left ? total - posted : visit_left;
     const uint32_t count = static_cast<uint32_t>(room_left < batch ? room_left : batch);
@@ -472,13 +480,22 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
     // build: a warp builds WQEs lane_id, lane_id + usize, ...; a thread all of its batch
     uint64_t db = 0;
     const uint32_t step = warp_mode ? usize : 1;
+    const uint32_t k0 = (start - base) / bbs;  // the lane's WQE number of the chain's first
     for (uint32_t j = warp_mode ? lane_id : 0; j < count; j += step) {
       const uint32_t pi = start + j * bbs;
-      const uint32_t k = (pi - base) / bbs;  // the lane's WQE number in this call
+      const uint32_t k = k0 + j;  // the lane's WQE number in this call
       const bool sig = (k + 1) % signal_every == 0 || k + 1 == lane_wqes;
-      const uint64_t off = (k % slots) * size;
-      const ConstPayload p{reinterpret_cast<const uint8_t*>(q.src_dev) + off, size};
-      db = build_write_q(q, pi, q.dst + off, inl != 0, size, p, q.src_addr + off, sig);
+      if (ahead) {
+        const uint32_t sl = static_cast<uint32_t>(slots);
+        const uint8_t* src = reinterpret_cast<const uint8_t*>(q.src_dev);
+        const uint4 h = ah.take(k, [&](uint32_t m) { return src + (m % sl) * 8ull; });
+        const uint64_t off = (k % sl) * 8ull;
+        db = build_write_q(q, pi, q.dst + off, true, 8u, HeadPayload{h}, q.src_addr + off, sig);
+      } else {
+        const uint64_t off = (k % slots) * size;
+        const ConstPayload p{reinterpret_cast<const uint8_t*>(q.src_dev) + off, size};
+        db = build_write_q(q, pi, q.dst + off, inl != 0, size, p, q.src_addr + off, sig);
+      }
       if (host_db && !kMarkAfterFence)  // each builder publishes its own WQE
         mark_ready(q.ready + (pi & (q.wqebbs - 1)), static_cast<uint64_t>(pi + bbs));
     }
@@ -534,6 +551,7 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
     }
     if (warp_mode) ok = __shfl_sync(mask, ok, 0);
   }
+  if (ahead) ah.finish();  // no copy still landing in shared memory when the thread leaves
   if (!leader) return;
   // drain: every lane of this unit retired up to what the unit posted on it (shared lane) or
   // up to everything reserved on it (lanes it owns)

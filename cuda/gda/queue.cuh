@@ -208,6 +208,42 @@ struct ConstPayload {
   }
 };
 
+// 8-byte inline payloads of a thread's next messages on one lane, copied into shared memory
+// kAhead messages before they are posted (cp.async: the thread never waits on a load the WQE's
+// store needs; one exposed global load a WQE held one thread to ~2 M msg/s whatever its batch).
+// A ring of 2 x kAhead slots: a slot is refilled kAhead messages after it was read. `k` is the
+// message whose copy the ring expects to be used next; another message restarts the ring there.
+constexpr uint32_t kAhead = 8;
+constexpr uint32_t kAheadThreads = 128;  // threads of a block with a ring (msg-rate's blocks)
+struct PayloadAhead {
+  uint32_t ring;  // shared-window address of this thread's 2 x kAhead 8-byte slots
+  uint32_t k = 0;
+  bool live = false;
+  // src(m): the device address of message m's 8 bytes.
+  template <class Src>
+  __device__ uint4 take(uint32_t m, const Src& src) {
+    if (!live || k != m) {
+      cp_async_wait<0>();  // copies into the slots of an earlier run are done
+      for (uint32_t u = 0; u < kAhead; ++u) cp_async8(slot(m + u), src(m + u));
+      live = true;
+    }
+    cp_async_wait<kAhead - 1>();  // message m's copy (the oldest in flight) has landed
+    const uint2 v = ld_shared_v2(slot(m));
+    cp_async8(slot(m + kAhead), src(m + kAhead));
+    k = m + 1;
+    return make_uint4(0, v.x, v.y, 0);
+  }
+  __device__ uint32_t slot(uint32_t m) const { return ring + (m & (2 * kAhead - 1)) * 8; }
+  __device__ void finish() const { cp_async_wait<0>(); }
+};
+
+// An inline payload whose first segment's words are already in registers (PayloadAhead).
+struct HeadPayload {
+  uint4 first;
+  __device__ uint4 head() const { return first; }
+  __device__ uint4 seg(uint32_t) const { return make_uint4(0, 0, 0, 0); }  // one segment only
+};
+
 // An inline payload staged on chip before the timed build: its first segment's words in
 // registers, the rest in shared memory laid out as the segments are (payload word j at word
 // j + 1, so segment k is one 16-byte shared load). stage_inline fills it.

@@ -86,6 +86,21 @@ __device__ __forceinline__ void st_release_sys64(void* p, uint64_t v) {
 // One 16-byte store (a WQE segment): the widest store either placement of an SQ takes (GPU
 // memory or host memory mapped across PCIe); p is 16-byte aligned. Weak: the ordering before the
 // doorbell is what orders it.
+// An 8-byte asynchronous copy from global to shared memory (sm_80+): the thread does not wait
+// for it; cp_async_wait<N>() waits until at most N of its committed groups are still in flight.
+__device__ __forceinline__ void cp_async8(uint32_t sa, const void* g) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(sa), "l"(g) : "memory");
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ uint2 ld_shared_v2(uint32_t sa) {
+  uint2 v;
+  asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(sa) : "memory");
+  return v;
+}
 __device__ __forceinline__ void st_global_v4(void* p, uint4 v) {
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
                "r"(v.w)
