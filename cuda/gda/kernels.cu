@@ -412,6 +412,9 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
   PayloadAhead ah{static_cast<uint32_t>(__cvta_generic_to_shared(
       &ahead_slots[(threadIdx.x % kAheadThreads) * 2 * kAhead]))};
   bool ahead = false;
+  // A thread's running place (WQE number, signaling phase, slice) after its last chain.
+  uint32_t run_k = 0xffffffffu, run_phase = 0;
+  uint64_t run_slice = 0;
   SendQp q{};
   QpState* s = nullptr;
   while (posted < total && ok) {
@@ -431,6 +434,12 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
       if (owned && leader) own_resv = ld_volatile32(&s->resv);
       ahead = !warp_mode && owned && n == 1 && inl && size == 8 && slots <= 0xffffffffu &&
               threadIdx.x < kAheadThreads && (q.src_dev & 7) == 0;
+      run_k = 0xffffffffu;  // another lane: its places are computed afresh
+      if (ahead) {
+        ah.src = reinterpret_cast<const uint8_t*>(q.src_dev);
+        ah.slots = static_cast<uint32_t>(slots);
+        ah.live = false;
+      }
     }
     const uint64_t room_left = total - posted < visit_left ? total - posted : visit_left;
     const uint32_t count = static_cast<uint32_t>(room_left < batch ? room_left : batch);
@@ -480,24 +489,41 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
     // build: a warp builds WQEs lane_id, lane_id + usize, ...; a thread all of its batch
     uint64_t db = 0;
     const uint32_t step = warp_mode ? usize : 1;
-    const uint32_t k0 = (start - base) / bbs;  // the lane's WQE number of the chain's first
-    for (uint32_t j = warp_mode ? lane_id : 0; j < count; j += step) {
+    // The chain's first WQE number on the lane; each WQE's place in the signaling period and
+    // its slice by steps, carried from a thread's last chain when this one continues it (no
+    // division a WQE or a chain: one thread's posting is bound by its instructions' latency).
+    const uint32_t j0 = warp_mode ? lane_id : 0;
+    const uint32_t kc = bbs == 1 ? start - base : (start - base) / bbs;
+    if (warp_mode || kc != run_k) {
+      run_phase = (kc + j0 + 1) % signal_every;  // 0: the WQE is signaled
+      run_slice = (kc + j0) % slots;
+    }
+    uint32_t phase = run_phase;
+    uint64_t slice = run_slice;
+    const uint32_t phase_step = warp_mode ? step % signal_every : 1;
+    const uint64_t slice_step = warp_mode ? step % slots : 1;
+    for (uint32_t j = j0, k = kc + j0; j < count; j += step, k += step) {
       const uint32_t pi = start + j * bbs;
-      const uint32_t k = k0 + j;  // the lane's WQE number in this call
-      const bool sig = (k + 1) % signal_every == 0 || k + 1 == lane_wqes;
+      const bool sig = phase == 0 || k + 1 == lane_wqes;
+      const uint64_t off = slice * size;
       if (ahead) {
-        const uint32_t sl = static_cast<uint32_t>(slots);
-        const uint8_t* src = reinterpret_cast<const uint8_t*>(q.src_dev);
-        const uint4 h = ah.take(k, [&](uint32_t m) { return src + (m % sl) * 8ull; });
-        const uint64_t off = (k % sl) * 8ull;
+        const uint4 h = ah.take(k);
         db = build_write_q(q, pi, q.dst + off, true, 8u, HeadPayload{h}, q.src_addr + off, sig);
       } else {
-        const uint64_t off = (k % slots) * size;
         const ConstPayload p{reinterpret_cast<const uint8_t*>(q.src_dev) + off, size};
         db = build_write_q(q, pi, q.dst + off, inl != 0, size, p, q.src_addr + off, sig);
       }
+      phase += phase_step;
+      if (phase >= signal_every) phase -= signal_every;
+      slice += slice_step;
+      if (slice >= slots) slice -= slots;
       if (host_db && !kMarkAfterFence)  // each builder publishes its own WQE
         mark_ready(q.ready + (pi & (q.wqebbs - 1)), static_cast<uint64_t>(pi + bbs));
+    }
+    if (!warp_mode) {  // where this thread's next chain on the lane continues
+      run_k = kc + count;
+      run_phase = phase;
+      run_slice = slice;
     }
     if (host_db && kMarkAfterFence) {  // each builder's WQEs: one fence, then their slots
       mark_fence();

@@ -216,20 +216,30 @@ struct ConstPayload {
 constexpr uint32_t kAhead = 8;
 constexpr uint32_t kAheadThreads = 128;  // threads of a block with a ring (msg-rate's blocks)
 struct PayloadAhead {
-  uint32_t ring;  // shared-window address of this thread's 2 x kAhead 8-byte slots
-  uint32_t k = 0;
+  uint32_t ring;           // shared-window address of this thread's 2 x kAhead 8-byte slots
+  const uint8_t* src = nullptr;  // the lane's source slices: message m's 8 bytes at slot m % slots
+  uint32_t slots = 1;
+  uint32_t k = 0;          // the message take() expects next
+  uint32_t next = 0;       // the next message to copy, and its slice
+  uint32_t next_slice = 0;
   bool live = false;
-  // src(m): the device address of message m's 8 bytes.
-  template <class Src>
-  __device__ uint4 take(uint32_t m, const Src& src) {
-    if (!live || k != m) {
-      cp_async_wait<0>();  // copies into the slots of an earlier run are done
-      for (uint32_t u = 0; u < kAhead; ++u) cp_async8(slot(m + u), src(m + u));
+  __device__ void copy_next() {
+    cp_async8(slot(next), src + next_slice * 8ull);
+    ++next;
+    next_slice = next_slice + 1 == slots ? 0 : next_slice + 1;
+  }
+  // Message m's 8 bytes as an inline head (its copy waited for); the copy kAhead further issued.
+  __device__ uint4 take(uint32_t m) {
+    if (!live || k != m) {  // (re)start the ring at m
+      cp_async_wait<0>();   // copies into the slots of an earlier run are done
+      next = m;
+      next_slice = m % slots;
+      for (uint32_t u = 0; u < kAhead; ++u) copy_next();
       live = true;
     }
     cp_async_wait<kAhead - 1>();  // message m's copy (the oldest in flight) has landed
     const uint2 v = ld_shared_v2(slot(m));
-    cp_async8(slot(m + kAhead), src(m + kAhead));
+    copy_next();
     k = m + 1;
     return make_uint4(0, v.x, v.y, 0);
   }
