@@ -405,6 +405,7 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
   // before a wait (its diagnostics report them), when the unit moves to another lane, and at
   // the end (the drain, the next call). Two system-scope stores a doorbell fewer.
   const bool owned = units <= L;
+  const bool own_regs = owned && pub_mode != 2;  // the lock publication reserves in memory
   uint32_t cur = 0xffffffffu, bbs = 0, base = 0, lane_wqes = 0, known_retired = 0, own_resv = 0;
   uint32_t own_pub = 0;
   bool known = false, host_db = false;
@@ -421,7 +422,7 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
   SendQp q{};
   QpState* s = nullptr;
   const auto own_state = [&] {
-    if (owned && leader && s) {
+    if (own_regs && leader && s) {
       st_volatile32(&s->resv, own_resv);
       st_volatile32(&s->pub, own_pub);
     }
@@ -568,8 +569,10 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
       }
       if (ok && !host_db) {
         publish(q.dbrec, q.doorbell, end, db);
-        if (owned)
+        if (own_regs)
           own_pub = end;  // read by no other thread of this kernel: written back by own_state
+        else if (owned)
+          st_volatile32(&s->pub, end);
         else
           st_release_gpu32(&s->pub, end);  // the next reservation's hand-off
         ++doorbells;
