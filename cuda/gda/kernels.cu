@@ -400,14 +400,10 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
   // (never, for a unit on one lane); `known_retired`: a retired index this unit has acquired on
   // it (retirement only moves forward, so while it leaves room no wait is needed).
   // A lane this unit alone posts to (units <= lanes) needs no atomic reservation and no
-  // hand-off: its reservation and published indices are the unit's, kept in `own_resv` and
-  // `own_pub`, and written back with plain stores (own_state) only where something reads them:
-  // before a wait (its diagnostics report them), when the unit moves to another lane, and at
-  // the end (the drain, the next call). Two system-scope stores a doorbell fewer.
+  // hand-off: its reservation index is the unit's, kept in `own_resv` and written back with plain
+  // stores for the drain, the diagnostics and the next call.
   const bool owned = units <= L;
-  const bool own_regs = owned && pub_mode != 2;  // the lock publication reserves in memory
   uint32_t cur = 0xffffffffu, bbs = 0, base = 0, lane_wqes = 0, known_retired = 0, own_resv = 0;
-  uint32_t own_pub = 0;
   bool known = false, host_db = false;
   uint64_t slots = 1;
   // A thread alone on one lane, posting 8-byte inline writes: its payloads are copied on chip
@@ -421,17 +417,10 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
   uint64_t run_slice = 0;
   SendQp q{};
   QpState* s = nullptr;
-  const auto own_state = [&] {
-    if (own_regs && leader && s) {
-      st_volatile32(&s->resv, own_resv);
-      st_volatile32(&s->pub, own_pub);
-    }
-  };
   while (posted < total && ok) {
     const uint32_t li = first + lane_k * units;
     const Lane l = lane_at(lanes, li);
     if (li != cur) {
-      if (!host_db) own_state();  // the lane left behind
       cur = li;
       s = state_of(states, l);
       q = load_send_qp(l);
@@ -442,10 +431,7 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
       // message slot: the lane's k-th message goes to slot k mod slots of its slice
       slots = q.region / size > 0 ? q.region / size : 1;
       known = false;
-      if (owned && leader) {
-        own_resv = ld_volatile32(&s->resv);
-        own_pub = ld_volatile32(&s->pub);
-      }
+      if (owned && leader) own_resv = ld_volatile32(&s->resv);
       ahead = !warp_mode && owned && n == 1 && inl && size == 8 && slots <= 0xffffffffu &&
               threadIdx.x < kAheadThreads && (q.src_dev & 7) == 0;
       run_k = 0xffffffffu;  // another lane: its places are computed afresh
@@ -483,14 +469,13 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
       } else if (owned) {
         start = own_resv;
         own_resv = start + count * bbs;
-        if (host_db) st_volatile32(&s->resv, own_resv);
+        st_volatile32(&s->resv, own_resv);
       } else {
         start = atomicAdd(&s->resv, count * bbs);
       }
       const uint32_t need = start + count * bbs;
       if (ok && !(known && static_cast<int32_t>(need - known_retired) <=
                                static_cast<int32_t>(q.wqebbs))) {
-        if (!host_db) own_state();  // what the wait's diagnostics report
         ok = wait_room_seen(c, li, l, s, need, reaped, known_retired);
         known = ok;
       }
@@ -569,10 +554,8 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
       }
       if (ok && !host_db) {
         publish(q.dbrec, q.doorbell, end, db);
-        if (own_regs)
-          own_pub = end;  // read by no other thread of this kernel: written back by own_state
-        else if (owned)
-          st_volatile32(&s->pub, end);
+        if (owned)
+          st_volatile32(&s->pub, end);  // read by no other thread of this kernel
         else
           st_release_gpu32(&s->pub, end);  // the next reservation's hand-off
         ++doorbells;
@@ -595,7 +578,6 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
     if (warp_mode) ok = __shfl_sync(mask, ok, 0);
   }
   if (ahead) ah.finish();  // no copy still landing in shared memory when the thread leaves
-  if (!host_db) own_state();  // the drain reads the reservation index
   if (!leader) return;
   // drain: every lane of this unit retired up to what the unit posted on it (shared lane) or
   // up to everything reserved on it (lanes it owns)
