@@ -18,19 +18,13 @@
 set -u
 DEADLINE=$((SECONDS + ${DEADLINE_S:-540}))
 O=${OUT:-/tmp/cuda-engine-latency}; mkdir -p "$O"
-export PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) OMPI_ALLOW_RUN_AS_ROOT=1 \
-  OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 G=16+32:64+1024  # CTAs x QPs of each variant's throughput rows
 # The engine before the four serve changes beside the default, which has all four (the per-QP
 # serve cache, the parallel responder loads, one record acquire a serve, the early CQ lock CAS).
 BEFORE=SERVE_CACHE=0@RESP_PAR=0@REC_ONCE=0@LOCK_EARLY=0
 AB=${AB:-"r8@$BEFORE:$G r8:$G"}
 . "$(dirname "$0")/step.sh"
-{ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv; nproc; git log --oneline -1
-} > "$O/machine.txt" 2>&1
-rm -rf /tmp/gs  # pip --target leaves an earlier install in place
-step build 150 python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/gs .
-export PYTHONPATH=/tmp/gs
+device_setup
 B="python3 bench/cuda_engine.py"
 TAILN=14 step stamps 90 $B --stamps --skip bare,rate,latency --pings 2000 --json "$O/stamps.json"
 TAILN=24 step ab 260 $B --skip bare --pings 2000 --latency-variants all --json "$O/ab.json" \

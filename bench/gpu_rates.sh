@@ -9,15 +9,8 @@
 set -u
 DEADLINE=$((SECONDS + ${DEADLINE_S:-560}))
 O=${OUT:-/tmp/gpu-rates}; mkdir -p "$O"
-export PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) OMPI_ALLOW_RUN_AS_ROOT=1 \
-  OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
-  PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe OMPI_MCA_btl=self,vader
 . "$(dirname "$0")/step.sh"
-{ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv; nproc; git log --oneline -1
-} > "$O/machine.txt" 2>&1
-rm -rf /tmp/gs  # pip --target leaves an earlier install in place
-step build 150 python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/gs .
-export PYTHONPATH=/tmp/gs
+device_setup
 step compile 120 python3 -c "
 import concurrent.futures as cf
 from gicbench.fabric.emu.cuda_engine import compile_engine
