@@ -18,7 +18,8 @@ export PYTHONUNBUFFERED := 1
 # Its ranks (one node) talk over shared memory only, no TCP listener: the settings of
 # app/sweep/local_mpi.py, kept when set in the environment (docs/security.md).
 MPIEXEC = env OMPI_MCA_btl="$${OMPI_MCA_btl:-self,vader}" OMPI_MCA_pml="$${OMPI_MCA_pml:-ob1}" $(if $(wildcard $(BIN)/mpiexec),$(BIN)/mpiexec,mpiexec)
-MPI_PYTEST := $(BIN)/python -m pytest --with-mpi -q -p no:cacheprovider --color=no
+# A rank blocked inside MPI never runs a signal handler: pytest-timeout's thread method ends it.
+MPI_PYTEST := $(BIN)/python -m pytest --with-mpi -q -p no:cacheprovider --color=no -o timeout_method=thread
 
 SOURCES := CMakeLists.txt pyproject.toml $(shell find app analysis cuda native proxy jobs -type f \
 	\( -name '*.py' -o -name '*.cpp' -o -name '*.hpp' -o -name '*.cuh' -o -name '*.cu' \

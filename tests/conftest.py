@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -32,3 +33,31 @@ def shared_dir(tmp_path_factory):
     comm = MPI.COMM_WORLD
     path = str(tmp_path_factory.mktemp("run")) if comm.rank == 0 else None
     return Path(comm.bcast(path, root=0))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """An MPI test that fails on one rank aborts every rank. The others are in (or will reach)
+    a collective the failed rank never enters, and a rank blocked inside MPI never sees
+    pytest-timeout's signal: without the abort the run hangs until the CI's limit, its failure
+    unreported."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and item.get_closest_marker("mpi") is not None:
+        _abort_world(item.nodeid, report)
+
+
+def _abort_world(nodeid: str, report: pytest.TestReport) -> None:
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
+        return
+    comm = mpi.COMM_WORLD
+    if comm.Get_size() < 2:
+        return
+    # fd 2 itself: pytest's capture is suspended between phases, but sys.stderr may be replaced
+    text = (
+        f"\n[rank {comm.Get_rank()} of {comm.Get_size()}] {nodeid} failed ({report.when}); "
+        f"aborting every rank so that none waits in a collective:\n{report.longreprtext}\n"
+    )
+    os.write(2, text.encode(errors="replace"))
+    comm.Abort(1)
