@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -164,11 +166,26 @@ def load(spec: str) -> NicModel | None:
     return _model(spec, presets[spec], str(PRESETS_FILE), digest, f"{FLAG} preset {spec}")
 
 
+MAX_FILE_BYTES = 1 << 20  # a model is a few dozen lines: anything larger is not one
+
+
 def _read(path: Path, what: str) -> tuple[dict[str, Any], str]:
+    """The file's TOML and digest. A regular file of at most MAX_FILE_BYTES only: opened without
+    blocking (a FIFO has no writer) and checked before it is read (/dev/zero never ends)."""
     try:
-        data = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         raise ConfigError(FLAG, str(path), f"a readable .toml {what} ({e.strerror})") from e
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE_BYTES:
+        os.close(fd)
+        kind = "a larger file" if stat.S_ISREG(st.st_mode) else "not a regular file"
+        raise ConfigError(FLAG, str(path), f"a regular .toml {what} of at most "
+                          f"{MAX_FILE_BYTES} bytes ({kind})")  # fmt: skip
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:  # grew since the check
+        raise ConfigError(FLAG, str(path), f"a .toml {what} of at most {MAX_FILE_BYTES} bytes")
     try:
         return tomllib.loads(data.decode()), hashlib.sha256(data).hexdigest()
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
