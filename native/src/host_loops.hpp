@@ -58,7 +58,7 @@ struct MsgRateArgs {
 
 struct MsgRateResult {
   std::vector<int64_t> windows_ns;  // every thread's windows, thread after thread
-  int64_t elapsed_ns = 0;           // first post to last completion, slowest thread
+  int64_t elapsed_ns = 0;           // first timed post of any thread to the last completion of any
   uint64_t messages = 0;
   uint64_t doorbells = 0;
   uint64_t cqes = 0;

@@ -450,7 +450,8 @@ class GpuSubmitter(Submitter):
         out = unit_out.get()
         win = windows.get()
         wins = np.concatenate([win[u, : int(out[u, 4])] for u in range(nunits)])
-        elapsed = int((out[:, 1] - out[:, 0]).max())
+        # first unit's first timed post to the last unit's last completion (globaltimer)
+        elapsed = int(out[:, 1].max() - out[:, 0].min())
         self.details = {
             "signal_every": float(se),
             "units": float(nunits),
