@@ -36,6 +36,7 @@ from .fit_cli import print_outcome
 from .fits import apply as fit_apply
 from .load import aggregate_ranks, load_run, one_line
 from .tables import (
+    REPORT_HEAD,
     caption_candidates,
     compare_tables,
     experiment_table,
@@ -333,10 +334,19 @@ def run_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+def _is_a_report(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            return f.read(len(REPORT_HEAD)) == REPORT_HEAD.encode()
+    except OSError:
+        return False
+
+
 def check_report_out(run: Path, out: Path | None) -> None:
-    """Refuse a report path that is a link or a directory, or that lies inside a run or sweep
-    directory and is not the reported run's own report.md: a report never replaces a run's
-    files (run.json, traces, another run's report)."""
+    """Refuse a report path that is a link or a directory, an existing file that is not an
+    earlier report, or that lies inside a run or sweep directory and is not the reported run's
+    own report.md: a report never replaces a run's files (run.json, traces, another run's
+    report) or a user's."""
     if out is None:
         return
     label = "out (-o)"
@@ -349,6 +359,9 @@ def check_report_out(run: Path, out: Path | None) -> None:
     target = out.parent.resolve() / out.name
     if target == Path(run).resolve() / "report.md":
         return
+    if what == "a file" and not _is_a_report(target):
+        raise ConfigError(label, str(out), f"a new file or an earlier report (its first line "
+                          f"'{REPORT_HEAD}...'): {out} exists and is not one")  # fmt: skip
     for d in (target.parent, *target.parent.parents):
         kind = next((k for k, name in (("run", MANIFEST_NAME), ("sweep", SWEEP_MANIFEST))
                      if (d / name).exists()), None)  # fmt: skip

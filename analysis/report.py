@@ -23,6 +23,7 @@ from . import connections, kernel_cost, moe, plots
 from .fits import apply as fit_apply
 from .load import aggregate_ranks, load_run
 from .tables import (
+    REPORT_HEAD,
     caption_candidates,
     experiment_table,
     fit_input,
@@ -514,7 +515,7 @@ def write_report(run_dir: Path, out: Path | None = None, allow_incomplete: bool 
         with safe_files.opened_dir(d, label, create=True):
             pass
     agg = aggregate_ranks(df)
-    lines = [f"# gicbench report: {md(run_dir.name)}", ""]
+    lines = [f"{REPORT_HEAD}{md(run_dir.name)}", ""]
     if df.attrs.get("problems"):
         lines += ["> **Incomplete run**: analysed with --allow-incomplete; numbers may be "
                   "missing ranks or points.", ">"]

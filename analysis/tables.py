@@ -17,6 +17,7 @@ from gicbench.aggregate import header as _row_header
 
 from .fits import apply as fit_apply
 
+REPORT_HEAD = "# gicbench report: "  # a report's first line: `report -o` replaces only such a file
 LAT_STATS = ("p50_us", "p99_us", "p999_us")
 # The same statistics of a message stream's windows (msg-rate, payload, proxy-rate).
 WINDOW_LAT_STATS = tuple(k for k in WINDOW_STATS if k.removeprefix("window_") in LAT_STATS)

@@ -204,6 +204,19 @@ def test_report_output_inside_a_run_other_than_its_own_is_refused(
     assert read_manifest(run)["status"] == "complete"
 
 
+def test_report_over_a_users_file_is_refused_and_over_an_earlier_report_accepted(
+    tmp_path: Path, capsys
+) -> None:
+    run = _small_run(tmp_path / "run")
+    precious = tmp_path / "precious.md"
+    precious.write_text("my notes\n")
+    assert main(["report", str(run), "-o", str(precious)]) == 2
+    assert "out (-o)" in capsys.readouterr().err and precious.read_text() == "my notes\n"
+    fresh = tmp_path / "fresh.md"
+    assert main(["report", str(run), "-o", str(fresh)]) == 0
+    assert main(["report", str(run), "-o", str(fresh)]) == 0  # its own earlier report
+
+
 def test_report_at_its_own_place_given_explicitly_is_accepted(tmp_path: Path) -> None:
     run = _small_run(tmp_path / "run")
     assert main(["report", str(run), "-o", str(run / "report.md")]) == 0
