@@ -39,11 +39,12 @@ MUST_NOT = {
 }
 
 
-def _ptx(ordering: str, tmp_path: Path, cq_poll: str = "expected") -> str:
-    out = tmp_path / f"k{ordering}-{cq_poll}.ptx"
+def _ptx(ordering: str, tmp_path: Path, cq_poll: str = "expected", *defs: str) -> str:
+    out = tmp_path / f"k{ordering}-{cq_poll}{''.join(defs)}.ptx"
     cmd = [nvcc_or_skip("cuda/gda"), "-arch=sm_90", "-std=c++17", f"-I{CUDA}", "-ptx",
            f"-DGDA_ORDERING={ORDERINGS.index(ordering)}",
-           f"-DGDA_CQ_POLL={CQ_POLLS.index(cq_poll)}", str(SRC), "-o", str(out)]  # fmt: skip
+           f"-DGDA_CQ_POLL={CQ_POLLS.index(cq_poll)}", *defs, str(SRC), "-o",
+           str(out)]  # fmt: skip
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     return out.read_text()
@@ -69,6 +70,18 @@ def test_every_ordering_compiles_for_sm90_with_its_ordering(ordering: str, tmp_p
         # doorbell-path function without them
         scrubbed = re.sub(r"membar\.sys|fence\.sc\.sys", "", body)
         assert not re.search(pat, scrubbed), f"{ordering}: unexpected {pat} in gda_single_op"
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("ordering", ["none", "gpu-fence", "sys-fence"])
+def test_the_solo_loop_compiles_and_keeps_the_orderings_fences(ordering: str, tmp_path) -> None:
+    """GDA_SOLO=1 adds msg-rate's solo loop; it publishes with the same ordering: the solo
+    build's gda_msg_rate has every fence the general one has, and no other."""
+    fences = r"(fence\.[a-z_.]+|membar\.[a-z]+)"
+    general = _function(_ptx(ordering, tmp_path, "expected", "-DGDA_SOLO=0"), "gda_msg_rate")
+    solo = _function(_ptx(ordering, tmp_path, "expected", "-DGDA_SOLO=1"), "gda_msg_rate")
+    assert set(re.findall(fences, solo)) == set(re.findall(fences, general))
+    assert len(solo) > len(general)  # the second loop is there
 
 
 # The CQ poll of each polling mode: expected polls with a relaxed load at the ordering's scope

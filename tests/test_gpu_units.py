@@ -16,7 +16,7 @@ from gicbench.cuda_host import cuda_dir
 from gicbench.errors import ConfigError, FabricError, UnsupportedError
 from gicbench.experiments.msg_rate import lane_messages as host_lane_messages
 from gicbench.submit.gpu import lanes
-from gicbench.submit.gpu.build import build_options
+from gicbench.submit.gpu.build import DEFINES_ENV, build_options, kernel_switches
 from gicbench.submit.gpu.params import ORDERINGS
 from gicbench.submit.gpu_runtime import clock_lock as clock
 
@@ -263,6 +263,22 @@ def test_build_options_name_the_cq_poll() -> None:
     assert "-DGDA_CQ_POLL=1" in build_options("gpu-fence", root, "expected")
     with pytest.raises(ValueError):
         build_options("gpu-fence", root, "sometimes")
+
+
+def test_build_switches_come_from_the_environment_and_unknown_ones_are_refused(
+    monkeypatch,
+) -> None:
+    root = cuda_dir()
+    assert "GDA_SOLO" in kernel_switches(root)
+    monkeypatch.delenv(DEFINES_ENV, raising=False)
+    assert not any(o.startswith("-DGDA_SOLO") for o in build_options("gpu-fence", root))
+    monkeypatch.setenv(DEFINES_ENV, "GDA_SOLO=1")
+    assert "-DGDA_SOLO=1" in build_options("gpu-fence", root)
+    for bad in ("GDA_FAST=1", "GDA_SOLO=yes", "GDA_ORDERING=0"):
+        monkeypatch.setenv(DEFINES_ENV, bad)
+        with pytest.raises(ConfigError) as e:
+            build_options("gpu-fence", root)
+        assert e.value.field == DEFINES_ENV and "GDA_SOLO" in e.value.allowed
 
 
 def test_qp_state_fits_the_rows_the_submitter_allocates() -> None:

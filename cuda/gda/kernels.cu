@@ -29,6 +29,13 @@
 #include "gda/calls.cuh"
 #include "smclock.cuh"
 
+// Build switches (GICBENCH_GDA_DEFINES, app/submit/gpu/build.py). GDA_SOLO 1: msg-rate's
+// threads alone on one lane run the solo loop below; 0 (the default until it is measured on a
+// GPU): every thread runs the general loop, whose code is the same as before the split.
+#ifndef GDA_SOLO
+#define GDA_SOLO 0
+#endif
+
 using namespace gicbench;
 using namespace gicbench::gda;
 
@@ -361,27 +368,27 @@ extern "C" __global__ void gda_respond(const uint64_t* lanes, QpState* states, u
 // many warm-up ones, `batch` WQEs per doorbell. Lane WQE k (of the call) is signaled when
 // (k + 1) % signal_every == 0 or it is the lane's last (kLaneWqes); the drain is timed.
 // unit_out: per unit {t_start, t_end, doorbells, cqes, windows}; windows: per unit max_windows.
-extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpState* states,
-                                        uint32_t threads, int pub_mode, uint32_t batch,
-                                        uint64_t writes_per_visit, uint32_t size, int inl,
-                                        uint64_t per_thread,
-                                        uint64_t warmup_per_thread, uint64_t window,
-                                        uint32_t signal_every, uint64_t timeout_ns,
-                                        int64_t* unit_out, int64_t* windows, uint32_t max_windows,
-                                        unsigned long long* status, const uint32_t* abort) {
-  const Ctl c{status, abort, timeout_ns};
-  const uint32_t tid = blockIdx.x * blockDim.x + threadIdx.x;
-  const unsigned mask = __ballot_sync(0xffffffffu, tid < threads);
-  if (tid >= threads) return;
-  const bool warp_mode = pub_mode == 1;
+//
+// kSolo: the loop of a thread that alone drives one lane (publish 0, units <= lanes, one lane a
+// unit), compiled apart so that none of the other units' branches (warp shuffles, hand-off, lock,
+// lane moves) sits in its loop: one thread's rate is bound by its instructions' latency.
+template <bool kSolo>
+__device__ __forceinline__ void msg_rate(const uint64_t* lanes, uint32_t L, QpState* states,
+                                         uint32_t threads, int pub_mode, uint32_t batch,
+                                         uint64_t writes_per_visit, uint32_t size, int inl,
+                                         uint64_t per_thread, uint64_t warmup_per_thread,
+                                         uint64_t window, uint32_t signal_every, const Ctl& c,
+                                         int64_t* unit_out, int64_t* windows,
+                                         uint32_t max_windows, unsigned long long* status,
+                                         unsigned mask, uint32_t tid, uint64_t* ahead_slots) {
+  const bool warp_mode = !kSolo && pub_mode == 1;
   const uint32_t lane_id = threadIdx.x & 31;
   const uint32_t usize = warp_mode ? __popc(mask) : 1;
   const uint32_t unit = warp_mode ? tid / 32 : tid;
   const uint32_t units = warp_mode ? (threads + 31) / 32 : threads;
   const bool leader = !warp_mode || lane_id == 0;
-  const uint32_t L = static_cast<uint32_t>(nlanes);
-  const uint32_t n = units <= L ? (L - unit + units - 1) / units : 1;
-  const uint32_t first = units <= L ? unit : unit % L;
+  const uint32_t n = kSolo ? 1 : units <= L ? (L - unit + units - 1) / units : 1;
+  const uint32_t first = kSolo || units <= L ? unit : unit % L;
   const uint64_t total = (per_thread + warmup_per_thread) * usize;
   const uint64_t warm = warmup_per_thread * usize;
   const uint64_t win = window * usize;
@@ -402,13 +409,12 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
   // A lane this unit alone posts to (units <= lanes) needs no atomic reservation and no
   // hand-off: its reservation index is the unit's, kept in `own_resv` and written back with plain
   // stores for the drain, the diagnostics and the next call.
-  const bool owned = units <= L;
+  const bool owned = kSolo || units <= L;
   uint32_t cur = 0xffffffffu, bbs = 0, base = 0, lane_wqes = 0, known_retired = 0, own_resv = 0;
   bool known = false, host_db = false;
   uint64_t slots = 1;
   // A thread alone on one lane, posting 8-byte inline writes: its payloads are copied on chip
   // kAhead messages ahead (PayloadAhead); its message numbers on the lane are consecutive.
-  __shared__ alignas(16) uint64_t ahead_slots[kAheadThreads * 2 * kAhead];
   PayloadAhead ah{static_cast<uint32_t>(__cvta_generic_to_shared(
       &ahead_slots[(threadIdx.x % kAheadThreads) * 2 * kAhead]))};
   bool ahead = false;
@@ -453,7 +459,7 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
     // reserve (and, for the lock, take it: a ticket lock, served in the order taken, so that no
     // thread of a warp contending for it starves behind its siblings)
     if (leader) {
-      if (pub_mode == 2) {
+      if (!kSolo && pub_mode == 2) {
         ticket = atomicAdd(&s->lock, 1u);
         Wait w(c);
         while (ld_acquire_gpu32(&s->lock_turn) != ticket)
@@ -544,7 +550,7 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
           st_volatile32(&s->pub, end);
         else
           atomicMax(&s->pub, end);  // doorbells: the host thread counts the rings
-      } else if (pub_mode != 2 && !owned) {  // hand-off: after every earlier reservation
+      } else if (!kSolo && pub_mode != 2 && !owned) {  // hand-off: after every earlier reservation
         Wait w(c);
         while (ld_acquire_gpu32(&s->pub) != start)
           if (!w.tick(li, &l, s)) {
@@ -585,7 +591,7 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
     const uint32_t li = first + i * units;
     const Lane l = lane_at(lanes, li);
     QpState* s = state_of(states, l);
-    const uint32_t end = units <= L ? ld_volatile32(&s->resv) : last_end;
+    const uint32_t end = owned ? ld_volatile32(&s->resv) : last_end;
     ok = wait_retired(c, li, l, s, end, reaped);
   }
   if (!ok) {
@@ -600,6 +606,34 @@ extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpSta
   out[3] = static_cast<int64_t>(reaped);
   out[4] = nwin;
   atomicAdd(&status[kStDone], posted);
+}
+
+extern "C" __global__ void gda_msg_rate(const uint64_t* lanes, int nlanes, QpState* states,
+                                        uint32_t threads, int pub_mode, uint32_t batch,
+                                        uint64_t writes_per_visit, uint32_t size, int inl,
+                                        uint64_t per_thread,
+                                        uint64_t warmup_per_thread, uint64_t window,
+                                        uint32_t signal_every, uint64_t timeout_ns,
+                                        int64_t* unit_out, int64_t* windows, uint32_t max_windows,
+                                        unsigned long long* status, const uint32_t* abort) {
+  const Ctl c{status, abort, timeout_ns};
+  const uint32_t tid = blockIdx.x * blockDim.x + threadIdx.x;
+  const unsigned mask = __ballot_sync(0xffffffffu, tid < threads);
+  if (tid >= threads) return;
+  __shared__ alignas(16) uint64_t ahead_slots[kAheadThreads * 2 * kAhead];
+  const uint32_t L = static_cast<uint32_t>(nlanes);
+  // a thread alone on one lane: units (threads) <= lanes and its lanes tid, tid + threads, ...
+  // are one (tid + threads >= lanes)
+  const bool solo = pub_mode == 0 && threads <= L && tid + threads >= L;
+#define GDA_MSG_RATE_ARGS                                                                     \
+  lanes, L, states, threads, pub_mode, batch, writes_per_visit, size, inl, per_thread,          \
+      warmup_per_thread, window, signal_every, c, unit_out, windows, max_windows, status, mask, \
+      tid, ahead_slots
+  if (GDA_SOLO && solo)
+    msg_rate<true>(GDA_MSG_RATE_ARGS);
+  else
+    msg_rate<false>(GDA_MSG_RATE_ARGS);
+#undef GDA_MSG_RATE_ARGS
 }
 
 // ---- clock ---------------------------------------------------------------------------------------
