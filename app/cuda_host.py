@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .errors import UnsupportedError
+from .errors import ConfigError, UnsupportedError
 
 # Kernels that were still running past their launcher's deadline (what each launcher said),
 # for this process's lifetime: nothing stops a running kernel but its process's exit.
@@ -148,3 +148,25 @@ def import_cupy(what: str) -> Any:
     except ImportError as e:
         raise UnsupportedError(f"{what} needs CuPy ({e})") from e
     return cupy
+
+
+def source_switches(source: Path, prefix: str) -> set[str]:
+    """A CUDA source's build switches: every `#ifndef PREFIX*` line of it."""
+    return set(re.findall(rf"^#ifndef ({prefix}[A-Z0-9_]+)$", source.read_text(), re.M))
+
+
+def switch_defines(env: str, known: set[str], what: str, prefix: str = "") -> list[str]:
+    """The environment variable `env` ("NAME=INT,..."; `prefix` may be left out of a NAME) as
+    nvcc/NVRTC -D options: a build variant for an A/B beside the default. ConfigError for a name
+    not in `known` (`what`'s switches) or a value that is not an int >= 0."""
+    raw = os.environ.get(env, "")
+    out = []
+    for item in filter(None, (x.strip() for x in raw.split(","))):
+        name, _, value = item.partition("=")
+        if not name.startswith(prefix):
+            name = prefix + name
+        if name not in known or not value.isdigit():
+            raise ConfigError(env, raw, f"comma-separated NAME=INT of {what}'s switches "
+                              f"{sorted(known)}")  # fmt: skip
+        out.append(f"-D{name}={value}")
+    return out

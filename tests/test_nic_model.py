@@ -64,11 +64,11 @@ def test_the_derivations_follow_from_the_cited_constants(preset: nm.NicModel) ->
     msg_ns = 1e3 / PORT_CEILING_MPS
     # one miss per visit of WRITES_PER_VISIT writes (the rest find the context just fetched)
     assert v("recv_miss_busy_ns") == pytest.approx(
-        WRITES_PER_VISIT * msg_ns * (SEND_RECEIVE_FROM / SEND_RECEIVE_TO - 1), abs=1e-2
-    )
+        WRITES_PER_VISIT * msg_ns * (SEND_RECEIVE_FROM / SEND_RECEIVE_TO - 1), abs=1e-2)
     # the 24.8 GB/s reference from 200 Gb/s and the per-packet headers (a check, not a fit)
     mtu, hdr = v("mtu_bytes"), v("packet_header_bytes")
-    assert v("link_gbps") / 8 * mtu / (mtu + hdr) == pytest.approx(GOODPUT_REFERENCE_GBS, abs=0.05)
+    assert v("link_gbps") / 8 * mtu / (mtu + hdr) == pytest.approx(GOODPUT_REFERENCE_GBS,
+                                                                   abs=0.05)
 
 
 def test_the_calibration_gives_the_published_doorbell_to_cqe_time(preset: nm.NicModel) -> None:
@@ -97,11 +97,8 @@ def _preset_as_file(tmp_path: Path, preset: nm.NicModel, drop: str = "", **value
     for k, c in preset.constants.items():
         if k == drop:
             continue
-        lines += [
-            f"[params.{k}]",
-            f"value = {toml(values.get(k, c.value))}",
-            f"source = {toml(c.source)}",
-        ]
+        lines += [f"[params.{k}]", f"value = {toml(values.get(k, c.value))}",
+                  f"source = {toml(c.source)}"]
     return _write(tmp_path, "\n".join(lines) + "\n")
 
 
@@ -137,9 +134,8 @@ def test_unknown_models_are_refused_naming_the_choices(spec, field, allowed) -> 
         ({}, "dc_connect_ns", "params.dc_connect_ns", "every parameter stated"),
     ],
 )
-def test_bad_values_in_a_file_are_refused_naming_the_field(
-    tmp_path, preset, values, drop, field, allowed
-) -> None:
+def test_bad_values_in_a_file_are_refused_naming_the_field(tmp_path, preset, values, drop, field,
+                                                           allowed) -> None:
     path = _preset_as_file(tmp_path, preset, drop=drop, **values)
     with pytest.raises(ConfigError) as e:
         nm.load(str(path))
@@ -224,8 +220,7 @@ def test_the_model_compiles_for_the_gpu(tmp_path: Path) -> None:
         "__global__ void k(Params p, Shared* own, Shared* resp, uint64_t* out) {\n"
         "  Tx tx; Qp qp; uint64_t spare = 0; S s;\n"
         "  WqeDesc w{kWrite, 1, 0, 1, 8, 1, 0x10001};\n"
-        "  out[0] = plan_wqe(p, tx, qp, own, resp, spare, w, 1, out[1], s).t.t_cqe; }\n"
-    )
+        "  out[0] = plan_wqe(p, tx, qp, own, resp, spare, w, 1, out[1], s).t.t_cqe; }\n")
     cuda = Path(nm.__file__).parents[2] / "cuda"
     r = subprocess.run(["nvcc", "-std=c++17", "-arch=sm_90", "-c", str(src), "-I", str(cuda),
                         "-o", str(tmp_path / "m.o")], capture_output=True, text=True,
@@ -233,15 +228,8 @@ def test_the_model_compiles_for_the_gpu(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
 
 
-def _rates(
-    preset: nm.NicModel,
-    n: int,
-    a_sends: bool,
-    b_sends: bool,
-    laps: int = 3,
-    targets: int = 1,
-    w: int = WRITES_PER_VISIT,
-) -> tuple:
+def _rates(preset: nm.NicModel, n: int, a_sends: bool, b_sends: bool, laps: int = 3,
+           targets: int = 1, w: int = WRITES_PER_VISIT) -> tuple:
     """M msg/s out of NIC 0 in the last lap, and the receive-side misses at NIC 1, for n QPs
     on NIC 0 visited in a cycle, w 8 B writes per visit, all announced at once; QP q writes to
     NIC 1 + q % targets (and with b_sends NIC 1's QPs write back to NIC 0's)."""
@@ -252,9 +240,8 @@ def _rates(
             dst = 1 + q % targets
             for _ in range(w):
                 if a_sends:
-                    t = s.plan(0, 1 + q, dst, (dst << 16) + 1 + q // targets, 1, 8, False, 1, 0)[
-                        "t_exec"
-                    ]
+                    t = s.plan(0, 1 + q, dst, (dst << 16) + 1 + q // targets, 1, 8, False, 1,
+                               0)["t_exec"]
                     if lap == laps - 1:
                         out.append(t)
                 if b_sends:

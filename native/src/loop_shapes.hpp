@@ -212,8 +212,8 @@ struct RateShape {
 
 struct RateOut {
   std::vector<int64_t> windows;  // ns; the last one carries the final drain
-  int64_t elapsed = 0;           // first timed post to the last completion
-  int64_t t_start = 0, t_end = 0;  // now_ns() at those two moments (the span of several threads)
+  int64_t t_start = 0, t_end = 0;  // now_ns(): the first timed post, the last completion
+  int64_t elapsed() const { return t_end - t_start; }
   uint64_t posted = 0;           // messages posted, warm-up included
   uint64_t doorbells = 0, cqes = 0;
 };
@@ -283,7 +283,6 @@ bool rate(std::vector<P>& lanes, const std::vector<uint32_t>& signal, const Rate
     if (!quiet(s, idle, a.timeout_ns, err, cancel)) return fail();
   const int64_t t_end = now_ns();
   o.windows.push_back(t_end - t_window);
-  o.elapsed = t_end - t_start;
   o.t_start = t_start;
   o.t_end = t_end;
   for (auto& s : lanes) o.cqes += s.completions();
@@ -378,7 +377,6 @@ bool cycle(std::vector<P>& posters, const std::vector<Connection>& conns,
     if (!quiet(s, idle, a.timeout_ns, err, cancel)) return fail();
   const int64_t t_end = now_ns();
   o.windows.push_back(t_end - t_window);
-  o.elapsed = t_end - t_start;
   o.t_start = t_start;
   o.t_end = t_end;
   for (auto& s : posters) o.cqes += s.completions();

@@ -71,7 +71,7 @@ bool msg_rate(const std::vector<RateLane>& lanes, const RateArgs& a,
   const bool ok = loops::rate(posters, signal, shape, idle, loops::Cancel{}, out, err);
   windows = std::move(out.windows);
   if (!ok) return false;
-  stats.elapsed_ns = static_cast<uint64_t>(out.elapsed);
+  stats.elapsed_ns = static_cast<uint64_t>(out.elapsed());
   stats.messages = a.messages;
   stats.doorbells = out.doorbells;
   stats.cqes = out.cqes;
@@ -127,7 +127,7 @@ bool cycle(const std::vector<RateLane>& lanes, const CycleArgs& a,
                                out, err);
   windows = std::move(out.windows);
   if (!ok) return false;
-  stats.elapsed_ns = static_cast<uint64_t>(out.elapsed);
+  stats.elapsed_ns = static_cast<uint64_t>(out.elapsed());
   stats.messages = a.visits * a.writes_per_visit;
   stats.doorbells = out.doorbells;
   stats.cqes = out.cqes;

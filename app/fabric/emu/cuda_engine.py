@@ -28,7 +28,6 @@ import bisect
 import contextlib
 import hashlib
 import os
-import re
 import shutil
 import subprocess
 import time
@@ -38,7 +37,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ...cuda_host import cuda_dir
+from ...cuda_host import cuda_dir, source_switches, switch_defines
 from ...errors import ConfigError, FabricError, UnsupportedError
 
 THREADS = 256  # per CTA: 8 warps (the kernel's __launch_bounds__)
@@ -99,8 +98,7 @@ DEFINES_ENV = "GICBENCH_CUDA_ENGINE_DEFINES"
 
 def engine_macros() -> set[str]:
     """The engine's build switches: every `#ifndef GICBENCH_ENGINE_*` of cuda/emu_engine.cu."""
-    text = (cuda_dir() / "emu_engine.cu").read_text()
-    return set(re.findall(r"^#ifndef (GICBENCH_ENGINE_[A-Z0-9_]+)$", text, re.M))
+    return source_switches(cuda_dir() / "emu_engine.cu", "GICBENCH_ENGINE_")
 
 
 def engine_defines() -> list[str]:
@@ -108,18 +106,7 @@ def engine_defines() -> list[str]:
     left out) as nvcc -D flags for the engine every CudaEngine of this process builds: a variant
     of bench/cuda_engine.py's under the conformance suite. ConfigError for a name the engine does
     not read or a value that is not an int >= 0. Empty (default): the engine as measured."""
-    raw = os.environ.get(DEFINES_ENV, "")
-    known = engine_macros()
-    out = []
-    for item in filter(None, (x.strip() for x in raw.split(","))):
-        name, _, value = item.partition("=")
-        if not name.startswith("GICBENCH_ENGINE_"):
-            name = "GICBENCH_ENGINE_" + name
-        if name not in known or not value.isdigit():
-            raise ConfigError(DEFINES_ENV, raw, f"comma-separated NAME=INT of the engine's "
-                              f"switches {sorted(known)}")  # fmt: skip
-        out.append(f"-D{name}={value}")
-    return out
+    return switch_defines(DEFINES_ENV, engine_macros(), "the engine", "GICBENCH_ENGINE_")
 
 
 def _nvcc() -> str:

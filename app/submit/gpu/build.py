@@ -5,13 +5,10 @@ and keeps its own on-disk cache, so a second run loads the cubin without compili
 
 from __future__ import annotations
 
-import os
-import re
 from pathlib import Path
 from typing import Any
 
-from ...cuda_host import cuda_dir
-from ...errors import ConfigError
+from ...cuda_host import cuda_dir, source_switches, switch_defines
 from .params import CQ_POLLS, ORDERINGS
 
 KERNELS = (
@@ -25,24 +22,7 @@ DEFINES_ENV = "GICBENCH_GDA_DEFINES"
 
 def kernel_switches(root: Path) -> set[str]:
     """mini-gda's build switches: every `#ifndef GDA_*` of cuda/gda/kernels.cu."""
-    text = (root / "gda" / "kernels.cu").read_text()
-    return set(re.findall(r"^#ifndef (GDA_[A-Z0-9_]+)$", text, re.M))
-
-
-def switch_defines(root: Path) -> list[str]:
-    """GICBENCH_GDA_DEFINES ("GDA_SOLO=1") as -D options of every module this process builds:
-    a variant for an A/B beside the default. ConfigError for a name kernels.cu does not read or
-    a value that is not an int >= 0. Empty (default): the kernels as measured."""
-    raw = os.environ.get(DEFINES_ENV, "")
-    known = kernel_switches(root)
-    out = []
-    for item in filter(None, (x.strip() for x in raw.split(","))):
-        name, _, value = item.partition("=")
-        if name not in known or not value.isdigit():
-            raise ConfigError(DEFINES_ENV, raw, f"comma-separated NAME=INT of mini-gda's "
-                              f"switches {sorted(known)}")  # fmt: skip
-        out.append(f"-D{name}={value}")
-    return out
+    return source_switches(root / "gda" / "kernels.cu", "GDA_")
 
 
 def build_options(ordering: str, root: Path, cq_poll: str = "expected") -> tuple[str, ...]:
@@ -56,7 +36,8 @@ def build_options(ordering: str, root: Path, cq_poll: str = "expected") -> tuple
         "--std=c++17",
         f"-DGDA_ORDERING={ORDERINGS.index(ordering)}",
         f"-DGDA_CQ_POLL={CQ_POLLS.index(cq_poll)}",
-        *switch_defines(root),
+        # GICBENCH_GDA_DEFINES ("GDA_SOLO=1"): a variant for an A/B; empty, the kernels measured
+        *switch_defines(DEFINES_ENV, kernel_switches(root), "mini-gda"),
     )
 
 
